@@ -1,0 +1,163 @@
+"""Sinks: round trips, write modes, partitioning, file sizes, and atomic commit on failure."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+import vane
+from vane.errors import ConfigurationError, ExecutionError, SinkError
+from vane.testing import assert_table_equal
+
+READERS = {"parquet": vane.read_parquet, "csv": vane.read_csv, "json": vane.read_json}
+
+
+def tree(path) -> dict[str, int]:
+    """Every file under path (relative name -> size), hidden ones included."""
+    return {
+        os.path.relpath(os.path.join(root, f), path): os.path.getsize(os.path.join(root, f))
+        for root, _, files in os.walk(path)
+        for f in files
+    }
+
+
+def sample(n: int = 1000) -> vane.Relation:
+    return vane.range(n).select(
+        "id", "id / 2 AS x", "'row ' || id::VARCHAR AS text", "id % 3 = 0 AS flag"
+    )
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+def test_round_trip_keeps_rows_types_and_order(tmp_path, fmt):
+    rel = sample()
+    result = getattr(rel, f"write_{fmt}")(tmp_path / "out")
+    assert (result.rows, result.files) == (1000, 1)
+    assert result.bytes == sum(tree(tmp_path / "out").values()) > 0
+    assert result.seconds >= 0
+    assert_table_equal(READERS[fmt](tmp_path / "out"), rel)
+
+
+def test_parquet_round_trip_of_nested_types(tmp_path):
+    rel = vane.range(5).select(
+        "id",
+        "[id::FLOAT, 1.5]::FLOAT[2] AS vec",
+        "[id, id + 1] AS ids",
+        "{'a': id::VARCHAR, 'b': id / 3} AS s",
+        "MAP {'k': id::INTEGER} AS m",
+        "DATE '2024-01-01' + id::INTEGER AS day",
+    )
+    rel.write_parquet(tmp_path / "nested")
+    assert_table_equal(vane.read_parquet(tmp_path / "nested"), rel)
+
+
+def test_json_round_trip_of_lists_and_structs(tmp_path):
+    rel = vane.range(3).select("id", "[id, id * 2] AS ids", "{'a': id::VARCHAR} AS s")
+    rel.write_json(tmp_path / "j")
+    assert vane.read_json(tmp_path / "j").to_pylist() == rel.to_pylist()
+
+
+def test_a_path_with_the_format_extension_is_one_file(tmp_path):
+    result = sample(10).write_parquet(tmp_path / "one.parquet")
+    assert result.files == 1 and (tmp_path / "one.parquet").is_file()
+    assert vane.read_parquet(tmp_path / "one.parquet").count() == 10
+    assert tree(tmp_path) == {"one.parquet": result.bytes}
+
+
+def test_modes(tmp_path):
+    out = tmp_path / "out"
+    sample(10).write_parquet(out)
+    before = tree(out)
+    with pytest.raises(SinkError, match=r"already exists.*mode='overwrite'"):
+        sample(10).write_parquet(out)
+    assert tree(out) == before
+
+    sample(5).write_parquet(out, mode="append")
+    assert vane.read_parquet(out).count() == 15 and len(tree(out)) == 2
+
+    sample(3).write_parquet(out, mode="overwrite")
+    assert vane.read_parquet(out).count() == 3 and len(tree(out)) == 1
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # nothing left beside it
+
+
+def test_an_empty_directory_is_not_in_the_way(tmp_path):
+    (tmp_path / "out").mkdir()
+    assert sample(4).write_csv(tmp_path / "out").rows == 4
+
+
+def test_append_to_a_single_file_is_an_error(tmp_path):
+    with pytest.raises(SinkError, match="append"):
+        sample(3).write_parquet(tmp_path / "x.parquet", mode="append")
+    with pytest.raises(ConfigurationError, match="mode="):
+        sample(3).write_parquet(tmp_path / "x", mode="replace")  # type: ignore[arg-type]
+
+
+def test_rows_per_file(tmp_path):
+    result = sample(1000).write_json(tmp_path / "out", rows_per_file=300)
+    sizes = sorted(
+        vane.read_json(tmp_path / "out" / name).count() for name in tree(tmp_path / "out")
+    )
+    assert (result.files, sizes) == (4, [100, 300, 300, 300])
+    assert vane.read_json(tmp_path / "out").to_pylist() == sample(1000).to_pylist()
+
+
+def test_partition_by_writes_hive_directories(tmp_path):
+    rel = sample(30).with_column("bucket", "id % 3")
+    result = rel.write_parquet(tmp_path / "out", partition_by="bucket", rows_per_file=4)
+    dirs = sorted({os.path.dirname(name) for name in tree(tmp_path / "out")})
+    assert dirs == ["bucket=0", "bucket=1", "bucket=2"]
+    assert result.rows == 30 and result.files == len(tree(tmp_path / "out"))
+    back = vane.read_parquet(tmp_path / "out")
+    assert back.columns == ["id", "x", "text", "flag", "bucket"]
+    assert_table_equal(back.order_by("id"), rel, check_order=True)
+    with pytest.raises(ConfigurationError, match="partition_by names"):
+        rel.write_parquet(tmp_path / "bad", partition_by="nope")
+
+
+def test_csv_refuses_nested_columns_with_the_fix(tmp_path):
+    rel = vane.range(2).select("id", "[id] AS ids")
+    with pytest.raises(ConfigurationError, match=r"nested column.*'ids'.*ids::VARCHAR"):
+        rel.write_csv(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+@pytest.mark.parametrize("mode", ["error", "overwrite", "append"])
+def test_failure_midway_leaves_destination_untouched(tmp_path, fmt, mode):
+    out = tmp_path / "out"
+    if mode != "error":
+        sample(7).write_parquet(out) if fmt == "parquet" else getattr(sample(7), f"write_{fmt}")(
+            out
+        )
+    before = {name: (out / name).read_bytes() for name in tree(out)} if out.exists() else None
+    # The 900,000th row raises inside DuckDB after many batches have been written.
+    failing = vane.range(1_000_000).with_column(
+        "v", "CASE WHEN id = 899999 THEN error('row 900000 is bad') ELSE id END"
+    )
+    with pytest.raises(ExecutionError, match="row 900000 is bad") as info:
+        getattr(failing, f"write_{fmt}")(out, mode=mode, rows_per_file=100_000)
+    assert "is as it was" in str(info.value)
+    after = {name: (out / name).read_bytes() for name in tree(out)} if out.exists() else None
+    assert after == before
+    assert sorted(os.listdir(tmp_path)) == (["out"] if before is not None else [])
+
+
+def test_interrupt_during_write_leaves_nothing_behind(tmp_path):
+    def stop_after_two():
+        schema = pa.schema([("id", pa.int64())])
+        for i in range(10):
+            if i == 2:
+                raise KeyboardInterrupt
+            yield pa.record_batch([pa.array([i])], schema=schema)
+
+    schema = pa.schema([("id", pa.int64())])
+    rel = vane.from_arrow(pa.RecordBatchReader.from_batches(schema, stop_after_two()))
+    with pytest.raises((KeyboardInterrupt, ExecutionError)):
+        rel.write_parquet(tmp_path / "out")
+    assert os.listdir(tmp_path) == []
+
+
+def test_write_result_reads_as_a_sentence(tmp_path):
+    text = str(sample(10).write_parquet(tmp_path / "o"))
+    assert text.startswith("wrote 10 rows to ") and "in 1 file " in text

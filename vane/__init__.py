@@ -1,0 +1,42 @@
+"""Vane Data: batch inference over tables, streamed from source to sink.
+
+>>> import vane
+>>> vane.range(5).filter("id % 2 = 0").count()
+3
+"""
+
+from __future__ import annotations
+
+from vane import errors
+from vane.api import (
+    from_arrow,
+    from_pandas,
+    from_pydict,
+    from_pylist,
+    range,
+    read_csv,
+    read_json,
+    read_parquet,
+    sql,
+)
+from vane.config import configure
+from vane.io.sinks import WriteResult
+from vane.relation import Relation
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Relation",
+    "WriteResult",
+    "configure",
+    "errors",
+    "from_arrow",
+    "from_pandas",
+    "from_pydict",
+    "from_pylist",
+    "range",
+    "read_csv",
+    "read_json",
+    "read_parquet",
+    "sql",
+]

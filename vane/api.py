@@ -1,0 +1,151 @@
+"""Constructors: every way to start a ``Relation``. All are lazy; files are found (and their
+schema read from metadata) here, but no rows are read until an action runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from vane.errors import ConfigurationError, PlanError, SchemaError
+from vane.io.files import Paths, resolve_files
+from vane.plan import nodes
+from vane.relation import Relation
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def _read(
+    fmt: nodes.FileFormat, path: Paths, caller: str, hive: bool | None, options: dict[str, object]
+) -> Relation:
+    files, label, found_hive = resolve_files(path, fmt, caller)
+    use_hive = found_hive if hive is None else hive
+    opts = {k: v for k, v in options.items() if v is not None}
+    if use_hive:
+        opts["hive_partitioning"] = True
+    return Relation(nodes.FileScan(fmt, files, label, tuple(sorted(opts.items()))))
+
+
+def read_parquet(path: Paths, *, hive_partitioning: bool | None = None) -> Relation:
+    """Parquet files: a file, a directory (read recursively), a glob, or a list of them.
+
+    ``key=value`` directories become columns (hive partitioning) when found; pass
+    ``hive_partitioning=False`` to ignore them.
+
+    >>> import vane
+    >>> rel = vane.read_parquet("data/")  # doctest: +SKIP
+    """
+    return _read("parquet", path, "read_parquet", hive_partitioning, {})
+
+
+def read_csv(
+    path: Paths,
+    *,
+    delimiter: str | None = None,
+    header: bool | None = None,
+    hive_partitioning: bool | None = None,
+) -> Relation:
+    """CSV files; the dialect and column types are detected unless given."""
+    return _read("csv", path, "read_csv", hive_partitioning, {"sep": delimiter, "header": header})
+
+
+def read_json(path: Paths, *, hive_partitioning: bool | None = None) -> Relation:
+    """Newline-delimited JSON files (one object per line); types are detected."""
+    return _read("json", path, "read_json", hive_partitioning, {})
+
+
+def from_arrow(data: Any) -> Relation:
+    """A ``pa.Table``, ``pa.RecordBatch``, ``pa.RecordBatchReader`` (streamed, readable once),
+    or any object with an Arrow C stream (``__arrow_c_stream__``)."""
+    if isinstance(data, pa.RecordBatchReader):
+        return Relation(nodes.ArrowStreamScan(data))
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    elif not isinstance(data, pa.Table):
+        if not hasattr(data, "__arrow_c_stream__"):
+            raise ConfigurationError(
+                "from_arrow() takes a pyarrow Table, RecordBatch or RecordBatchReader, or an "
+                f"object that exports an Arrow stream; got {type(data).__name__}"
+            )
+        data = pa.table(data)
+    return Relation(nodes.ArrowScan(data))
+
+
+def _column(name: str, values: Any) -> pa.Array | pa.ChunkedArray:
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise SchemaError(
+            f"column {name!r} cannot be converted to Arrow: {exc}. Give every value of a "
+            "column the same type (numbers, strings, bytes, lists or dicts of those)"
+        ) from exc
+
+
+def from_pydict(data: Mapping[str, Any]) -> Relation:
+    """Columns given as ``{name: list or array}``.
+
+    >>> import vane
+    >>> vane.from_pydict({"id": [1, 2], "text": ["a", "b"]}).count()
+    2
+    """
+    if not isinstance(data, Mapping) or not data:
+        raise ConfigurationError("from_pydict() takes a non-empty dict of {column: values}")
+    columns = {str(name): _column(str(name), values) for name, values in data.items()}
+    lengths = {name: len(col) for name, col in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise SchemaError(
+            f"from_pydict(): columns have different lengths: {lengths}; every column needs one "
+            "value per row"
+        )
+    return Relation(nodes.ArrowScan(pa.table(columns)))
+
+
+def from_pylist(rows: Iterable[Mapping[str, Any]]) -> Relation:
+    """Rows given as dicts; a key missing from a row is null there. Columns appear in the order
+    their keys are first seen."""
+    rows = list(rows)
+    if not rows or not all(isinstance(r, Mapping) for r in rows):
+        raise ConfigurationError("from_pylist() takes a non-empty list of dicts, one per row")
+    names = list(dict.fromkeys(key for row in rows for key in row))
+    return from_pydict({name: [row.get(name) for row in rows] for name in names})
+
+
+def from_pandas(df: pd.DataFrame) -> Relation:
+    """A pandas DataFrame (its index is not kept; ``reset_index()`` first to keep it)."""
+    from vane._deps import require
+
+    pd = require("pandas", extra="pandas")
+    if not isinstance(df, pd.DataFrame):
+        raise ConfigurationError(f"from_pandas() takes a pandas DataFrame, got {type(df).__name__}")
+    try:
+        table = pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise SchemaError(
+            f"from_pandas(): the DataFrame cannot be converted to Arrow: {exc}"
+        ) from exc
+    return Relation(nodes.ArrowScan(table))
+
+
+def sql(query: str, **relations: Relation) -> Relation:
+    """DuckDB SQL; relations passed by keyword are tables of that name in the query.
+
+    >>> import vane
+    >>> a = vane.from_pydict({"id": [1, 2]})
+    >>> vane.sql("SELECT count(*) AS n FROM a", a=a).to_pylist()
+    [{'n': 2}]
+    """
+    for name, rel in relations.items():
+        if not isinstance(rel, Relation):
+            raise PlanError(f"sql(): {name}= must be a vane Relation, got {type(rel).__name__}")
+    return Relation(nodes.SqlQuery(query, tuple((n, r.plan) for n, r in relations.items())))
+
+
+def range(n: int) -> Relation:
+    """``n`` rows with one ``BIGINT`` column ``id`` = 0 .. n-1."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigurationError(f"range() takes an integer n >= 0, got {n!r}")
+    return Relation(nodes.RangeScan(n))

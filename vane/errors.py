@@ -1,0 +1,74 @@
+"""Every error vane raises, in one tree.
+
+Each error says what went wrong, where (the step, column or row), and how to fix it. Errors from
+DuckDB, Arrow and the operating system are translated at the boundary where they happen, and the
+original is kept as ``__cause__``. Where a builtin exception is what a user would naturally catch,
+the vane error also inherits it, so ``except ValueError`` keeps working::
+
+    VaneError
+    ├── ConfigurationError        (ValueError)  bad argument to a vane function or vane.configure
+    ├── SchemaError               (ValueError)  an invalid type name or schema specification
+    │   └── SchemaMismatchError                 data that does not match the declared schema
+    ├── PlanError                 (ValueError)  a step that cannot be built: SQL that does not bind,
+    │                                           an unknown column, incompatible inputs
+    ├── SourceError               (OSError)     input that cannot be read
+    │   └── SourceNotFoundError   (FileNotFoundError)  a path or glob that matches no file
+    ├── SinkError                 (OSError)     output that cannot be written or committed
+    ├── ExecutionError            (RuntimeError) a failure while the plan runs
+    └── MissingDependencyError    (ImportError) an optional package that is not installed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "ExecutionError",
+    "MissingDependencyError",
+    "PlanError",
+    "SchemaError",
+    "SchemaMismatchError",
+    "SinkError",
+    "SourceError",
+    "SourceNotFoundError",
+    "VaneError",
+]
+
+
+class VaneError(Exception):
+    """The base of every error vane raises."""
+
+
+class ConfigurationError(VaneError, ValueError):
+    """An argument to a vane function, or a setting of ``vane.configure``, is not valid."""
+
+
+class SchemaError(VaneError, ValueError):
+    """A type name or schema specification is not valid."""
+
+
+class SchemaMismatchError(SchemaError):
+    """Data does not match the schema it was declared with."""
+
+
+class PlanError(VaneError, ValueError):
+    """A step of the plan cannot be built: its SQL does not bind, or its inputs do not fit."""
+
+
+class SourceError(VaneError, OSError):
+    """Input data cannot be read."""
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """A path, directory or glob given to a source matches no file."""
+
+
+class SinkError(VaneError, OSError):
+    """Output cannot be written or committed; the destination is left as it was."""
+
+
+class ExecutionError(VaneError, RuntimeError):
+    """A failure while the plan runs; the original error is the ``__cause__``."""
+
+
+class MissingDependencyError(VaneError, ImportError):
+    """An optional package is needed and not installed; the message names the extra to install."""

@@ -1,0 +1,1 @@
+"""Runners: where and how a logical plan executes."""

@@ -1,0 +1,1 @@
+"""Sources and sinks: resolving input files, writing output files, committing atomically."""

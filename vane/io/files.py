@@ -1,0 +1,96 @@
+"""Resolving what a user passes to ``read_*`` (a file, a directory, a glob, or a list of them)
+into an explicit, sorted list of files, so that a typo is a clear error at the source and the
+engine reads exactly the files that were found."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeAlias
+
+from vane.errors import ConfigurationError, SourceNotFoundError
+
+PathLike: TypeAlias = "str | os.PathLike[str]"
+Paths: TypeAlias = "PathLike | Sequence[PathLike]"
+
+EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "parquet": (".parquet", ".parq", ".pq"),
+    "csv": (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.zst"),
+    "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
+}
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+_HIVE_DIR = re.compile(r"^[^=]+=[^=]*$")
+
+
+def is_uri(path: str) -> bool:
+    """True for ``s3://...``-style paths, which are handed to the engine unchanged."""
+    return bool(_URI.match(path)) and not path.startswith("file://")
+
+
+def _hidden(name: str) -> bool:
+    # Dot files, our own staging directories, and markers such as _SUCCESS are not data.
+    return name.startswith((".", "_"))
+
+
+def _walk(directory: Path, extensions: tuple[str, ...]) -> list[str]:
+    found: list[str] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not _hidden(d))
+        found.extend(
+            os.path.join(root, f) for f in files if not _hidden(f) and f.endswith(extensions)
+        )
+    return sorted(found)
+
+
+def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...], str, bool]:
+    """The files to read, a short label for ``explain()``, and whether they sit in hive-style
+    ``key=value`` directories below what the user named."""
+    if isinstance(paths, (str, os.PathLike)):
+        items = [paths]
+    elif isinstance(paths, Sequence) and paths:
+        items = list(paths)
+    else:
+        raise ConfigurationError(
+            f"{caller}() needs a path, a directory, a glob or a non-empty list of them, "
+            f"got {paths!r}"
+        )
+    files: list[str] = []
+    hive = False
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise ConfigurationError(f"{caller}(): paths must be strings, got {item!r}")
+        text = os.fspath(item)
+        if is_uri(text):
+            files.append(text)
+            continue
+        text = text.removeprefix("file://")
+        path = Path(text).expanduser()
+        if _GLOB_CHARS.search(text):
+            matched = sorted(p for p in glob.glob(str(path), recursive=True) if os.path.isfile(p))
+            base = Path(_GLOB_CHARS.split(str(path), maxsplit=1)[0]).parent
+        elif path.is_dir():
+            matched = _walk(path, EXTENSIONS[fmt])
+            base = path
+        elif path.is_file():
+            matched = [str(path)]
+            base = path.parent
+        else:
+            raise SourceNotFoundError(f"{caller}(): {text!r} does not exist")
+        if not matched:
+            what = "directory" if path.is_dir() else "glob"
+            raise SourceNotFoundError(
+                f"{caller}(): the {what} {text!r} holds no {fmt} files "
+                f"(looked for names ending in {', '.join(EXTENSIONS[fmt])})"
+            )
+        hive = hive or any(
+            any(_HIVE_DIR.match(part) for part in Path(m).parent.relative_to(base).parts)
+            for m in matched
+            if Path(m).is_relative_to(base)
+        )
+        files.extend(os.path.abspath(m) for m in matched)
+    label = ", ".join(os.fspath(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")
+    return tuple(files), label, hive

@@ -1,0 +1,106 @@
+"""Writers of one output file each, fed Arrow record batches in order.
+
+Parquet and CSV use pyarrow's streaming writers; JSON lines are rendered by DuckDB's ``to_json``
+(one object per row) and written as bytes. Measured on 13M rows: pyarrow's Parquet writer without
+a dictionary on high-cardinality columns is as fast as DuckDB's ``COPY`` and keeps memory flat and
+rows in order, where an ordered parallel ``COPY`` buffers more as the input grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+# A column gets a Parquet dictionary when its first batch has at most this share of distinct
+# values: dictionaries shrink labels and categories, but building one for unique strings (ids,
+# free text) costs about 3x the write time for nothing.
+_DICTIONARY_MAX_DISTINCT = 0.5
+
+
+class FileWriter(Protocol):
+    def write(self, batch: pa.RecordBatch) -> None: ...
+    def close(self) -> None: ...
+
+
+def _dictionary_columns(batch: pa.RecordBatch) -> list[str]:
+    chosen = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        kind = column.type
+        if not (
+            pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or pa.types.is_integer(kind)
+            or pa.types.is_binary(kind)
+        ):
+            continue
+        distinct = pc.count_distinct(column).as_py()
+        if len(column) and distinct <= _DICTIONARY_MAX_DISTINCT * len(column):
+            chosen.append(name)
+    return chosen
+
+
+class ParquetFile:
+    def __init__(self, path: Path, first: pa.RecordBatch) -> None:
+        self._writer = pq.ParquetWriter(
+            path, first.schema, compression="snappy", use_dictionary=_dictionary_columns(first)
+        )
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def nested_columns(schema: pa.Schema) -> list[str]:
+    return [f.name for f in schema if pa.types.is_nested(f.type)]
+
+
+class CsvFile:
+    def __init__(self, path: Path, first: pa.RecordBatch) -> None:
+        self._writer = pacsv.CSVWriter(path, first.schema)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class JsonFile:
+    """Newline-delimited JSON: DuckDB's ``to_json`` renders each row, in order."""
+
+    def __init__(
+        self, path: Path, first: pa.RecordBatch, cursor: duckdb.DuckDBPyConnection
+    ) -> None:
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._cursor = cursor
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        relation = self._cursor.from_arrow(pa.Table.from_batches([batch])).query(
+            "t", "SELECT to_json(t)::VARCHAR AS line FROM t AS t"
+        )
+        assert relation is not None  # a SELECT always gives a relation
+        rendered = relation.to_arrow_table().column("line").combine_chunks()
+        lines = pc.binary_join_element_wise(rendered, pa.scalar(""), "\n")
+        # The rendered lines are contiguous in the array's data buffer: write that span at once.
+        offsets = lines.buffers()[1]
+        start, end = pa.Array.from_buffers(
+            pa.int32(), len(lines) + 1, [None, offsets], offset=lines.offset
+        ).to_numpy()[[0, -1]]
+        self._file.write(memoryview(lines.buffers()[2])[start:end])
+
+    def close(self) -> None:
+        self._file.close()
+
+
+OpenWriter = Callable[[Path, pa.RecordBatch], FileWriter]

@@ -1,0 +1,252 @@
+"""``Relation``: the lazy, immutable user API over a logical plan.
+
+Every verb builds a new plan node (which validates itself and derives its schema) and returns a
+new ``Relation``; nothing runs until an action (``to_arrow``, ``count``, ``show``, ``write_*``,
+iteration) hands the plan to the runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from vane.config import get_config
+from vane.errors import ConfigurationError, PlanError
+from vane.execution.runner import current_runner
+from vane.io.commit import WriteMode
+from vane.io.sinks import FileSink, WriteResult
+from vane.plan import nodes
+from vane.plan.explain import explain as explain_plan
+from vane.types import describe_schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from vane.plan.nodes import FileFormat, JoinHow
+
+
+def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise PlanError(f"{what} must be a string or a list of strings, got {value!r}")
+
+
+class Relation:
+    """A lazy table: a logical plan that runs only when an action asks for its rows.
+
+    >>> import vane
+    >>> rel = vane.from_pydict({"id": [1, 2, 3], "x": [10.0, 20.0, 30.0]})
+    >>> rel.filter("x > 15").select("id", "x * 2 AS y").to_pylist()
+    [{'id': 2, 'y': 40.0}, {'id': 3, 'y': 60.0}]
+    """
+
+    __slots__ = ("_plan",)
+
+    def __init__(self, plan: nodes.PlanNode) -> None:
+        if not isinstance(plan, nodes.PlanNode):
+            raise TypeError("Relation wraps a plan node; build one with vane.read_parquet, ...")
+        self._plan = plan
+
+    # ---- properties: known without running the data path ---------------------------------
+
+    @property
+    def plan(self) -> nodes.PlanNode:
+        """The logical plan this relation runs."""
+        return self._plan
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The output schema, derived from the plan without reading data."""
+        return self._plan.schema
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._plan.schema.names)
+
+    def explain(self) -> str:
+        """The logical plan as text, one line per step, the final step first."""
+        return explain_plan(self._plan)
+
+    def __repr__(self) -> str:
+        return f"Relation[{describe_schema(self.schema)}]\n{self.explain()}"
+
+    # ---- verbs: each returns a new Relation ------------------------------------------------
+
+    def select(self, *exprs: str) -> Relation:
+        """Keep or compute columns: ``rel.select("id", "price * qty AS total")``."""
+        return Relation(nodes.Select(self._plan, tuple(exprs)))
+
+    def filter(self, predicate: str) -> Relation:
+        """Keep the rows where a SQL predicate holds: ``rel.filter("score > 0.5")``."""
+        return Relation(nodes.Filter(self._plan, predicate))
+
+    def with_column(self, name: str, expr: str) -> Relation:
+        """Add a column computed by a SQL expression, or replace the column of that name."""
+        return Relation(nodes.WithColumn(self._plan, name, expr))
+
+    def drop(self, *names: str) -> Relation:
+        return Relation(nodes.Drop(self._plan, tuple(names)))
+
+    def rename(self, mapping: Mapping[str, str]) -> Relation:
+        """Rename columns: ``rel.rename({"old": "new"})``."""
+        if not isinstance(mapping, Mapping):
+            raise PlanError("rename() takes a dict such as {'old': 'new'}")
+        return Relation(nodes.Rename(self._plan, tuple(mapping.items())))
+
+    def limit(self, n: int, offset: int = 0) -> Relation:
+        return Relation(nodes.Limit(self._plan, n, offset))
+
+    def order_by(self, *exprs: str) -> Relation:
+        """Sort by SQL expressions: ``rel.order_by("score DESC", "id")``."""
+        return Relation(nodes.OrderBy(self._plan, tuple(exprs)))
+
+    def join(
+        self,
+        other: Relation,
+        on: str | Sequence[str] | None = None,
+        how: JoinHow = "inner",
+        *,
+        left_on: str | Sequence[str] | None = None,
+        right_on: str | Sequence[str] | None = None,
+    ) -> Relation:
+        """Join with another relation.
+
+        ``on`` names key columns that both sides have (each appears once in the output);
+        ``left_on``/``right_on`` pair SQL expressions on each side instead. Other columns that
+        both sides have keep the left's name and get ``_right`` on the right's copy.
+        ``how`` is one of inner, left, right, outer, semi, anti.
+        """
+        if not isinstance(other, Relation):
+            raise PlanError(f"join() needs a vane Relation, got {type(other).__name__}")
+        return Relation(
+            nodes.Join(
+                self._plan,
+                other._plan,
+                how,
+                _as_tuple(on, "on"),
+                _as_tuple(left_on, "left_on"),
+                _as_tuple(right_on, "right_on"),
+            )
+        )
+
+    def aggregate(self, *aggs: str, group_by: str | Sequence[str] | None = None) -> Relation:
+        """Aggregate, optionally per group; the group keys come first in the output.
+
+        ``rel.aggregate("count(*) AS n", "avg(score) AS mean", group_by="label")``
+        """
+        return Relation(nodes.Aggregate(self._plan, tuple(aggs), _as_tuple(group_by, "group_by")))
+
+    def distinct(self) -> Relation:
+        return Relation(nodes.Distinct(self._plan))
+
+    def union(self, other: Relation) -> Relation:
+        """All rows of both relations; columns are matched by name, never by position."""
+        if not isinstance(other, Relation):
+            raise PlanError(f"union() needs a vane Relation, got {type(other).__name__}")
+        return Relation(nodes.Union(self._plan, other._plan))
+
+    def sql(self, query: str, name: str = "rel") -> Relation:
+        """Run DuckDB SQL in which this relation is the table ``name``.
+
+        ``rel.sql("SELECT label, count(*) AS n FROM rel GROUP BY label")``
+        """
+        return Relation(nodes.SqlQuery(query, ((name, self._plan),)))
+
+    # ---- actions: these run the plan ---------------------------------------------------------
+
+    def count(self) -> int:
+        return current_runner().count(self._plan)
+
+    def to_arrow(self) -> pa.Table:
+        return current_runner().to_arrow(self._plan)
+
+    def to_pandas(self) -> pd.DataFrame:
+        from vane._deps import require
+
+        require("pandas", extra="pandas")
+        return self.to_arrow().to_pandas()
+
+    def to_pylist(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = self.to_arrow().to_pylist()
+        return rows
+
+    def iter_batches(self, batch_size: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Stream the rows as record batches of up to ``batch_size`` rows."""
+        size = get_config().batch_size if batch_size is None else batch_size
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return current_runner().stream(self._plan, size)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """Rows as dicts, streamed."""
+        for batch in self.iter_batches():
+            yield from batch.to_pylist()
+
+    def show(self, n: int = 10) -> None:
+        """Print the first ``n`` rows as a table."""
+        from vane import _engine
+
+        table = self.limit(n).to_arrow()
+        cursor = _engine.cursor()
+        try:
+            print(cursor.from_arrow(table))
+        finally:
+            cursor.close()
+
+    def _write(
+        self,
+        fmt: FileFormat,
+        path: str,
+        mode: WriteMode,
+        partition_by: str | Sequence[str] | None,
+        rows_per_file: int | None,
+    ) -> WriteResult:
+        sink = FileSink(
+            fmt, str(path), mode, _as_tuple(partition_by, "partition_by"), rows_per_file
+        )
+        return current_runner().write(self._plan, sink)
+
+    def write_parquet(
+        self,
+        path: str,
+        *,
+        mode: WriteMode = "error",
+        partition_by: str | Sequence[str] | None = None,
+        rows_per_file: int | None = None,
+    ) -> WriteResult:
+        """Stream the rows into Parquet files under ``path`` (or one file if ``path`` ends in
+        ``.parquet``), committed atomically: on failure ``path`` is left as it was.
+
+        ``mode``: ``"error"`` if ``path`` exists, ``"overwrite"`` replaces it on success,
+        ``"append"`` adds files on success. ``partition_by`` writes hive-style ``key=value``
+        directories; ``rows_per_file`` caps each file's rows.
+        """
+        return self._write("parquet", path, mode, partition_by, rows_per_file)
+
+    def write_csv(
+        self,
+        path: str,
+        *,
+        mode: WriteMode = "error",
+        partition_by: str | Sequence[str] | None = None,
+        rows_per_file: int | None = None,
+    ) -> WriteResult:
+        """Like ``write_parquet``, as CSV files with a header row."""
+        return self._write("csv", path, mode, partition_by, rows_per_file)
+
+    def write_json(
+        self,
+        path: str,
+        *,
+        mode: WriteMode = "error",
+        partition_by: str | Sequence[str] | None = None,
+        rows_per_file: int | None = None,
+    ) -> WriteResult:
+        """Like ``write_parquet``, as newline-delimited JSON files (one object per row)."""
+        return self._write("json", path, mode, partition_by, rows_per_file)
