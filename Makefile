@@ -8,23 +8,29 @@ PIP := $(BIN)/python -m pip
 
 .PHONY: demo test lint install clean
 
+# torch first, pinned: 2.13.0 is a local CPU wheel on our machines; letting another package pull
+# torch in would fetch a multi-GB CUDA build.
+TORCH := torch==2.13.0
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
 # The stamp files re-run an install only when pyproject.toml changes.
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(PIP) install --quiet $(TORCH)
 	$(PIP) install --quiet -e '.[dev]'
 	touch $@
 
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
-	$(PIP) install --quiet -e .
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -e '.[demo]'
 	touch $@
 
 install: $(VENV)/.installed-dev
 
 demo: $(VENV)/.installed-demo
-	$(BIN)/python examples/demo.py
+	HF_HUB_OFFLINE=1 $(BIN)/python examples/demo.py
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples

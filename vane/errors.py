@@ -15,12 +15,15 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     │   └── SourceNotFoundError   (FileNotFoundError)  a path or glob that matches no file
     ├── SinkError                 (OSError)     output that cannot be written or committed
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
+    │   ├── UDFError                            a user function raised (the cause is its error)
+    │   └── ActorDiedError                      a worker process died (exit code or signal)
     └── MissingDependencyError    (ImportError) an optional package that is not installed
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ActorDiedError",
     "ConfigurationError",
     "ExecutionError",
     "MissingDependencyError",
@@ -30,6 +33,7 @@ __all__ = [
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
+    "UDFError",
     "VaneError",
 ]
 
@@ -72,3 +76,13 @@ class ExecutionError(VaneError, RuntimeError):
 
 class MissingDependencyError(VaneError, ImportError):
     """An optional package is needed and not installed; the message names the extra to install."""
+
+
+class UDFError(ExecutionError):
+    """A user function raised; the message names the step and the rows, and the user's own
+    exception (with its traceback) is the ``__cause__``."""
+
+
+class ActorDiedError(ExecutionError):
+    """A worker process running a UDF died (crash, ``os._exit``, killed for memory) more times
+    than vane retries; the message gives its exit code or signal."""

@@ -14,12 +14,14 @@ import pyarrow as pa
 
 from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
+from vane.execution.actors import check_gpus
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
 from vane.plan import nodes
 from vane.plan.explain import explain as explain_plan
-from vane.types import describe_schema
+from vane.types import SchemaSpec, describe_schema, to_arrow_schema
+from vane.udf.spec import Kind, build_spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -157,6 +159,158 @@ class Relation:
         ``rel.sql("SELECT label, count(*) AS n FROM rel GROUP BY label")``
         """
         return Relation(nodes.SqlQuery(query, ((name, self._plan),)))
+
+    # ---- UDF steps -----------------------------------------------------------------------
+
+    def map_batches(
+        self,
+        fn: Any,
+        *,
+        schema: SchemaSpec,
+        batch_size: int | None = None,
+        execution_backend: str | None = None,
+        concurrency: int | tuple[int, int] = 1,
+        gpus: float = 0,
+        cpus: float | None = None,
+        memory: int | None = None,
+        fn_constructor_args: tuple[Any, ...] = (),
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        max_concurrency_per_actor: int | None = None,
+        max_retries: int = 0,
+        on_error: str = "raise",
+        preserve_order: bool = True,
+    ) -> Relation:
+        """Run a callable class (constructed once per actor, inside the worker) or a function
+        over batches of ``batch_size`` rows, each a ``pa.Table``.
+
+        It returns a ``pa.Table``, ``RecordBatch``, dict of columns or pandas DataFrame with
+        exactly the columns of ``schema`` (``{"name": "DuckDB type"}`` or a ``pa.Schema``);
+        the row count may change. See docs/map_batches.md for backends, concurrency, GPUs,
+        retries and ``on_error``.
+
+        >>> import vane, pyarrow as pa, pyarrow.compute as pc
+        >>> class Double:
+        ...     def __call__(self, batch: pa.Table) -> pa.Table:
+        ...         return pa.table({"id": batch["id"], "twice": pc.multiply(batch["id"], 2)})
+        >>> out = vane.range(3).map_batches(Double, schema={"id": "BIGINT", "twice": "BIGINT"})
+        >>> out.to_pylist()
+        [{'id': 0, 'twice': 0}, {'id': 1, 'twice': 2}, {'id': 2, 'twice': 4}]
+        """
+        return self._udf(
+            "map_batches",
+            "batch",
+            fn,
+            schema,
+            batch_size=batch_size,
+            execution_backend=execution_backend,
+            concurrency=concurrency,
+            gpus=gpus,
+            cpus=cpus,
+            memory=memory,
+            fn_constructor_args=fn_constructor_args,
+            fn_constructor_kwargs=fn_constructor_kwargs,
+            fn_kwargs=fn_kwargs,
+            max_concurrency_per_actor=max_concurrency_per_actor,
+            max_retries=max_retries,
+            on_error=on_error,
+            preserve_order=preserve_order,
+        )
+
+    def map(
+        self,
+        fn: Any,
+        *,
+        schema: SchemaSpec,
+        batch_size: int | None = None,
+        execution_backend: str | None = None,
+        concurrency: int | tuple[int, int] = 1,
+        gpus: float = 0,
+        cpus: float | None = None,
+        memory: int | None = None,
+        fn_constructor_args: tuple[Any, ...] = (),
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        max_concurrency_per_actor: int | None = None,
+        max_retries: int = 0,
+        on_error: str = "raise",
+        preserve_order: bool = True,
+    ) -> Relation:
+        """Like ``map_batches``, one row at a time: ``fn`` takes a row dict and returns a row
+        dict. An ``async`` function runs up to ``max_concurrency_per_actor`` rows at once."""
+        return self._udf(
+            "map",
+            "row",
+            fn,
+            schema,
+            batch_size=batch_size,
+            execution_backend=execution_backend,
+            concurrency=concurrency,
+            gpus=gpus,
+            cpus=cpus,
+            memory=memory,
+            fn_constructor_args=fn_constructor_args,
+            fn_constructor_kwargs=fn_constructor_kwargs,
+            fn_kwargs=fn_kwargs,
+            max_concurrency_per_actor=max_concurrency_per_actor,
+            max_retries=max_retries,
+            on_error=on_error,
+            preserve_order=preserve_order,
+        )
+
+    def flat_map(
+        self,
+        fn: Any,
+        *,
+        schema: SchemaSpec,
+        batch_size: int | None = None,
+        execution_backend: str | None = None,
+        concurrency: int | tuple[int, int] = 1,
+        gpus: float = 0,
+        cpus: float | None = None,
+        memory: int | None = None,
+        fn_constructor_args: tuple[Any, ...] = (),
+        fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        fn_kwargs: Mapping[str, Any] | None = None,
+        max_concurrency_per_actor: int | None = None,
+        max_retries: int = 0,
+        on_error: str = "raise",
+        preserve_order: bool = True,
+    ) -> Relation:
+        """Like ``map``, but ``fn`` returns a list of row dicts (none, one or many per row)."""
+        return self._udf(
+            "flat_map",
+            "flat",
+            fn,
+            schema,
+            batch_size=batch_size,
+            execution_backend=execution_backend,
+            concurrency=concurrency,
+            gpus=gpus,
+            cpus=cpus,
+            memory=memory,
+            fn_constructor_args=fn_constructor_args,
+            fn_constructor_kwargs=fn_constructor_kwargs,
+            fn_kwargs=fn_kwargs,
+            max_concurrency_per_actor=max_concurrency_per_actor,
+            max_retries=max_retries,
+            on_error=on_error,
+            preserve_order=preserve_order,
+        )
+
+    def _udf(self, verb: str, kind: Kind, fn: Any, schema: SchemaSpec, **options: Any) -> Relation:
+        spec = build_spec(verb, fn, kind=kind, **options)
+        if spec.backend == "ray_actor" and get_config().runner != "ray":
+            raise ConfigurationError(
+                f"{verb}(): execution_backend='ray_actor' runs on a Ray cluster, and the runner "
+                "is 'local'. Call vane.configure(runner='ray') before building the plan, or use "
+                "execution_backend='subprocess_actor' (or 'thread') to run on this machine"
+            )
+        declared = to_arrow_schema(schema)
+        step = nodes.UdfStep(self._plan, spec, declared)
+        if spec.gpus:
+            check_gpus(spec, step.describe())  # before anything runs: fail with the counts
+        return Relation(step)
 
     # ---- actions: these run the plan ---------------------------------------------------------
 

@@ -1,7 +1,9 @@
-"""The local runner: the whole plan runs in this process on the embedded DuckDB database.
+"""The local runner: the whole plan runs in this process (and the subprocess actors it starts)
+on the embedded DuckDB database.
 
-Each action takes its own cursor (one open result per cursor), lowers the plan onto it, and
-streams: nothing is materialized unless the action asks for a table.
+Each action is one ``Execution``: it owns the cursors and UDF stages it opens and closes them
+all at the end. Relational steps stream through DuckDB; UDF steps stream through their actor
+pools; a UDF step's output feeds the action directly when nothing relational follows it.
 """
 
 from __future__ import annotations
@@ -13,50 +15,123 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
+from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.lowering import lower
+from vane.execution.stage import DEFAULT_BATCH_SIZE, UdfStage
 from vane.io.sinks import FileSink, WriteResult
+from vane.observe.events import EventBus, global_subscribers
+from vane.observe.progress import ProgressDisplay, wants_progress
 from vane.plan.explain import explain
-from vane.plan.nodes import PlanNode, duckdb_message
+from vane.plan.nodes import PlanNode, UdfStep, duckdb_message
+
+
+class Execution:
+    """The resources of one action, released together by ``close``."""
+
+    def __init__(self, plan: PlanNode) -> None:
+        self.plan = plan
+        self.events = EventBus()
+        for subscriber in global_subscribers():
+            self.events.subscribe(subscriber)
+        if wants_progress(get_config().progress):
+            self.events.subscribe(ProgressDisplay())
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        # The first error a UDF stage raised: DuckDB reports errors from an Arrow stream it
+        # reads as its own text, so the original (with its cause) is kept here to re-raise.
+        self.failure: BaseException | None = None
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        cursor = _engine.cursor()
+        self._cursors.append(cursor)
+        return cursor
+
+    def relation(
+        self, node: PlanNode, cursor: duckdb.DuckDBPyConnection | None = None
+    ) -> duckdb.DuckDBPyRelation:
+        """``node`` lowered onto ``cursor`` (a new one by default)."""
+        return lower(node, cursor or self.cursor(), self)
+
+    def reader(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader:
+        """A stream of ``node``'s rows; a UDF step's batches come straight from its pool."""
+        if isinstance(node, UdfStep):
+            return self.udf_reader(node)
+        return self.relation(node).to_arrow_reader(batch_size)
+
+    def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader:
+        spec = node.udf
+        batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
+        source = self.reader(node.input, batch_size)
+        stage = UdfStage(spec, node.schema, spec.name, source, self.events)
+        return pa.RecordBatchReader.from_batches(node.schema, self._guard(stage.batches()))
+
+    def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from batches
+        except BaseException as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise
+
+    def translate(self, exc: BaseException) -> BaseException:
+        """The error to show for ``exc``: a UDF stage's own error if one failed, a vane error as
+        it is, and DuckDB's or Arrow's wrapped with the plan."""
+        if self.failure is not None:
+            return self.failure
+        if isinstance(exc, VaneError):
+            return exc
+        error = ExecutionError(
+            f"running the plan failed: {duckdb_message(exc)}\nplan:\n{explain(self.plan)}"
+        )
+        error.__cause__ = exc
+        return error
+
+    def close(self) -> None:
+        for cursor in self._cursors:
+            cursor.close()
+        self._cursors.clear()
+
+
+_TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
 
 
 @contextmanager
-def _running(plan: PlanNode) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A cursor for one action; DuckDB errors raised while it runs become ``ExecutionError``."""
-    cursor = _engine.cursor()
+def _action(plan: PlanNode) -> Iterator[Execution]:
+    """One action's execution; its errors are translated, its resources always released."""
+    execution = Execution(plan)
     try:
-        yield cursor
-    except VaneError:
-        raise
-    except (duckdb.Error, pa.ArrowException, OSError) as exc:
-        # DuckDB's errors reach us directly, or through an Arrow stream as Arrow/OS errors.
-        raise ExecutionError(
-            f"running the plan failed: {duckdb_message(exc)}\nplan:\n{explain(plan)}"
-        ) from exc
+        yield execution
+    except _TRANSLATED as exc:
+        error = execution.translate(exc)
+        if error is exc:
+            raise
+        raise error from error.__cause__
     finally:
-        cursor.close()
+        execution.close()
 
 
 class LocalRunner:
     name = "local"
 
     def to_arrow(self, plan: PlanNode) -> pa.Table:
-        with _running(plan) as cursor:
-            table: pa.Table = lower(plan, cursor).to_arrow_table()
-        return table
+        with _action(plan) as execution:
+            if isinstance(plan, UdfStep):
+                return execution.reader(plan, DEFAULT_BATCH_SIZE).read_all()
+            table: pa.Table = execution.relation(plan).to_arrow_table()
+            return table
 
     def count(self, plan: PlanNode) -> int:
-        with _running(plan) as cursor:
-            rows = lower(plan, cursor).aggregate("count(*)").fetchall()
-        return int(rows[0][0])
+        with _action(plan) as execution:
+            rows = execution.relation(plan).aggregate("count(*)").fetchall()
+            return int(rows[0][0])
 
     def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
         """Record batches of up to ``batch_size`` rows, produced as they are read."""
-        with _running(plan) as cursor:
-            reader = lower(plan, cursor).to_arrow_reader(batch_size)
-            yield from reader
+        with _action(plan) as execution:
+            # DuckDB's reader re-cuts a UDF's output to the size asked for.
+            yield from execution.relation(plan).to_arrow_reader(batch_size)
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         sink.check_schema(plan.schema)
-        with _running(plan) as cursor:
-            return sink.write(lower(plan, cursor), cursor, _engine.cursor)
+        with _action(plan) as execution:
+            return sink.write(plan, execution)

@@ -1,19 +1,30 @@
 """Lowering a logical plan onto DuckDB: every node becomes a lazy ``DuckDBPyRelation`` on one
-cursor. Nothing runs here; DuckDB executes when the relation is read."""
+cursor. A UDF step becomes an Arrow stream that DuckDB reads lazily (``from_arrow``), fed by the
+step's actor pool, which reads its own input on its own cursor. Nothing runs here; work starts
+when the relation is read."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import duckdb
+import pyarrow as pa
 
 from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import PlanNode, Source, SqlStep, duckdb_message
+from vane.plan.nodes import PlanNode, Source, SqlStep, UdfStep, duckdb_message
 
 Cursor = duckdb.DuckDBPyConnection
 
 
-def lower(node: PlanNode, cursor: Cursor) -> duckdb.DuckDBPyRelation:
+class UdfStreams(Protocol):
+    def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader: ...
+
+
+def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBPyRelation:
     """The DuckDB relation that computes ``node``, built on ``cursor``."""
-    inputs = [lower(child, cursor) for child in node.inputs]
+    if isinstance(node, UdfStep):
+        return cursor.from_arrow(streams.udf_reader(node))
+    inputs = [lower(child, cursor, streams) for child in node.inputs]
     try:
         if isinstance(node, Source):
             return node.to_duckdb(cursor)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import duckdb
 import pyarrow as pa
@@ -22,7 +23,16 @@ from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
 from vane.io.files import EXTENSIONS, is_uri
 from vane.io.formats import CsvFile, FileWriter, JsonFile, ParquetFile, nested_columns
-from vane.plan.nodes import FileFormat, duckdb_message, quote_ident
+from vane.plan.nodes import FileFormat, PlanNode, duckdb_message, quote_ident
+
+
+class RowSource(Protocol):
+    """What a sink reads from: the runner's view of one action."""
+
+    def reader(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader: ...
+    def relation(self, node: PlanNode, cursor: Cursor) -> duckdb.DuckDBPyRelation: ...
+    def cursor(self) -> Cursor: ...
+
 
 Cursor = duckdb.DuckDBPyConnection
 
@@ -110,24 +120,17 @@ class FileSink:
                 f"with_column({nested[0]!r}, '{nested[0]}::VARCHAR')"
             )
 
-    def write(
-        self,
-        relation: duckdb.DuckDBPyRelation,
-        cursor: Cursor,
-        new_cursor: Callable[[], Cursor],
-    ) -> WriteResult:
-        """Stream ``relation`` (built on ``cursor``) into staged files, then commit them; on
-        failure nothing changes. ``new_cursor`` gives the extra cursor some formats need while
-        ``cursor`` is busy streaming."""
+    def write(self, plan: PlanNode, source: RowSource) -> WriteResult:
+        """Stream ``plan``'s rows into staged files, then commit them; on failure nothing
+        changes."""
         started = time.perf_counter()
         destination = Path(self.path).expanduser().absolute()
         staging = Staging(destination, self.mode, single_file=self.single_file)
         try:
             if self.partition_by:
-                rows = self._copy_partitioned(relation, cursor, staging, new_cursor)
+                count = self._copy_partitioned(plan, source, staging)
             else:
-                reader = relation.to_arrow_reader(_BATCH_ROWS)
-                rows = self._write_batches(reader, staging, new_cursor)
+                count = self._write_batches(source.reader(plan, _BATCH_ROWS), staging, source)
             staged = staging.files()
             nbytes = sum(f.stat().st_size for f in staged)
             staging.commit()
@@ -145,7 +148,7 @@ class FileSink:
             staging.abort()
             raise
         return WriteResult(
-            str(destination), rows, len(staged), nbytes, time.perf_counter() - started
+            str(destination), count, len(staged), nbytes, time.perf_counter() - started
         )
 
     # ---- one file per run of rows, written from the Arrow stream in order --------------------
@@ -156,9 +159,9 @@ class FileSink:
         return staging.directory / f"part-{staging.token}-{part:05d}{_SUFFIX[self.format]}"
 
     def _write_batches(
-        self, reader: pa.RecordBatchReader, staging: Staging, new_cursor: Callable[[], Cursor]
+        self, reader: pa.RecordBatchReader, staging: Staging, source: RowSource
     ) -> int:
-        json_cursor = new_cursor() if self.format == "json" else None
+        json_cursor = source.cursor() if self.format == "json" else None
 
         def open_file(path: Path, first: pa.RecordBatch) -> FileWriter:
             if self.format == "parquet":
@@ -188,31 +191,23 @@ class FileSink:
 
     # ---- partitioned: DuckDB's COPY ... PARTITION_BY writes hive-style directories ------------
 
-    def _copy_partitioned(
-        self,
-        relation: duckdb.DuckDBPyRelation,
-        cursor: Cursor,
-        staging: Staging,
-        new_cursor: Callable[[], Cursor],
-    ) -> int:
+    def _copy_partitioned(self, plan: PlanNode, source: RowSource, staging: Staging) -> int:
+        cursor = source.cursor()
         if self.rows_per_file is None:
+            relation = source.relation(plan, cursor)
             return self._copy(cursor, relation, staging, 0)
         # Cut the stream into runs of rows_per_file and COPY each run: every partition file then
         # holds at most that many rows (DuckDB's own file-size options are approximate).
-        reader = relation.to_arrow_reader(min(self.rows_per_file, _BATCH_ROWS))
+        reader = source.reader(plan, min(self.rows_per_file, _BATCH_ROWS))
         rechunker = Rechunker(iter(reader))
-        copy_cursor = new_cursor()
-        rows = part = 0
-        try:
-            while not rechunker.exhausted:
-                piece = pa.RecordBatchReader.from_batches(
-                    reader.schema, rechunker.take(self.rows_per_file)
-                )
-                rows += self._copy(copy_cursor, copy_cursor.from_arrow(piece), staging, part)
-                part += 1
-        finally:
-            copy_cursor.close()
-        return rows
+        count = part = 0
+        while not rechunker.exhausted:
+            piece = pa.RecordBatchReader.from_batches(
+                reader.schema, rechunker.take(self.rows_per_file)
+            )
+            count += self._copy(cursor, cursor.from_arrow(piece), staging, part)
+            part += 1
+        return count
 
     def _copy(
         self, cursor: Cursor, relation: duckdb.DuckDBPyRelation, staging: Staging, part: int

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from vane import _engine
 from vane.errors import PlanError, SourceError
+from vane.udf.spec import UdfSpec, output_schema
 
 Relation = duckdb.DuckDBPyRelation
 Cursor = duckdb.DuckDBPyConnection
@@ -628,3 +629,57 @@ class SqlQuery(SqlStep):
         names = ", ".join(name for name, _ in self.named_inputs)
         query = " ".join(self.query.split())
         return f"Sql [{names}] {query}" if names else f"Sql {query}"
+
+
+# --------------------------------------------------------------------------------------------
+# UDF steps
+
+
+_VERB_KIND = {"map_batches": "MapBatches", "map": "Map", "flat_map": "FlatMap"}
+
+
+@dataclass(frozen=True, eq=False)
+class UdfStep(PlanNode):
+    """A user's function or class run over batches of its input by an actor pool. Its output is
+    the declared schema (plus an ``error`` column with ``on_error="null"``)."""
+
+    kind: ClassVar[str] = "Udf"
+    input: PlanNode
+    udf: UdfSpec
+    declared: pa.Schema
+
+    def __post_init__(self) -> None:
+        self._set_schema(output_schema(self.udf, self.declared))
+
+    @property
+    def inputs(self) -> tuple[PlanNode, ...]:
+        return (self.input,)
+
+    def describe(self) -> str:
+        spec = self.udf
+        concurrency = (
+            str(spec.min_actors)
+            if spec.min_actors == spec.max_actors
+            else f"({spec.min_actors}, {spec.max_actors})"
+        )
+        fields = [
+            f"backend={spec.backend}",
+            f"batch_size={spec.batch_size or 'default'}",
+            f"concurrency={concurrency}",
+        ]
+        if spec.gpus:
+            fields.append(f"gpus={spec.gpus:g}")
+        if spec.cpus:
+            fields.append(f"cpus={spec.cpus:g}")
+        if spec.memory:
+            fields.append(f"memory={spec.memory}")
+        if spec.is_async:
+            fields.append(f"async max_concurrency_per_actor={spec.max_concurrency_per_actor}")
+        if spec.max_retries:
+            fields.append(f"max_retries={spec.max_retries}")
+        if spec.on_error != "raise":
+            fields.append(f"on_error={spec.on_error}")
+        if not spec.preserve_order:
+            fields.append("preserve_order=False")
+        columns = ", ".join(self.declared.names)
+        return f"{_VERB_KIND[spec.verb]} {spec.name} -> [{columns}] {' '.join(fields)}"

@@ -1,0 +1,157 @@
+"""UDF classes and functions the map_batches tests run in threads and worker processes. They
+live in an importable module so subprocess actors can load them by reference too."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class TrivialModel:
+    def predict(self, values: list[str]) -> list[str]:
+        return [value.upper() for value in values]
+
+
+def load_model_on_worker() -> TrivialModel:
+    return TrivialModel()
+
+
+class ModelBatch:
+    """The seed's example, as written."""
+
+    def __init__(self) -> None:
+        self.model = load_model_on_worker()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        ids = batch.column("id").to_pylist()
+        values = batch.column("input").to_pylist()
+        outputs = self.model.predict(values)
+        return pa.table({"id": ids, "output": outputs})
+
+
+class CountingConstructor:
+    """Leaves one file per construction in ``directory``, named by process and instance."""
+
+    def __init__(self, directory: str) -> None:
+        marker = Path(directory) / f"{os.getpid()}-{id(self)}-{threading.get_ident()}"
+        marker.write_text(str(os.getpid()))
+        self.tag = marker.name
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.table(
+            {
+                "id": batch["id"],
+                "pid": pa.array([os.getpid()] * batch.num_rows),
+                "actor": pa.array([self.tag] * batch.num_rows),
+            }
+        )
+
+
+class FailOnRow:
+    """Raises on any batch that holds the row ``bad``."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.bad in batch["id"].to_pylist():
+            raise ValueError(f"cannot score row {self.bad}")
+        return pa.table({"id": batch["id"], "score": pc.multiply(batch["id"], 10)})
+
+
+class FlakyTwice:
+    """Fails the first two calls on this actor, then works."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        self.calls += 1
+        if self.calls <= 2:
+            raise ConnectionError(f"transient failure {self.calls}")
+        return pa.table({"id": batch["id"]})
+
+
+class DieOnce:
+    """Kills its own process the first time it sees row ``row`` (a marker file remembers it
+    across processes), then works."""
+
+    def __init__(self, marker: str, row: int) -> None:
+        self.marker = Path(marker)
+        self.row = row
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.row in batch["id"].to_pylist() and not self.marker.exists():
+            self.marker.write_text("died")
+            os._exit(3)
+        return pa.table({"id": batch["id"], "pid": pa.array([os.getpid()] * batch.num_rows)})
+
+
+class AlwaysDie:
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        os._exit(7)
+
+
+class AsyncSleeper:
+    """Records how many calls overlap on this actor."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        await asyncio.sleep(0.05)
+        self.running -= 1
+        return pa.table({"id": batch["id"], "overlap": pa.array([self.most] * batch.num_rows)})
+
+
+class RandomDelay:
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        first = batch["id"][0].as_py()
+        time.sleep(0.02 if first % 3 == 0 else 0.0)
+        return pa.table({"id": batch["id"]})
+
+
+class ReportDevices:
+    def __init__(self) -> None:
+        self.devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.table({"id": batch["id"], "devices": [self.devices] * batch.num_rows})
+
+
+class Chatty:
+    def __init__(self) -> None:
+        print("loading the chatty model", flush=True)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.table({"id": batch["id"]})
+
+
+class SlowThreadTagger:
+    def __init__(self) -> None:
+        self.tag = f"{os.getpid()}-{id(self)}"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        time.sleep(0.05)
+        return pa.table({"id": batch["id"], "actor": [self.tag] * batch.num_rows})
+
+
+def add_one(batch: pa.Table) -> dict[str, pa.Array]:
+    return {"id": batch["id"], "next": pc.add(batch["id"], 1)}
+
+
+def noop(batch: pa.Table) -> pa.Table:
+    return batch
+
+
+def wrong_type(batch: pa.Table) -> dict[str, object]:
+    return {"id": batch["id"], "output": [f"{i}" for i in batch["id"].to_pylist()]}

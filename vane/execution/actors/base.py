@@ -1,0 +1,109 @@
+"""The interface every actor pool shares, and the dispatch logic they have in common.
+
+A pool starts ``min`` actors (each constructs the UDF once, inside its own thread or process),
+takes batches with ``submit`` (returning a future of the batch's outcome), may grow towards
+``max`` actors with ``scale_up``, and tears everything down with ``teardown``.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pyarrow as pa
+
+from vane.udf.runtime import BatchOutcome, Task
+from vane.udf.spec import UdfSpec
+
+
+class Actor(ABC):
+    """One constructed UDF instance, in a thread or a process."""
+
+    index: int
+
+    @abstractmethod
+    def submit(self, task: Task) -> Future[BatchOutcome]: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+
+class ActorPool(ABC):
+    def __init__(self, spec: UdfSpec, schema: pa.Schema, step: str) -> None:
+        self.spec = spec
+        self.schema = schema
+        self.step = step
+        self.actors: list[Actor] = []
+        self._load: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._next_index = 0
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the minimum number of actors, side by side (each may take seconds to load a
+        model); a UDF whose constructor raises fails here, and the others are stopped."""
+        with ThreadPoolExecutor(self.spec.min_actors, thread_name_prefix="vane-start") as ex:
+            starts = [ex.submit(self._add_actor) for _ in range(self.spec.min_actors)]
+        errors = [e for e in (f.exception() for f in starts) if e is not None]
+        if errors:
+            self.teardown()
+            raise errors[0]
+
+    def _add_actor(self) -> None:
+        with self._lock:
+            index = self._next_index
+            self._next_index += 1
+        actor = self._start_actor(index)
+        with self._lock:
+            self.actors.append(actor)
+            self._load[actor.index] = 0
+
+    @abstractmethod
+    def _start_actor(self, index: int) -> Actor: ...
+
+    def teardown(self) -> None:
+        for actor in self.actors:
+            actor.stop()
+        self.actors.clear()
+
+    # ---- work --------------------------------------------------------------------------------
+
+    @property
+    def slots_per_actor(self) -> int:
+        """Batches worth keeping in flight on one actor: an async UDF overlaps up to its limit;
+        a sync one gets a second batch queued so it never waits for the next."""
+        return self.spec.max_concurrency_per_actor if self.spec.is_async else 2
+
+    @property
+    def capacity(self) -> int:
+        return max(1, len(self.actors)) * self.slots_per_actor
+
+    def can_scale_up(self) -> bool:
+        return len(self.actors) < self.spec.max_actors
+
+    def scale_up(self) -> None:
+        if self.can_scale_up():
+            self._add_actor()
+
+    def busy_actors(self) -> int:
+        with self._lock:
+            return sum(1 for load in self._load.values() if load)
+
+    def submit(self, task: Task) -> Future[BatchOutcome]:
+        """Send the batch to the least-loaded actor."""
+        with self._lock:
+            actor = min(self.actors, key=lambda a: self._load[a.index])
+            self._load[actor.index] += 1
+        future = self._submit_to(actor, task)
+        future.add_done_callback(lambda _: self._done(actor.index))
+        return future
+
+    def _submit_to(self, actor: Actor, task: Task) -> Future[BatchOutcome]:
+        return actor.submit(task)
+
+    def _done(self, index: int) -> None:
+        with self._lock:
+            if index in self._load:
+                self._load[index] -= 1

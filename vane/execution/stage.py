@@ -1,0 +1,121 @@
+"""A UDF stage: re-chunk the input stream to ``batch_size`` (zero-copy slices), keep the actor
+pool busy with a bounded number of batches in flight (backpressure: a slow model slows the
+reader, batches never pile up), and yield outputs in input order or as they finish."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+import pyarrow as pa
+
+from vane._arrow import Rechunker
+from vane.execution.actors import make_pool
+from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
+from vane.udf.runtime import BatchOutcome, Task
+from vane.udf.spec import UdfSpec
+
+DEFAULT_BATCH_SIZE = 1024
+# An autoscaling pool adds an actor once every actor has been busy, with batches waiting, for
+# this long.
+SCALE_UP_AFTER_SECONDS = 0.5
+
+
+class UdfStage:
+    def __init__(
+        self,
+        spec: UdfSpec,
+        schema: pa.Schema,
+        step: str,
+        source: pa.RecordBatchReader,
+        events: EventBus,
+    ) -> None:
+        self.spec = spec
+        self.schema = schema
+        self.step = step
+        self.source = source
+        self.events = events
+        self.batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
+        self.rows_in = self.rows_out = self.rows_skipped = self.rows_nulled = 0
+        self.first_error: str | None = None
+
+    def _chunks(self) -> Iterator[pa.Table]:
+        rechunker = Rechunker(iter(self.source))
+        while not rechunker.exhausted:
+            yield pa.Table.from_batches(list(rechunker.take(self.batch_size)), self.source.schema)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        started = time.perf_counter()
+        pool = make_pool(self.spec, self.schema, self.step)
+        # Batches in flight and their input row counts, in submission order.
+        inflight: dict[Future[BatchOutcome], int] = {}
+        try:
+            pool.start()
+            self.events.emit(StageStarted(self.step, len(pool.actors)))
+            saturated_since: float | None = None
+            offset = 0
+            for seq, chunk in enumerate(self._chunks()):
+                inflight[pool.submit(Task(seq, offset, chunk))] = chunk.num_rows
+                offset += chunk.num_rows
+                while len(inflight) >= pool.capacity:
+                    if pool.can_scale_up() and pool.busy_actors() >= len(pool.actors):
+                        now = time.perf_counter()
+                        saturated_since = saturated_since or now
+                        if now - saturated_since >= SCALE_UP_AFTER_SECONDS:
+                            pool.scale_up()
+                            saturated_since = None
+                            continue
+                    yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
+            while inflight:
+                yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
+        finally:
+            for future in inflight:
+                future.cancel()
+            pool.teardown()
+        self._finish(time.perf_counter() - started)
+
+    def _next_outputs(
+        self, inflight: dict[Future[BatchOutcome], int], busy: int, actors: int
+    ) -> Iterator[pa.RecordBatch]:
+        if self.spec.preserve_order:
+            future = next(iter(inflight))
+        else:
+            done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+            future = next(f for f in inflight if f in done)
+        rows_in = inflight.pop(future)
+        outcome = future.result()  # a UDF error raises here, with its cause
+        self.rows_skipped += outcome.rows_skipped
+        self.rows_nulled += outcome.rows_nulled
+        self.first_error = self.first_error or outcome.first_error
+        self.rows_in += rows_in
+        self.rows_out += outcome.table.num_rows
+        self.events.emit(BatchDone(self.step, rows_in, outcome.table.num_rows, busy, actors))
+        for batch in outcome.table.to_batches():
+            if batch.num_rows:
+                yield batch
+
+    def _finish(self, seconds: float) -> None:
+        self.events.emit(
+            StageFinished(
+                self.step,
+                self.rows_in,
+                self.rows_out,
+                self.rows_skipped,
+                self.rows_nulled,
+                seconds,
+            )
+        )
+        if self.rows_skipped or self.rows_nulled:
+            what = (
+                f"skipped {self.rows_skipped:,} row(s)"
+                if self.rows_skipped
+                else f"kept {self.rows_nulled:,} failing row(s) as nulls with the error text"
+            )
+            warnings.warn(
+                f"{self.spec.verb} step `{self.step}` {what} on which the function raised; "
+                f"first error: {self.first_error}",
+                UserWarning,
+                stacklevel=2,
+            )

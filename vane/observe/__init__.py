@@ -1,0 +1,1 @@
+"""Observability: the executor emits events; progress display and run summaries subscribe."""

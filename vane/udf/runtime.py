@@ -1,0 +1,170 @@
+"""What runs inside an actor: construct the UDF once, then run batches through it.
+
+The same code serves every backend (a thread in the driver, a subprocess, a Ray actor): call the
+user's function, retry, apply ``on_error``, and conform the output to the declared schema. It is
+written as coroutines so an ``async def __call__`` can run many batches at once on the actor's
+event loop; a plain function is simply called from the coroutine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from vane.errors import UDFError
+from vane.udf.batch_contract import ContractError, conform
+from vane.udf.spec import ERROR_COLUMN, UdfSpec
+
+
+@dataclass
+class BatchOutcome:
+    """One batch's output and what ``on_error`` did to it."""
+
+    table: pa.Table
+    rows_skipped: int = 0
+    rows_nulled: int = 0
+    first_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """A batch of input rows: ``offset`` is the position of its first row in the step's input."""
+
+    seq: int
+    offset: int
+    table: pa.Table
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class UdfRuntime:
+    """A constructed UDF and the rules for calling it. Build it inside the worker."""
+
+    def __init__(self, spec: UdfSpec, schema: pa.Schema, step: str) -> None:
+        self.spec = spec
+        self.step = step
+        # The declared schema; with on_error="null" the step adds the error column itself.
+        self.declared = (
+            pa.schema([f for f in schema if f.name != ERROR_COLUMN])
+            if spec.on_error == "null"
+            else schema
+        )
+        self.fn = (
+            spec.fn(*spec.constructor_args, **spec.constructor_kwargs) if spec.is_class else spec.fn
+        )
+        self._row_limit = asyncio.Semaphore(spec.max_concurrency_per_actor)
+
+    # ---- calling the user's code ----------------------------------------------------------
+
+    async def _call_one(self, value: Any) -> Any:
+        result = self.fn(value, **self.spec.fn_kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _call_row(self, row: dict[str, Any]) -> Any:
+        async with self._row_limit:
+            return await self._call_one(row)
+
+    async def call(self, table: pa.Table) -> pa.Table:
+        """Run the UDF on ``table`` and conform its output; user errors propagate as they are."""
+        where = f"{self.spec.verb} step `{self.step}`"
+        if self.spec.kind == "batch":
+            return conform(await self._call_one(table), self.declared, where)
+        rows = table.to_pylist()
+        results = await asyncio.gather(*(self._call_row(row) for row in rows))
+        if self.spec.kind == "flat":
+            out_rows: list[Any] = []
+            for row, result in zip(rows, results, strict=True):
+                if not isinstance(result, (list, tuple)):
+                    raise ContractError(
+                        f"{where}: flat_map functions return a list of row dicts, got "
+                        f"{type(result).__name__} for row {row!r}"
+                    )
+                out_rows.extend(result)
+        else:
+            out_rows = list(results)
+        for row in out_rows:
+            if not isinstance(row, dict):
+                raise ContractError(f"{where}: rows must be dicts, got {type(row).__name__}")
+        names = list(dict.fromkeys(k for row in out_rows for k in row))
+        if not out_rows:
+            return self.declared.empty_table()
+        return conform({n: [r.get(n) for r in out_rows] for n in names}, self.declared, where)
+
+    # ---- retries and on_error --------------------------------------------------------------
+
+    async def run(self, task: Task) -> BatchOutcome:
+        """The batch's output under the step's retry and ``on_error`` policy."""
+        attempts = self.spec.max_retries + 1
+        error: Exception | None = None
+        for _ in range(attempts):
+            try:
+                return self._complete(await self.call(task.table))
+            except ContractError:
+                raise  # the output does not fit the schema: retrying cannot help
+            except Exception as exc:
+                error = exc
+        assert error is not None
+        if self.spec.on_error == "raise":
+            raise self.failure(task, error) from error
+        pieces, skipped, nulled = await self._salvage(task.table, error)
+        table = pa.concat_tables(pieces) if pieces else self._empty()
+        return BatchOutcome(table, skipped, nulled, describe_exception(error))
+
+    def failure(self, task: Task, error: BaseException) -> UDFError:
+        end = task.offset + task.table.num_rows - 1
+        tries = self.spec.max_retries + 1
+        return UDFError(
+            f"{self.spec.verb} step `{self.step}` raised on input rows {task.offset}..{end} "
+            f"(after {tries} attempt{'s' * (tries != 1)}): {describe_exception(error)}. "
+            "The traceback of the error is shown above. Fix the function, or pass "
+            "on_error='skip' to drop failing rows or on_error='null' to keep them as nulls"
+        )
+
+    def _complete(self, table: pa.Table) -> BatchOutcome:
+        if self.spec.on_error == "null":
+            table = table.append_column(
+                pa.field(ERROR_COLUMN, pa.string()), pa.nulls(table.num_rows, pa.string())
+            )
+        return BatchOutcome(table)
+
+    def _empty(self) -> pa.Table:
+        return self._complete(self.declared.empty_table()).table
+
+    async def _salvage(self, table: pa.Table, error: Exception) -> tuple[list[pa.Table], int, int]:
+        """Bisect a failing batch down to the rows that fail; keep the output of the others.
+        Failing rows are dropped ("skip") or become one row of nulls with the error ("null")."""
+        if table.num_rows <= 1:
+            if self.spec.on_error == "skip":
+                return [], table.num_rows, 0
+            row: dict[str, list[str | None]] = {name: [None] for name in self.declared.names}
+            row[ERROR_COLUMN] = [describe_exception(error)]
+            full = self.declared.append(pa.field(ERROR_COLUMN, pa.string()))
+            return [pa.table(row, schema=full)], 0, 1
+        middle = table.num_rows // 2
+        pieces: list[pa.Table] = []
+        skipped = nulled = 0
+        for part in (table.slice(0, middle), table.slice(middle)):
+            try:
+                pieces.append(self._complete(await self.call(part)).table)
+            except ContractError:
+                raise
+            except Exception as exc:
+                more, s, n = await self._salvage(part, exc)
+                pieces.extend(more)
+                skipped += s
+                nulled += n
+        return pieces, skipped, nulled
+
+
+def format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -1,0 +1,214 @@
+"""What a UDF step is: the callable, how it is constructed and called, its resources and its
+fault policy. Everything is checked when the step is built, before anything runs."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from vane.errors import ConfigurationError
+
+Backend = Literal["thread", "subprocess_actor", "subprocess_task", "ray_actor"]
+BACKENDS: tuple[str, ...] = ("thread", "subprocess_actor", "subprocess_task", "ray_actor")
+OnError = Literal["raise", "skip", "null"]
+ON_ERROR: tuple[str, ...] = ("raise", "skip", "null")
+Kind = Literal["batch", "row", "flat"]
+
+ERROR_COLUMN = "error"
+DEFAULT_MAX_CONCURRENCY_PER_ACTOR = 16
+
+
+def _callable_name(fn: object) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def is_async_callable(fn: Any) -> bool:
+    target = fn.__call__ if isinstance(fn, type) else fn
+    return inspect.iscoroutinefunction(target)
+
+
+@dataclass(frozen=True, eq=False)
+class UdfSpec:
+    """A user's function or class and how vane runs it.
+
+    ``kind`` is ``"batch"`` (a table in, a table out), ``"row"`` (a dict in, a dict out) or
+    ``"flat"`` (a dict in, a list of dicts out); the row kinds are adapted to batches inside
+    the actor, so every backend runs batches.
+    """
+
+    fn: Any
+    verb: str
+    kind: Kind = "batch"
+    batch_size: int | None = None
+    backend: Backend = "thread"
+    min_actors: int = 1
+    max_actors: int = 1
+    gpus: float = 0
+    cpus: float | None = None
+    memory: int | None = None
+    constructor_args: tuple[Any, ...] = ()
+    constructor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fn_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_concurrency_per_actor: int = DEFAULT_MAX_CONCURRENCY_PER_ACTOR
+    max_retries: int = 0
+    on_error: OnError = "raise"
+    preserve_order: bool = True
+
+    @property
+    def is_class(self) -> bool:
+        return isinstance(self.fn, type)
+
+    @property
+    def is_async(self) -> bool:
+        return is_async_callable(self.fn)
+
+    @property
+    def name(self) -> str:
+        return _callable_name(self.fn)
+
+
+def _positive_int(verb: str, label: str, value: object, *, allow_zero: bool = False) -> int:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigurationError(f"{verb}(): {label} must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _concurrency(verb: str, value: object) -> tuple[int, int]:
+    if isinstance(value, tuple) and len(value) == 2:
+        low = _positive_int(verb, "concurrency (min)", value[0])
+        high = _positive_int(verb, "concurrency (max)", value[1])
+        if low > high:
+            raise ConfigurationError(
+                f"{verb}(): concurrency=(min, max) needs min <= max, got {value!r}"
+            )
+        return low, high
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"{verb}(): concurrency must be a positive number of actors, or (min, max) to "
+            f"scale between them; got {value!r}. Use concurrency=1 to run one actor"
+        )
+    return value, value
+
+
+def _check_callable(verb: str, fn: object, has_constructor_args: bool) -> None:
+    if isinstance(fn, type):
+        if fn.__call__ is type.__call__:
+            raise ConfigurationError(f"{verb}(): class {fn.__name__} has no __call__ method")
+        return
+    if inspect.isfunction(fn) or inspect.isbuiltin(fn) or inspect.ismethod(fn):
+        if has_constructor_args:
+            raise ConfigurationError(
+                f"{verb}(): fn_constructor_args/kwargs only apply to a class, and "
+                f"{_callable_name(fn)} is a function. Use fn_kwargs to pass arguments to it"
+            )
+        return
+    if callable(fn):
+        cls = type(fn).__name__
+        raise ConfigurationError(
+            f"{verb}(): got an instance of {cls}, but vane needs the class itself so that each "
+            f"actor constructs its own copy inside the worker that runs it. Pass {cls} instead "
+            f"of {cls}(...), with constructor arguments as fn_constructor_args=(...) or "
+            "fn_constructor_kwargs={...}"
+        )
+    raise ConfigurationError(
+        f"{verb}(): fn must be a callable class or a function, got {type(fn).__name__}"
+    )
+
+
+def build_spec(
+    verb: str,
+    fn: Any,
+    *,
+    kind: Kind,
+    batch_size: int | None,
+    execution_backend: str | None,
+    concurrency: int | tuple[int, int],
+    gpus: float,
+    cpus: float | None,
+    memory: int | None,
+    fn_constructor_args: tuple[Any, ...],
+    fn_constructor_kwargs: Mapping[str, Any] | None,
+    fn_kwargs: Mapping[str, Any] | None,
+    max_concurrency_per_actor: int | None,
+    max_retries: int,
+    on_error: str,
+    preserve_order: bool,
+) -> UdfSpec:
+    """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
+    _check_callable(verb, fn, bool(fn_constructor_args or fn_constructor_kwargs))
+    if batch_size is not None:
+        _positive_int(verb, "batch_size", batch_size)
+    low, high = _concurrency(verb, concurrency)
+    if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0:
+        raise ConfigurationError(
+            f"{verb}(): gpus is the number of GPUs per actor and must be >= 0, got {gpus!r}"
+        )
+    if cpus is not None and (not isinstance(cpus, (int, float)) or cpus <= 0):
+        raise ConfigurationError(f"{verb}(): cpus must be > 0, got {cpus!r}")
+    if memory is not None:
+        _positive_int(verb, "memory (bytes)", memory)
+    backend = execution_backend or ("subprocess_actor" if gpus else "thread")
+    if backend not in BACKENDS:
+        raise ConfigurationError(
+            f"{verb}(): execution_backend={backend!r} is not one of {', '.join(BACKENDS)}"
+        )
+    if backend == "subprocess_task" and isinstance(fn, type):
+        raise ConfigurationError(
+            f"{verb}(): execution_backend='subprocess_task' runs a plain function, one task per "
+            f"batch; {fn.__name__} is a class. Use execution_backend='subprocess_actor' to keep "
+            "one instance per worker process"
+        )
+    if on_error not in ON_ERROR:
+        raise ConfigurationError(
+            f"{verb}(): on_error={on_error!r} is not one of {', '.join(ON_ERROR)}"
+        )
+    _positive_int(verb, "max_retries", max_retries, allow_zero=True)
+    per_actor = (
+        DEFAULT_MAX_CONCURRENCY_PER_ACTOR
+        if max_concurrency_per_actor is None
+        else _positive_int(verb, "max_concurrency_per_actor", max_concurrency_per_actor)
+    )
+    for label, value in (
+        ("fn_constructor_kwargs", fn_constructor_kwargs),
+        ("fn_kwargs", fn_kwargs),
+    ):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigurationError(f"{verb}(): {label} must be a dict, got {value!r}")
+    if not isinstance(fn_constructor_args, tuple):
+        fn_constructor_args = tuple(fn_constructor_args)
+    return UdfSpec(
+        fn=fn,
+        verb=verb,
+        kind=kind,
+        batch_size=batch_size,
+        backend=backend,  # type: ignore[arg-type]
+        min_actors=low,
+        max_actors=high,
+        gpus=gpus,
+        cpus=cpus,
+        memory=memory,
+        constructor_args=fn_constructor_args,
+        constructor_kwargs=dict(fn_constructor_kwargs or {}),
+        fn_kwargs=dict(fn_kwargs or {}),
+        max_concurrency_per_actor=per_actor,
+        max_retries=max_retries,
+        on_error=on_error,  # type: ignore[arg-type]
+        preserve_order=bool(preserve_order),
+    )
+
+
+def output_schema(spec: UdfSpec, declared: pa.Schema) -> pa.Schema:
+    """The step's output: the declared columns, plus ``error`` when failing rows become nulls."""
+    if spec.on_error != "null":
+        return declared
+    if ERROR_COLUMN in declared.names:
+        raise ConfigurationError(
+            f"{spec.verb}(): on_error='null' adds a column {ERROR_COLUMN!r}, and the schema "
+            "already has one; rename that column"
+        )
+    return declared.append(pa.field(ERROR_COLUMN, pa.string()))
