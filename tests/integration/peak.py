@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[2]  # so the measured code can import tests.*
 
 _WRAPPER = """
 import resource, subprocess, sys
@@ -21,6 +24,7 @@ def peak_rss_mb(code: str, timeout: float = 600) -> float:
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=_ROOT,
         check=False,
     )
     if out.returncode != 0:

@@ -289,3 +289,29 @@ def test_a_class_defined_in_main_runs_in_subprocess_actors(tmp_path):
         [sys.executable, str(script)], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     assert done.stdout.strip().splitlines()[-1] == "[100, 101, 102, 103, 104]"
+
+
+def test_events_report_true_totals():
+    from vane.observe.events import BatchDone, StageFinished, StageStarted, subscribe
+
+    seen: list[object] = []
+    unsubscribe = subscribe(seen.append)
+    out = vane.range(1000).map_batches(
+        udfs.FailOnRow,
+        schema={"id": "BIGINT", "score": "BIGINT"},
+        batch_size=64,
+        fn_constructor_args=(500,),
+        on_error="skip",
+    )
+    try:
+        with pytest.warns(UserWarning, match="skipped 1 row"):
+            assert out.to_arrow().num_rows == 999
+    finally:
+        unsubscribe()
+    started = [e for e in seen if isinstance(e, StageStarted)]
+    batches = [e for e in seen if isinstance(e, BatchDone)]
+    (finished,) = [e for e in seen if isinstance(e, StageFinished)]
+    assert len(started) == 1 and started[0].actors == 1
+    assert sum(b.rows_in for b in batches) == 1000 == finished.rows_in
+    assert sum(b.rows_out for b in batches) == 999 == finished.rows_out
+    assert finished.rows_skipped == 1

@@ -1,4 +1,5 @@
-"""Peak memory must not grow with the input: read -> filter -> write over 20M rows vs 2M."""
+"""Peak memory must not grow with the input: read -> filter -> write over 20M rows vs 2M, and a
+no-op UDF pipeline over 10M rows vs 1M."""
 
 from __future__ import annotations
 
@@ -38,4 +39,31 @@ def test_read_filter_write_memory_is_flat_in_input_size(tmp_path):
             """
         )
     ratio = peaks[20_000_000] / peaks[2_000_000]
+    assert ratio < MAX_RATIO, f"peak RSS grew {ratio:.2f}x for 10x the rows: {peaks}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_udf_pipeline_memory_is_flat_in_input_size(tmp_path, backend):
+    peaks = {}
+    for rows in (1_000_000, 10_000_000):
+        peaks[rows] = peak_rss_mb(
+            f"""
+            import vane
+            from tests.integration.udfs import noop
+            result = (
+                vane.range({rows})
+                .select("id", "id * 2 AS x", "concat('row ', id) AS text")
+                .map_batches(
+                    noop,
+                    schema={{"id": "BIGINT", "x": "BIGINT", "text": "VARCHAR"}},
+                    batch_size=8192,
+                    execution_backend={backend!r},
+                )
+                .write_parquet({str(tmp_path / f"out_{rows}")!r})
+            )
+            assert result.rows == {rows}, result
+            """
+        )
+    ratio = peaks[10_000_000] / peaks[1_000_000]
     assert ratio < MAX_RATIO, f"peak RSS grew {ratio:.2f}x for 10x the rows: {peaks}"
