@@ -33,11 +33,11 @@ demo: $(VENV)/.installed-demo
 	HF_HUB_OFFLINE=1 $(BIN)/python examples/demo.py
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check vane tests examples
+	$(BIN)/ruff check vane tests examples bench
 	$(BIN)/mypy
 
 test: $(VENV)/.installed-dev
-	$(BIN)/ruff check vane tests examples
+	$(BIN)/ruff check vane tests examples bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

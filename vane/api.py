@@ -21,10 +21,10 @@ def _read(
     fmt: nodes.FileFormat, path: Paths, caller: str, hive: bool | None, options: dict[str, object]
 ) -> Relation:
     files, label, found_hive = resolve_files(path, fmt, caller)
-    use_hive = found_hive if hive is None else hive
     opts = {k: v for k, v in options.items() if v is not None}
-    if use_hive:
-        opts["hive_partitioning"] = True
+    # Always explicit: DuckDB's CSV and JSON readers would otherwise detect key=value
+    # directories on their own, even when the user turned that off.
+    opts["hive_partitioning"] = found_hive if hive is None else bool(hive)
     return Relation(nodes.FileScan(fmt, files, label, tuple(sorted(opts.items()))))
 
 

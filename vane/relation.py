@@ -120,8 +120,10 @@ class Relation:
         """Join with another relation.
 
         ``on`` names key columns that both sides have (each appears once in the output);
-        ``left_on``/``right_on`` pair SQL expressions on each side instead. Other columns that
-        both sides have keep the left's name and get ``_right`` on the right's copy.
+        ``left_on``/``right_on`` pair SQL expressions on each side instead, in which the sides
+        are the tables ``l`` and ``r`` (write ``l.id`` when both sides have ``id``). Other
+        columns that both sides have keep the left's name and get ``_right`` on the right's
+        copy.
         ``how`` is one of inner, left, right, outer, semi, anti.
         """
         if not isinstance(other, Relation):

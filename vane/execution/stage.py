@@ -51,6 +51,7 @@ class UdfStage:
         pool = make_pool(self.spec, self.schema, self.step)
         # Batches in flight and their input row counts, in submission order.
         inflight: dict[Future[BatchOutcome], int] = {}
+        failed = True
         try:
             pool.start()
             self.events.emit(StageStarted(self.step, len(pool.actors)))
@@ -70,10 +71,11 @@ class UdfStage:
                     yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
             while inflight:
                 yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
+            failed = False
         finally:
             for future in inflight:
                 future.cancel()
-            pool.teardown()
+            pool.teardown(graceful=not failed)
         self._finish(time.perf_counter() - started)
 
     def _next_outputs(

@@ -21,6 +21,13 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "csv": (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.zst"),
     "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
 }
+# A destination path ending in one of these is written as one file (compressed suffixes are not
+# offered: the writers do not compress CSV or JSON).
+SINGLE_FILE_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "parquet": (".parquet", ".parq", ".pq"),
+    "csv": (".csv",),
+    "json": (".json", ".jsonl", ".ndjson"),
+}
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 _HIVE_DIR = re.compile(r"^[^=]+=[^=]*$")
@@ -70,7 +77,11 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
         text = text.removeprefix("file://")
         path = Path(text).expanduser()
         if _GLOB_CHARS.search(text):
-            matched = sorted(p for p in glob.glob(str(path), recursive=True) if os.path.isfile(p))
+            matched = sorted(
+                p
+                for p in glob.glob(str(path), recursive=True)
+                if os.path.isfile(p) and not _hidden(os.path.basename(p))
+            )
             base = Path(_GLOB_CHARS.split(str(path), maxsplit=1)[0]).parent
         elif path.is_dir():
             matched = _walk(path, EXTENSIONS[fmt])

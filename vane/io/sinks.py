@@ -21,7 +21,7 @@ import pyarrow as pa
 from vane._arrow import Rechunker
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
-from vane.io.files import EXTENSIONS, is_uri
+from vane.io.files import SINGLE_FILE_SUFFIXES, is_uri
 from vane.io.formats import CsvFile, FileWriter, JsonFile, ParquetFile, nested_columns
 from vane.plan.nodes import FileFormat, PlanNode, duckdb_message, quote_ident
 
@@ -58,7 +58,7 @@ class WriteResult:
 
     def __str__(self) -> str:
         return (
-            f"wrote {self.rows:,} rows to {self.path} in {self.files} file"
+            f"wrote {self.rows:,} row{'s' * (self.rows != 1)} to {self.path} in {self.files} file"
             f"{'s' * (self.files != 1)} ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.2f} s"
         )
 
@@ -82,6 +82,14 @@ class FileSink:
             )
         if self.mode not in MODES:
             raise ConfigurationError(f"{caller}(): mode={self.mode!r} is not one of {MODES}")
+        if (self.partition_by or self.rows_per_file) and self.path.endswith(
+            SINGLE_FILE_SUFFIXES[self.format]
+        ):
+            raise ConfigurationError(
+                f"{caller}(): partition_by and rows_per_file write several files, so the "
+                f"destination must be a directory, and {self.path!r} names a file. Drop the "
+                "extension, for example 'out/'"
+            )
         if self.rows_per_file is not None and (
             isinstance(self.rows_per_file, bool)
             or not isinstance(self.rows_per_file, int)
@@ -95,10 +103,8 @@ class FileSink:
     def single_file(self) -> bool:
         """A path ending in the format's extension, with no partitioning or file size, is one
         file; anything else is a directory of part files."""
-        return (
-            self.path.endswith(EXTENSIONS[self.format])
-            and not self.partition_by
-            and self.rows_per_file is None
+        return self.path.endswith(SINGLE_FILE_SUFFIXES[self.format]) and not (
+            self.partition_by or self.rows_per_file
         )
 
     def check_schema(self, schema: pa.Schema) -> None:

@@ -26,7 +26,7 @@ class Actor(ABC):
     def submit(self, task: Task) -> Future[BatchOutcome]: ...
 
     @abstractmethod
-    def stop(self) -> None: ...
+    def stop(self, *, graceful: bool = True) -> None: ...
 
 
 class ActorPool(ABC):
@@ -37,6 +37,9 @@ class ActorPool(ABC):
         self.actors: list[Actor] = []
         self._load: dict[int, int] = {}
         self._lock = threading.Lock()
+        # Signalled when an actor joins the pool (a replacement for a dead one, say).
+        self._joined = threading.Condition(self._lock)
+        self._broken: BaseException | None = None
         self._next_index = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -55,17 +58,28 @@ class ActorPool(ABC):
         with self._lock:
             index = self._next_index
             self._next_index += 1
-        actor = self._start_actor(index)
+        self._join(self._start_actor(index))
+
+    def _join(self, actor: Actor) -> None:
         with self._lock:
             self.actors.append(actor)
             self._load[actor.index] = 0
+            self._joined.notify_all()
+
+    def _break(self, error: BaseException) -> None:
+        """No actor can be started any more: every later ``submit`` raises ``error``."""
+        with self._lock:
+            self._broken = error
+            self._joined.notify_all()
 
     @abstractmethod
     def _start_actor(self, index: int) -> Actor: ...
 
-    def teardown(self) -> None:
-        for actor in self.actors:
-            actor.stop()
+    def teardown(self, *, graceful: bool = True) -> None:
+        """Stop every actor; ``graceful=False`` (after a failure) drops queued batches and does
+        not wait for running ones where the backend can avoid it."""
+        for actor in list(self.actors):
+            actor.stop(graceful=graceful)
         self.actors.clear()
 
     # ---- work --------------------------------------------------------------------------------
@@ -94,6 +108,11 @@ class ActorPool(ABC):
     def submit(self, task: Task) -> Future[BatchOutcome]:
         """Send the batch to the least-loaded actor."""
         with self._lock:
+            # Empty only while a dead actor's replacement starts.
+            while not self.actors and self._broken is None:
+                self._joined.wait()
+            if self._broken is not None:
+                raise self._broken
             actor = min(self.actors, key=lambda a: self._load[a.index])
             self._load[actor.index] += 1
         future = self._submit_to(actor, task)

@@ -9,7 +9,6 @@ process's exit code or signal.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -114,13 +113,15 @@ class SubprocessActor(Actor):
         self._lock = threading.Lock()
         self._outbox: queue.Queue[Task | None] = queue.Queue()
         self._stopping = False
+        self._dead = False
         try:
             ipc.write_frame(self._write_fd, ipc.INIT, init)
             kind, body = ipc.read_frame(self._read_fd)
         except (EOFError, OSError):
             kind, body = b"", memoryview(b"")
         if kind != ipc.READY:
-            self._close_fds()
+            os.close(self._write_fd)
+            os.close(self._read_fd)
             if kind == ipc.FAILED:
                 _, _, rest = ipc.unpack_ids(body)
                 raise rebuild_error(rest)
@@ -140,18 +141,22 @@ class SubprocessActor(Actor):
         return future
 
     def _send_loop(self) -> None:
-        while (task := self._outbox.get()) is not None:
-            try:
+        # This thread owns the write end: it alone closes it, so its number cannot be reused
+        # by another actor's pipe while a write here is still possible.
+        try:
+            while (task := self._outbox.get()) is not None:
                 ipc.write_frame(
                     self._write_fd,
                     ipc.BATCH,
                     ipc.pack_ids(task.seq, task.offset),
                     ipc.table_to_buffer(task.table),
                 )
-            except OSError:
-                return  # the worker is gone; the receiver reports it
-        with contextlib.suppress(OSError):  # the worker may be gone already
-            ipc.write_frame(self._write_fd, ipc.STOP)
+            if not self._dead:
+                ipc.write_frame(self._write_fd, ipc.STOP)
+        except OSError:
+            pass  # the worker is gone; the receiver reports it
+        finally:
+            os.close(self._write_fd)
 
     def _receive_loop(self) -> None:
         while True:
@@ -168,7 +173,10 @@ class SubprocessActor(Actor):
                 future.set_result(BatchOutcome(table, skipped, nulled, first_error))
             else:
                 future.set_exception(rebuild_error(rest))
-        self._close_fds()
+        # This thread owns the read end (see _send_loop).
+        os.close(self._read_fd)
+        self._dead = True
+        self._outbox.put(None)  # let the sender thread end too
         returncode = self.process.wait()
         with self._lock:
             orphans = list(self._pending.values())
@@ -176,16 +184,15 @@ class SubprocessActor(Actor):
         if not self._stopping:
             self._on_death(self, orphans, returncode)
 
-    def _close_fds(self) -> None:
-        for fd in (self._write_fd, self._read_fd):
-            with contextlib.suppress(OSError):  # closed by the other loop already
-                os.close(fd)
-
-    def stop(self) -> None:
+    def stop(self, *, graceful: bool = True) -> None:
         self._stopping = True
+        if not graceful:
+            # After a failure nothing queued here matters: end the worker now rather than let
+            # it finish batches whose results nobody will read.
+            self.process.kill()
         self._outbox.put(None)
         try:
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -298,20 +305,20 @@ class SubprocessPool(ActorPool):
                 self._next_index += 1
             replacement = self._start_actor(index, self._slots.get(actor.index))
         except BaseException as exc:
+            if not self.actors:
+                self._break(exc)
             for _, outer in retry:
                 if not outer.done():
                     outer.set_exception(exc)
             return
-        with self._lock:
-            self.actors.append(replacement)
-            self._load[replacement.index] = 0
+        self._join(replacement)
         for task, outer in retry:
             self._dispatch(task, outer)
 
-    def teardown(self) -> None:
+    def teardown(self, *, graceful: bool = True) -> None:
         with self._lock:
             self._closed = True
-        super().teardown()
+        super().teardown(graceful=graceful)
 
 
 class _Orphaned(Exception):

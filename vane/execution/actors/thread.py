@@ -46,7 +46,7 @@ class ThreadActor(Actor):
     def submit(self, task: Task) -> Future[BatchOutcome]:
         return asyncio.run_coroutine_threadsafe(self._run(task), self._loop)
 
-    def stop(self) -> None:
+    def stop(self, *, graceful: bool = True) -> None:
         if not self._thread.is_alive():
             return
 
