@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
-from vane.execution.actors import check_gpus
+from vane.execution.actors import check_resources
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
@@ -310,8 +310,7 @@ class Relation:
             )
         declared = to_arrow_schema(schema)
         step = nodes.UdfStep(self._plan, spec, declared)
-        if spec.gpus:
-            check_gpus(spec, step.describe())  # before anything runs: fail with the counts
+        check_resources(spec, spec.name)  # before anything runs: fail with the counts
         return Relation(step)
 
     # ---- actions: these run the plan ---------------------------------------------------------

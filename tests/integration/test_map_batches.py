@@ -315,3 +315,17 @@ def test_events_report_true_totals():
     assert sum(b.rows_in for b in batches) == 1000 == finished.rows_in
     assert sum(b.rows_out for b in batches) == 999 == finished.rows_out
     assert finished.rows_skipped == 1
+
+
+def test_cpus_size_each_worker_and_impossible_requests_fail_early():
+    out = vane.range(10).map_batches(
+        udfs.ReportThreads,
+        schema={"id": "BIGINT", "threads": "VARCHAR"},
+        execution_backend="subprocess_actor",
+        cpus=1,
+    )
+    assert set(out.to_arrow()["threads"].to_pylist()) == {"1"}
+    with pytest.raises(ConfigurationError, match=r"asks for 2000 CPU\(s\)"):
+        vane.range(10).map_batches(udfs.noop, schema={"id": "BIGINT"}, cpus=1000, concurrency=2)
+    with pytest.raises(ConfigurationError, match="GiB of memory"):
+        vane.range(10).map_batches(udfs.noop, schema={"id": "BIGINT"}, memory=2**50)

@@ -155,3 +155,11 @@ def noop(batch: pa.Table) -> pa.Table:
 
 def wrong_type(batch: pa.Table) -> dict[str, object]:
     return {"id": batch["id"], "output": [f"{i}" for i in batch["id"].to_pylist()]}
+
+
+class ReportThreads:
+    def __init__(self) -> None:
+        self.threads = os.environ.get("OMP_NUM_THREADS", "")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.table({"id": batch["id"], "threads": [self.threads] * batch.num_rows})

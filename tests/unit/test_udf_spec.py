@@ -78,13 +78,13 @@ def test_explain_shows_backend_batch_size_concurrency_and_resources():
         schema=SCHEMA,
         batch_size=32,
         concurrency=(1, 4),
-        cpus=2,
+        cpus=0.5,
         max_retries=2,
         on_error="skip",
         fn_constructor_kwargs={"scale": 2},
     )
     assert rel.explain().splitlines()[0] == (
-        "MapBatches Model -> [id] backend=thread batch_size=32 concurrency=(1, 4) cpus=2 "
+        "MapBatches Model -> [id] backend=thread batch_size=32 concurrency=(1, 4) cpus=0.5 "
         "max_retries=2 on_error=skip"
     )
     assert rel.schema == pa.schema([("id", pa.int64())])  # from the declaration, nothing ran

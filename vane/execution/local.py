@@ -128,8 +128,10 @@ class LocalRunner:
     def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
         """Record batches of up to ``batch_size`` rows, produced as they are read."""
         with _action(plan) as execution:
-            # DuckDB's reader re-cuts a UDF's output to the size asked for.
-            yield from execution.relation(plan).to_arrow_reader(batch_size)
+            for batch in execution.reader(plan, batch_size):
+                # A UDF's batches have the UDF's size: cut them (zero-copy) to the size asked.
+                for start in range(0, batch.num_rows, batch_size):
+                    yield batch.slice(start, batch_size)
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         sink.check_schema(plan.schema)

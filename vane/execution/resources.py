@@ -1,4 +1,4 @@
-"""What the local machine offers: GPUs visible to this process."""
+"""What the local machine offers: GPUs visible to this process, CPU cores, memory."""
 
 from __future__ import annotations
 
@@ -36,3 +36,17 @@ def gpus_needed(concurrency: int, gpus_per_actor: float) -> int:
         return 0
     whole = concurrency * gpus_per_actor
     return int(whole) if whole == int(whole) else int(whole) + 1
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def total_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None

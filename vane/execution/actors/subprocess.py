@@ -228,6 +228,12 @@ class SubprocessPool(ActorPool):
     def _start_actor(self, index: int, slot: int | None = None) -> Actor:
         slot = index if slot is None else slot
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.spec.cpus:
+            # Math libraries (torch, numpy's BLAS) size their thread pools from these at import:
+            # an actor then uses the cores it asked for instead of every core on the machine.
+            threads = str(max(1, math.ceil(self.spec.cpus)))
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+                env[name] = threads
         if self.spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_slots(self.spec, self._visible_gpus, slot))
         actor = SubprocessActor(
