@@ -15,6 +15,14 @@ import pyarrow as pa
 import vane
 
 ROWS = 5_000
+OPENINGS = ["A wonderful", "A disappointing", "An ordinary", "A brilliant"]
+ENDINGS = [
+    "it broke after a week",
+    "my kids love it",
+    "it arrived late",
+    "worth every penny",
+    "the manual is confusing",
+]
 
 
 class Embedder:
@@ -34,14 +42,16 @@ class Embedder:
 def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="vane-demo-")) / "embeddings"
 
-    reviews = vane.range(ROWS).select(
-        "id",
-        "['books', 'games', 'tools', 'music'][id % 4 + 1] AS category",
-        "concat(['A wonderful', 'A disappointing', 'An ordinary', 'A brilliant'][id % 4 + 1], "
-        "' purchase: ', ['it broke after a week', 'my kids love it', 'it arrived late', "
-        "'worth every penny', 'the manual is confusing'][id % 5 + 1], '.') AS text",
+    openings = vane.from_pydict({"k": [0, 1, 2, 3], "opening": OPENINGS})
+    endings = vane.from_pydict({"j": [0, 1, 2, 3, 4], "ending": ENDINGS})
+    reviews = vane.sql(
+        "SELECT id, concat(opening, ' purchase: ', ending, '.') AS text "
+        "FROM r JOIN o ON o.k = r.id % 4 JOIN e ON e.j = r.id % 5 ORDER BY id",
+        r=vane.range(ROWS),
+        o=openings,
+        e=endings,
     )
-    embedded = reviews.filter("length(text) > 0").map_batches(
+    embedded = reviews.map_batches(
         Embedder,
         schema={"id": "BIGINT", "embedding": "FLOAT[384]"},
         batch_size=128,
@@ -54,9 +64,9 @@ def main() -> None:
     query = Embedder()(pa.table({"id": [0], "text": ["the product stopped working"]}))
     vector = query["embedding"][0].values.to_pylist()
     nearest = vane.sql(
-        "SELECT r.id, r.text, array_cosine_similarity(e.embedding, "
-        f"{vector}::FLOAT[384]) AS similarity "
-        "FROM e JOIN r USING (id) ORDER BY similarity DESC, r.id LIMIT 3",
+        "SELECT r.text, count(*) AS reviews, "
+        f"max(array_cosine_similarity(e.embedding, {vector}::FLOAT[384])) AS similarity "
+        "FROM e JOIN r USING (id) GROUP BY r.text ORDER BY similarity DESC LIMIT 3",
         e=vane.read_parquet(out),
         r=reviews,
     )

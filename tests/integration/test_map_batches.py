@@ -329,3 +329,65 @@ def test_cpus_size_each_worker_and_impossible_requests_fail_early():
         vane.range(10).map_batches(udfs.noop, schema={"id": "BIGINT"}, cpus=1000, concurrency=2)
     with pytest.raises(ConfigurationError, match="GiB of memory"):
         vane.range(10).map_batches(udfs.noop, schema={"id": "BIGINT"}, memory=2**50)
+
+
+def test_exit_descriptions_name_the_signal():
+    from vane.execution.actors.subprocess import exit_description
+
+    assert exit_description(-9) == "was killed by signal SIGKILL"
+    assert exit_description(3) == "exited with code 3"
+
+
+def test_a_worker_killed_by_a_signal_is_replaced(tmp_path, capfd):
+    out = vane.range(100).map_batches(
+        udfs.KillOnce,
+        schema={"id": "BIGINT"},
+        batch_size=10,
+        execution_backend="subprocess_actor",
+        fn_constructor_args=(str(tmp_path / "killed"),),
+    )
+    assert out.to_arrow()["id"].to_pylist() == list(range(100))
+    assert "killed by signal SIGKILL" in capfd.readouterr().err
+
+
+def test_progress_appears_on_a_terminal(tmp_path):
+    import pty
+
+    script = (
+        "import vane, pyarrow as pa, time\n"
+        "def slow(b):\n"
+        "    time.sleep(0.15)\n"
+        "    return b\n"
+        "vane.range(2000).map_batches(slow, schema={'id': 'BIGINT'}, batch_size=200).to_arrow()\n"
+    )
+    primary, secondary = pty.openpty()
+    done = subprocess.run(
+        [sys.executable, "-c", script], stderr=secondary, stdout=subprocess.DEVNULL, check=True
+    )
+    os.close(secondary)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(primary)
+    text = shown.decode()
+    assert done.returncode == 0
+    assert "slow: " in text and "rows in" in text and "actors busy" in text
+    assert "2,000 rows in, 2,000 out" in text and "done in" in text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_constructor_is_a_udf_error_with_its_cause(backend):
+    out = vane.range(10).map_batches(
+        udfs.BrokenInit, schema={"id": "BIGINT"}, execution_backend=backend, concurrency=2
+    )
+    with pytest.raises(
+        UDFError, match=r"constructing BrokenInit failed: FileNotFoundError"
+    ) as info:
+        out.to_arrow()
+    assert isinstance(info.value.__cause__, FileNotFoundError)

@@ -163,3 +163,25 @@ class ReportThreads:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return pa.table({"id": batch["id"], "threads": [self.threads] * batch.num_rows})
+
+
+class KillOnce:
+    """SIGKILLs its own process on its first batch, as the OOM killer would (once: a marker
+    file remembers it across processes)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = Path(marker)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if not self.marker.exists():
+            self.marker.write_text("killed")
+            os.kill(os.getpid(), 9)
+        return pa.table({"id": batch["id"]})
+
+
+class BrokenInit:
+    def __init__(self) -> None:
+        raise FileNotFoundError("model weights not found at /models/x")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return batch

@@ -13,7 +13,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 
-from vane.udf.runtime import BatchOutcome, Task
+from vane.errors import UDFError, VaneError
+from vane.udf.runtime import BatchOutcome, Task, describe_exception
 from vane.udf.spec import UdfSpec
 
 
@@ -51,8 +52,14 @@ class ActorPool(ABC):
             starts = [ex.submit(self._add_actor) for _ in range(self.spec.min_actors)]
         errors = [e for e in (f.exception() for f in starts) if e is not None]
         if errors:
-            self.teardown()
-            raise errors[0]
+            self.teardown(graceful=False)
+            if isinstance(errors[0], VaneError):
+                raise errors[0]
+            raise UDFError(
+                f"{self.spec.verb} step `{self.step}`: constructing {self.spec.name} failed: "
+                f"{describe_exception(errors[0])}. Its traceback is shown above; the "
+                "constructor runs once per actor, inside the worker"
+            ) from errors[0]
 
     def _add_actor(self) -> None:
         with self._lock:
