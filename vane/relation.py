@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
-from vane.execution.actors import check_resources
+from vane.execution.resources import check_resources
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult

@@ -18,7 +18,6 @@ from vane import _engine
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.lowering import lower
-from vane.execution.stage import DEFAULT_BATCH_SIZE, UdfStage
 from vane.io.sinks import FileSink, WriteResult
 from vane.observe.events import EventBus, global_subscribers
 from vane.observe.progress import ProgressDisplay, wants_progress
@@ -59,6 +58,8 @@ class Execution:
         return self.relation(node).to_arrow_reader(batch_size)
 
     def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader:
+        from vane.execution.stage import DEFAULT_BATCH_SIZE, UdfStage  # actor pools load lazily
+
         spec = node.udf
         batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
         source = self.reader(node.input, batch_size)
@@ -116,7 +117,7 @@ class LocalRunner:
     def to_arrow(self, plan: PlanNode) -> pa.Table:
         with _action(plan) as execution:
             if isinstance(plan, UdfStep):
-                return execution.reader(plan, DEFAULT_BATCH_SIZE).read_all()
+                return execution.udf_reader(plan).read_all()
             table: pa.Table = execution.relation(plan).to_arrow_table()
             return table
 

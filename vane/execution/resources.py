@@ -6,6 +6,9 @@ import os
 import shutil
 import subprocess
 
+from vane.errors import ConfigurationError
+from vane.udf.spec import UdfSpec
+
 
 def visible_gpus() -> list[str]:
     """Device ids this process may use: ``CUDA_VISIBLE_DEVICES`` when it is set (as CUDA reads
@@ -50,3 +53,37 @@ def total_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def check_resources(spec: UdfSpec, step: str) -> list[str]:
+    """The visible GPU ids, or an error before anything runs if the machine cannot give every
+    actor what the step asks for (rather than a step that waits forever)."""
+    actors = spec.max_actors
+    if spec.cpus:
+        cores = usable_cpus()
+        if actors * spec.cpus > cores:
+            raise ConfigurationError(
+                f"{spec.verb} step `{step}` asks for {actors * spec.cpus:g} CPU(s) (concurrency "
+                f"{actors} x cpus {spec.cpus:g}), and this process may use {cores}. Lower "
+                "concurrency or cpus"
+            )
+    memory = total_memory()
+    if spec.memory and memory is not None and actors * spec.memory > memory:
+        raise ConfigurationError(
+            f"{spec.verb} step `{step}` asks for {actors * spec.memory / 2**30:.1f} GiB of memory "
+            f"(concurrency {actors} x memory {spec.memory / 2**30:.1f} GiB), and this machine "
+            f"has {memory / 2**30:.1f} GiB. Lower concurrency or memory"
+        )
+    if not spec.gpus:
+        return []
+    visible = visible_gpus()
+    needed = gpus_needed(spec.max_actors, spec.gpus)
+    if needed > len(visible):
+        found = ", ".join(visible) if visible else "none"
+        raise ConfigurationError(
+            f"{spec.verb} step `{step}` asks for {needed} GPU(s) (concurrency {spec.max_actors} "
+            f"x gpus {spec.gpus}), and this machine shows {len(visible)} (visible devices: "
+            f"{found}). Lower concurrency or gpus, set CUDA_VISIBLE_DEVICES, or use "
+            "vane.configure(runner='ray') on a cluster with enough GPUs"
+        )
+    return visible

@@ -59,10 +59,6 @@ class ParquetFile:
         self._writer.close()
 
 
-def nested_columns(schema: pa.Schema) -> list[str]:
-    return [f.name for f in schema if pa.types.is_nested(f.type)]
-
-
 class CsvFile:
     def __init__(self, path: Path, first: pa.RecordBatch) -> None:
         self._writer = pacsv.CSVWriter(path, first.schema)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import duckdb
 import pyarrow as pa
@@ -22,8 +22,10 @@ from vane._arrow import Rechunker
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
 from vane.io.files import SINGLE_FILE_SUFFIXES, is_uri
-from vane.io.formats import CsvFile, FileWriter, JsonFile, ParquetFile, nested_columns
 from vane.plan.nodes import FileFormat, PlanNode, duckdb_message, quote_ident
+
+if TYPE_CHECKING:
+    from vane.io.formats import FileWriter
 
 
 class RowSource(Protocol):
@@ -118,7 +120,7 @@ class FileSink:
             raise ConfigurationError(
                 f"write_{self.format}(): partition_by names every column, leaving none to write"
             )
-        nested = nested_columns(schema)
+        nested = [f.name for f in schema if pa.types.is_nested(f.type)]
         if self.format == "csv" and nested:
             raise ConfigurationError(
                 f"write_csv(): CSV cannot hold the nested column(s) {nested} (lists, structs, "
@@ -167,6 +169,9 @@ class FileSink:
     def _write_batches(
         self, reader: pa.RecordBatchReader, staging: Staging, source: RowSource
     ) -> int:
+        # pyarrow's writers load on first write, not at `import vane`.
+        from vane.io.formats import CsvFile, JsonFile, ParquetFile
+
         json_cursor = source.cursor() if self.format == "json" else None
 
         def open_file(path: Path, first: pa.RecordBatch) -> FileWriter:
