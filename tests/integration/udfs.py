@@ -185,3 +185,30 @@ class BrokenInit:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return batch
+
+
+class ExitOnRow:
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if 5 in batch["id"].to_pylist():
+            raise SystemExit("bad config")
+        return pa.table({"id": batch["id"]})
+
+
+class SlowSource:
+    """Stands in for a slow reader upstream: 100 ms per batch."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        time.sleep(0.1)
+        return pa.table({"id": batch["id"]})
+
+
+class CreateFileMidway:
+    """Creates ``path`` while the plan runs, as another program might."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if not self.path.exists():
+            self.path.write_text("someone else's file")
+        return pa.table({"id": batch["id"]})

@@ -69,7 +69,7 @@ class Execution:
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
             yield from batches
-        except BaseException as exc:
+        except Exception as exc:  # not GeneratorExit: DuckDB closing the stream is no failure
             if self.failure is None:
                 self.failure = exc
             raise

@@ -9,11 +9,14 @@ import warnings
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
+import duckdb
 import pyarrow as pa
 
 from vane._arrow import Rechunker
+from vane.errors import ExecutionError, VaneError
 from vane.execution.actors import make_pool
 from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
+from vane.plan.nodes import duckdb_message
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
 
@@ -43,8 +46,18 @@ class UdfStage:
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
-        while not rechunker.exhausted:
-            yield pa.Table.from_batches(list(rechunker.take(self.batch_size)), self.source.schema)
+        try:
+            while not rechunker.exhausted:
+                batches = list(rechunker.take(self.batch_size))
+                yield pa.Table.from_batches(batches, self.source.schema)
+        except (duckdb.Error, pa.ArrowException, OSError) as exc:
+            if isinstance(exc, VaneError):
+                raise
+            # DuckDB's errors reach this stream as Arrow/OS errors; say whose input failed.
+            raise ExecutionError(
+                f"reading the input of {self.spec.verb} step `{self.step}` failed: "
+                f"{duckdb_message(exc)}"
+            ) from exc
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
@@ -60,14 +73,19 @@ class UdfStage:
             for seq, chunk in enumerate(self._chunks()):
                 inflight[pool.submit(Task(seq, offset, chunk))] = chunk.num_rows
                 offset += chunk.num_rows
+                # Hand on whatever is finished, so in-flight counts only real backlog.
+                while inflight and self._next_is_ready(inflight):
+                    yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
                 while len(inflight) >= pool.capacity:
-                    if pool.can_scale_up() and pool.busy_actors() >= len(pool.actors):
+                    if pool.can_scale_up() and pool.saturated():
                         now = time.perf_counter()
                         saturated_since = saturated_since or now
                         if now - saturated_since >= SCALE_UP_AFTER_SECONDS:
                             pool.scale_up()
                             saturated_since = None
                             continue
+                    else:
+                        saturated_since = None
                     yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
             while inflight:
                 yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
@@ -77,6 +95,11 @@ class UdfStage:
                 future.cancel()
             pool.teardown(graceful=not failed)
         self._finish(time.perf_counter() - started)
+
+    def _next_is_ready(self, inflight: dict[Future[BatchOutcome], int]) -> bool:
+        if self.spec.preserve_order:
+            return next(iter(inflight)).done()
+        return any(f.done() for f in inflight)
 
     def _next_outputs(
         self, inflight: dict[Future[BatchOutcome], int], busy: int, actors: int

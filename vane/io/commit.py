@@ -5,7 +5,8 @@ destination (same filesystem, so ``rename`` is atomic), then moved into place on
   renamed to it.
 - ``overwrite``: the old destination is renamed aside, the staging directory renamed into its
   place, and only then the old one deleted; if the swap fails the old one is put back.
-- ``append``: each new file (names are unique per write) is renamed into the destination.
+- ``append``: each new file (names are unique per write) is renamed into the destination; if a
+  rename fails, those already made are undone.
 
 On any failure, or an interrupt, the staging directory is removed and the destination is exactly as
 it was.
@@ -76,13 +77,19 @@ class Staging:
                 (staged,) = self.files()
                 if dest.is_dir():
                     self._swap_aside(dest, lambda: os.replace(staged, dest))
+                elif self.mode == "error":
+                    # link() refuses an existing name, so a file that appeared meanwhile is
+                    # never replaced; the staged name goes with the staging directory.
+                    try:
+                        os.link(staged, dest)
+                    except FileExistsError:
+                        raise SinkError(
+                            f"{str(dest)!r} appeared while writing; nothing was changed"
+                        ) from None
                 else:
                     os.replace(staged, dest)
             elif self.mode == "append" and dest.is_dir():
-                for staged in self.files():
-                    target = dest / staged.relative_to(self.directory)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.rename(staged, target)
+                self._append(dest)
             elif _exists_with_content(dest) or dest.is_file():
                 if self.mode == "error":
                     raise SinkError(f"{str(dest)!r} appeared while writing; nothing was changed")
@@ -96,6 +103,22 @@ class Staging:
         finally:
             self.abort()
         return dest
+
+    def _append(self, dest: Path) -> None:
+        """Move each new file in; if one move fails, move back those already moved."""
+        moved: list[tuple[Path, Path]] = []
+        try:
+            for staged in self.files():
+                target = dest / staged.relative_to(self.directory)
+                if target.exists():
+                    raise FileExistsError(f"{target} exists")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(staged, target)
+                moved.append((staged, target))
+        except BaseException:
+            for staged, target in reversed(moved):
+                os.rename(target, staged)
+            raise
 
     def _swap_aside(self, dest: Path, put_new: Callable[[], None]) -> None:
         old = dest.parent / f".{dest.name}.vane-old-{self.token}"

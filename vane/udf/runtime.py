@@ -92,13 +92,22 @@ class UdfRuntime:
                 out_rows.extend(result)
         else:
             out_rows = list(results)
-        for row in out_rows:
+        names = self.declared.names
+        expected = set(names)
+        for number, row in enumerate(out_rows):
             if not isinstance(row, dict):
                 raise ContractError(f"{where}: rows must be dicts, got {type(row).__name__}")
-        names = list(dict.fromkeys(k for row in out_rows for k in row))
+            if row.keys() != expected:
+                missing = sorted(expected - row.keys())
+                extra = sorted(row.keys() - expected)
+                raise ContractError(
+                    f"{where}: output row {number} ({row!r}) does not have exactly the declared "
+                    f"columns {names}: missing {missing}, extra {extra}. Return every declared "
+                    "key in every row (None for a null)"
+                )
         if not out_rows:
             return self.declared.empty_table()
-        return conform({n: [r.get(n) for r in out_rows] for n in names}, self.declared, where)
+        return conform({n: [r[n] for r in out_rows] for n in names}, self.declared, where)
 
     # ---- retries and on_error --------------------------------------------------------------
 

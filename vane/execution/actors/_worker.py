@@ -71,6 +71,10 @@ def main(read_fd: int, write_fd: int) -> None:
             except Exception as exc:
                 send(ipc.FAILED, ipc.pack_ids(seq, 0), error_payload(exc))
                 return
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # A UDF calling sys.exit() fails its batch; it does not take the worker down.
+                send(ipc.FAILED, ipc.pack_ids(seq, 0), error_payload(runtime.failure(task, exc)))
+                return
             meta = json.dumps(
                 [outcome.rows_skipped, outcome.rows_nulled, outcome.first_error]
             ).encode()

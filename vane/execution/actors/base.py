@@ -23,6 +23,11 @@ class Actor(ABC):
 
     index: int
 
+    @property
+    def alive(self) -> bool:
+        """False once the actor is known to be gone (its process died); no batch goes to it."""
+        return True
+
     @abstractmethod
     def submit(self, task: Task) -> Future[BatchOutcome]: ...
 
@@ -41,6 +46,7 @@ class ActorPool(ABC):
         # Signalled when an actor joins the pool (a replacement for a dead one, say).
         self._joined = threading.Condition(self._lock)
         self._broken: BaseException | None = None
+        self._closed = False
         self._next_index = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -48,8 +54,16 @@ class ActorPool(ABC):
     def start(self) -> None:
         """Start the minimum number of actors, side by side (each may take seconds to load a
         model); a UDF whose constructor raises fails here, and the others are stopped."""
-        with ThreadPoolExecutor(self.spec.min_actors, thread_name_prefix="vane-start") as ex:
+        ex = ThreadPoolExecutor(self.spec.min_actors, thread_name_prefix="vane-start")
+        try:
             starts = [ex.submit(self._add_actor) for _ in range(self.spec.min_actors)]
+            ex.shutdown(wait=True)
+        except BaseException:
+            # An interrupt while actors load: close the pool so that each start still running
+            # stops its actor as soon as it is up, instead of leaving it behind.
+            ex.shutdown(wait=False, cancel_futures=True)
+            self.teardown(graceful=False)
+            raise
         errors = [e for e in (f.exception() for f in starts) if e is not None]
         if errors:
             self.teardown(graceful=False)
@@ -69,9 +83,13 @@ class ActorPool(ABC):
 
     def _join(self, actor: Actor) -> None:
         with self._lock:
-            self.actors.append(actor)
-            self._load[actor.index] = 0
-            self._joined.notify_all()
+            closed = self._closed
+            if not closed:
+                self.actors.append(actor)
+                self._load[actor.index] = 0
+                self._joined.notify_all()
+        if closed:  # it finished starting after teardown: nobody will use or stop it
+            actor.stop(graceful=False)
 
     def _break(self, error: BaseException) -> None:
         """No actor can be started any more: every later ``submit`` raises ``error``."""
@@ -84,10 +102,14 @@ class ActorPool(ABC):
 
     def teardown(self, *, graceful: bool = True) -> None:
         """Stop every actor; ``graceful=False`` (after a failure) drops queued batches and does
-        not wait for running ones where the backend can avoid it."""
-        for actor in list(self.actors):
+        not wait for running ones where the backend can avoid it. Actors that finish starting
+        later stop themselves (see ``_join``)."""
+        with self._lock:
+            self._closed = True
+            actors, self.actors = list(self.actors), []
+            self._joined.notify_all()
+        for actor in actors:
             actor.stop(graceful=graceful)
-        self.actors.clear()
 
     # ---- work --------------------------------------------------------------------------------
 
@@ -112,15 +134,26 @@ class ActorPool(ABC):
         with self._lock:
             return sum(1 for load in self._load.values() if load)
 
+    def saturated(self) -> bool:
+        """Every actor holds as many batches as it usefully can: work is queueing."""
+        with self._lock:
+            return bool(self._load) and all(
+                load >= self.slots_per_actor for load in self._load.values()
+            )
+
     def submit(self, task: Task) -> Future[BatchOutcome]:
         """Send the batch to the least-loaded actor."""
         with self._lock:
-            # Empty only while a dead actor's replacement starts.
-            while not self.actors and self._broken is None:
-                self._joined.wait()
-            if self._broken is not None:
-                raise self._broken
-            actor = min(self.actors, key=lambda a: self._load[a.index])
+            while True:
+                if self._broken is not None:
+                    raise self._broken
+                if self._closed:
+                    raise RuntimeError("the actor pool is closed")
+                alive = [a for a in self.actors if a.alive]
+                if alive:
+                    break
+                self._joined.wait()  # only while a dead actor's replacement starts
+            actor = min(alive, key=lambda a: self._load[a.index])
             self._load[actor.index] += 1
         future = self._submit_to(actor, task)
         future.add_done_callback(lambda _: self._done(actor.index))

@@ -133,9 +133,17 @@ class SubprocessActor(Actor):
         threading.Thread(target=self._send_loop, daemon=True, name="vane-send").start()
         threading.Thread(target=self._receive_loop, daemon=True, name="vane-receive").start()
 
+    @property
+    def alive(self) -> bool:
+        return not self._dead
+
     def submit(self, task: Task) -> Future[BatchOutcome]:
         future: Future[BatchOutcome] = Future()
         with self._lock:
+            if self._dead:
+                # Died after the pool chose it: the pool sends the batch to another actor.
+                future.set_exception(_Redispatch())
+                return future
             self._pending[task.seq] = (task, future)
         self._outbox.put(task)
         return future
@@ -175,12 +183,14 @@ class SubprocessActor(Actor):
                 future.set_exception(rebuild_error(rest))
         # This thread owns the read end (see _send_loop).
         os.close(self._read_fd)
-        self._dead = True
-        self._outbox.put(None)  # let the sender thread end too
-        returncode = self.process.wait()
         with self._lock:
+            # From here on submit() refuses batches, so none can slip in after the orphans
+            # below are collected.
+            self._dead = True
             orphans = list(self._pending.values())
             self._pending.clear()
+        self._outbox.put(None)  # let the sender thread end too
+        returncode = self.process.wait()
         if not self._stopping:
             self._on_death(self, orphans, returncode)
 
@@ -223,7 +233,6 @@ class SubprocessPool(ActorPool):
         self._slots: dict[int, int] = {}
         self._deaths: dict[int, int] = {}
         self._outer: dict[int, Future[BatchOutcome]] = {}  # by task seq, across re-dispatches
-        self._closed = False
 
     def _start_actor(self, index: int, slot: int | None = None) -> Actor:
         slot = index if slot is None else slot
@@ -253,6 +262,9 @@ class SubprocessPool(ActorPool):
 
         def relay(done: Future[BatchOutcome]) -> None:
             exc = done.exception()
+            if isinstance(exc, _Redispatch) and not outer.done():
+                self._dispatch(task, outer)
+                return
             if isinstance(exc, _Orphaned) or outer.done():
                 return  # its actor died: _actor_died sent the batch elsewhere or failed it
             with self._lock:
@@ -262,7 +274,13 @@ class SubprocessPool(ActorPool):
             else:
                 outer.set_result(done.result())
 
-        super().submit(task).add_done_callback(relay)
+        try:
+            inner = super().submit(task)
+        except BaseException as exc:  # the pool closed or broke meanwhile
+            if not outer.done():
+                outer.set_exception(exc)
+            return
+        inner.add_done_callback(relay)
 
     def _actor_died(
         self,
@@ -321,11 +339,10 @@ class SubprocessPool(ActorPool):
         for task, outer in retry:
             self._dispatch(task, outer)
 
-    def teardown(self, *, graceful: bool = True) -> None:
-        with self._lock:
-            self._closed = True
-        super().teardown(graceful=graceful)
-
 
 class _Orphaned(Exception):
     """Marks an attempt whose actor died; the batch was sent to another actor."""
+
+
+class _Redispatch(Exception):
+    """Marks a batch given to an actor that had just died; it goes to another actor."""

@@ -41,7 +41,12 @@ class ThreadActor(Actor):
 
     async def _run(self, task: Task) -> BatchOutcome:
         async with self._slots:
-            return await self._runtime.run(task)
+            try:
+                return await self._runtime.run(task)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # Raised out of the event loop these would end this actor's thread and leave
+                # the batch's future waiting forever: report them as the UDF's failure.
+                raise self._runtime.failure(task, exc) from exc
 
     def submit(self, task: Task) -> Future[BatchOutcome]:
         return asyncio.run_coroutine_threadsafe(self._run(task), self._loop)

@@ -1,0 +1,136 @@
+"""Fault paths found in review: each of these once hung, leaked, lost a batch or raised the
+wrong error."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pyarrow as pa
+import pytest
+
+import vane
+from tests.integration import udfs
+from vane.errors import ExecutionError, SchemaMismatchError, SinkError, UDFError
+from vane.execution.actors.thread import ThreadPool
+from vane.udf.spec import build_spec
+
+
+def _spec(fn: object):  # type: ignore[no-untyped-def]
+    return build_spec(
+        "map_batches",
+        fn,
+        kind="batch",
+        batch_size=None,
+        execution_backend="thread",
+        concurrency=1,
+        gpus=0,
+        cpus=None,
+        memory=None,
+        fn_constructor_args=(),
+        fn_constructor_kwargs=None,
+        fn_kwargs=None,
+        max_concurrency_per_actor=None,
+        max_retries=0,
+        on_error="raise",
+        preserve_order=True,
+    )
+
+
+def test_an_actor_that_finishes_starting_after_teardown_is_stopped():
+    pool = ThreadPool(_spec(udfs.Chatty), pa.schema([("id", pa.int64())]), "Chatty")
+    pool.teardown()
+    pool._add_actor()  # a start that was still loading the model when the pool closed
+    assert pool.actors == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("vane-actor-")]
+
+
+@pytest.mark.timeout(60)
+def test_system_exit_in_a_thread_udf_fails_the_step_instead_of_hanging():
+    out = vane.range(20).map_batches(udfs.ExitOnRow, schema={"id": "BIGINT"}, batch_size=4)
+    with pytest.raises(UDFError, match=r"rows 4\.\.7.*SystemExit: bad config"):
+        out.to_arrow()
+
+
+@pytest.mark.timeout(120)
+def test_system_exit_in_a_worker_fails_the_step():
+    out = vane.range(20).map_batches(
+        udfs.ExitOnRow,
+        schema={"id": "BIGINT"},
+        batch_size=4,
+        execution_backend="subprocess_actor",
+    )
+    with pytest.raises(UDFError, match="SystemExit: bad config"):
+        out.to_arrow()
+
+
+def test_an_error_after_a_udf_is_reported_not_a_generator_exit(tmp_path):
+    rel = vane.range(100).map_batches(udfs.noop, schema={"id": "BIGINT"}, batch_size=10)
+    bad = rel.with_column("v", "CASE WHEN id = 55 THEN error('row 55 is bad') ELSE id END")
+    with pytest.raises(ExecutionError, match="row 55 is bad"):
+        bad.write_parquet(tmp_path / "out")
+    with pytest.raises(ExecutionError, match="row 55 is bad"):
+        list(bad.iter_batches(10))
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_error_in_a_udfs_input_is_an_execution_error():
+    bad_input = vane.range(100).with_column(
+        "v", "CASE WHEN id = 70 THEN error('bad input row') ELSE id END"
+    )
+    out = bad_input.map_batches(udfs.noop, schema={"id": "BIGINT", "v": "BIGINT"})
+    with pytest.raises(ExecutionError, match="bad input row") as info:
+        out.to_arrow()
+    assert "noop" in str(info.value)
+
+
+def test_map_rows_must_have_exactly_the_declared_keys():
+    out = vane.range(3).map(
+        lambda row: {"id": row["id"]} if row["id"] == 2 else {"id": row["id"], "label": "x"},
+        schema={"id": "BIGINT", "label": "VARCHAR"},
+    )
+    with pytest.raises(SchemaMismatchError, match=r"output row 2 .*missing \['label'\]"):
+        out.to_arrow()
+
+
+def test_autoscaling_does_not_add_actors_a_slow_input_cannot_feed():
+    slow = vane.range(1500).map_batches(udfs.SlowSource, schema={"id": "BIGINT"}, batch_size=100)
+    out = slow.map_batches(
+        udfs.SlowThreadTagger,  # 50 ms per batch: half as slow as its input
+        schema={"id": "BIGINT", "actor": "VARCHAR"},
+        batch_size=100,
+        concurrency=(1, 4),
+    )
+    assert len(set(out.to_arrow()["actor"].to_pylist())) == 1
+
+
+def test_a_file_that_appears_during_a_write_is_not_replaced(tmp_path):
+    target = tmp_path / "out.parquet"
+    rel = vane.range(10).map_batches(
+        udfs.CreateFileMidway, schema={"id": "BIGINT"}, fn_constructor_args=(str(target),)
+    )
+    with pytest.raises(SinkError, match="appeared while writing"):
+        rel.write_parquet(target)
+    assert target.read_text() == "someone else's file"
+    assert os.listdir(tmp_path) == ["out.parquet"]
+
+
+def test_a_failed_append_takes_back_the_files_it_moved(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    vane.range(5).write_parquet(out)
+    before = sorted(os.listdir(out))
+    real_rename = os.rename
+    calls = {"n": 0}
+
+    def rename_fails_on_the_second_file(src, dst):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr("vane.io.commit.os.rename", rename_fails_on_the_second_file)
+    with pytest.raises(SinkError, match="disk full"):
+        vane.range(30).write_parquet(out, mode="append", rows_per_file=10)
+    monkeypatch.undo()
+    assert sorted(os.listdir(out)) == before
+    assert sorted(os.listdir(tmp_path)) == ["out"]
