@@ -71,9 +71,12 @@ class Relation:
     def columns(self) -> list[str]:
         return list(self._plan.schema.names)
 
-    def explain(self) -> str:
-        """The logical plan as text, one line per step, the final step first."""
-        return explain_plan(self._plan)
+    def explain(self, optimized: bool = False) -> str:
+        """The logical plan as text, one line per step, the final step first; with
+        ``optimized=True``, the plan as it will run, after the optimizer's rewrites."""
+        from vane.plan.optimizer import optimize
+
+        return explain_plan(optimize(self._plan) if optimized else self._plan)
 
     def __repr__(self) -> str:
         return f"Relation[{describe_schema(self.schema)}]\n{self.explain()}"

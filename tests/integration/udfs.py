@@ -212,3 +212,23 @@ class CreateFileMidway:
         if not self.path.exists():
             self.path.write_text("someone else's file")
         return pa.table({"id": batch["id"]})
+
+
+class ShoutReadsOnlyText:
+    """A pass-through UDF: it must receive only the column it reads."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        assert batch.column_names == ["text"], batch.column_names
+        return pa.table({"shout": [t.upper() + "!" for t in batch["text"].to_pylist()]})
+
+
+class ShoutFailsOnBad:
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = batch["text"].to_pylist()
+        if any("bad" in t for t in texts):
+            raise ValueError("bad text")
+        return pa.table({"shout": [t.upper() for t in texts]})
+
+
+def drop_first_row(batch: pa.Table) -> pa.Table:
+    return pa.table({"shout": batch["text"].to_pylist()[1:]})

@@ -23,6 +23,8 @@ from vane.observe.events import EventBus, global_subscribers
 from vane.observe.progress import ProgressDisplay, wants_progress
 from vane.plan.explain import explain
 from vane.plan.nodes import PlanNode, UdfStep, duckdb_message
+from vane.plan.optimizer import optimize
+from vane.udf.spec import output_schema
 
 
 class Execution:
@@ -63,7 +65,15 @@ class Execution:
         spec = node.udf
         batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
         source = self.reader(node.input, batch_size)
-        stage = UdfStage(spec, node.schema, spec.name, source, self.events)
+        udf_schema = output_schema(spec, node.declared)
+        stage = UdfStage(
+            spec,
+            udf_schema=udf_schema,
+            schema=node.schema,
+            step=spec.name,
+            source=source,
+            events=self.events,
+        )
         return pa.RecordBatchReader.from_batches(node.schema, self._guard(stage.batches()))
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -112,9 +122,12 @@ def _action(plan: PlanNode) -> Iterator[Execution]:
 
 
 class LocalRunner:
+    """Each action optimizes the plan, then runs it in one ``Execution``."""
+
     name = "local"
 
     def to_arrow(self, plan: PlanNode) -> pa.Table:
+        plan = optimize(plan)
         with _action(plan) as execution:
             if isinstance(plan, UdfStep):
                 return execution.udf_reader(plan).read_all()
@@ -122,12 +135,14 @@ class LocalRunner:
             return table
 
     def count(self, plan: PlanNode) -> int:
+        plan = optimize(plan)
         with _action(plan) as execution:
             rows = execution.relation(plan).aggregate("count(*)").fetchall()
             return int(rows[0][0])
 
     def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
         """Record batches of up to ``batch_size`` rows, produced as they are read."""
+        plan = optimize(plan)
         with _action(plan) as execution:
             for batch in execution.reader(plan, batch_size):
                 # A UDF's batches have the UDF's size: cut them (zero-copy) to the size asked.
@@ -136,5 +151,6 @@ class LocalRunner:
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         sink.check_schema(plan.schema)
+        plan = optimize(plan)
         with _action(plan) as execution:
             return sink.write(plan, execution)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from vane._arrow import Rechunker
@@ -30,12 +31,17 @@ class UdfStage:
     def __init__(
         self,
         spec: UdfSpec,
+        *,
+        udf_schema: pa.Schema,
         schema: pa.Schema,
         step: str,
         source: pa.RecordBatchReader,
         events: EventBus,
     ) -> None:
+        """``udf_schema`` is what the actors return; ``schema`` what the stage yields (the same,
+        or for a pass-through step the input columns followed by it)."""
         self.spec = spec
+        self.udf_schema = udf_schema
         self.schema = schema
         self.step = step
         self.source = source
@@ -61,9 +67,10 @@ class UdfStage:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
-        pool = make_pool(self.spec, self.schema, self.step)
-        # Batches in flight and their input row counts, in submission order.
-        inflight: dict[Future[BatchOutcome], int] = {}
+        pool = make_pool(self.spec, self.udf_schema, self.step)
+        # Batches in flight and their input rows, in submission order.
+        inflight: dict[Future[BatchOutcome], pa.Table] = {}
+        reads = self.spec.reads
         failed = True
         try:
             pool.start()
@@ -71,7 +78,8 @@ class UdfStage:
             saturated_since: float | None = None
             offset = 0
             for seq, chunk in enumerate(self._chunks()):
-                inflight[pool.submit(Task(seq, offset, chunk))] = chunk.num_rows
+                shipped = chunk.select(list(reads)) if reads is not None else chunk
+                inflight[pool.submit(Task(seq, offset, shipped))] = chunk
                 offset += chunk.num_rows
                 # Hand on whatever is finished, so in-flight counts only real backlog.
                 while inflight and self._next_is_ready(inflight):
@@ -96,20 +104,21 @@ class UdfStage:
             pool.teardown(graceful=not failed)
         self._finish(time.perf_counter() - started)
 
-    def _next_is_ready(self, inflight: dict[Future[BatchOutcome], int]) -> bool:
+    def _next_is_ready(self, inflight: dict[Future[BatchOutcome], pa.Table]) -> bool:
         if self.spec.preserve_order:
             return next(iter(inflight)).done()
         return any(f.done() for f in inflight)
 
     def _next_outputs(
-        self, inflight: dict[Future[BatchOutcome], int], busy: int, actors: int
+        self, inflight: dict[Future[BatchOutcome], pa.Table], busy: int, actors: int
     ) -> Iterator[pa.RecordBatch]:
         if self.spec.preserve_order:
             future = next(iter(inflight))
         else:
             done, _ = wait(inflight, return_when=FIRST_COMPLETED)
             future = next(f for f in inflight if f in done)
-        rows_in = inflight.pop(future)
+        chunk = inflight.pop(future)
+        rows_in = chunk.num_rows
         outcome = future.result()  # a UDF error raises here, with its cause
         self.rows_skipped += outcome.rows_skipped
         self.rows_nulled += outcome.rows_nulled
@@ -117,9 +126,19 @@ class UdfStage:
         self.rows_in += rows_in
         self.rows_out += outcome.table.num_rows
         self.events.emit(BatchDone(self.step, rows_in, outcome.table.num_rows, busy, actors))
-        for batch in outcome.table.to_batches():
+        table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
+        for batch in table.to_batches():
             if batch.num_rows:
                 yield batch
+
+    def _carry(self, chunk: pa.Table, outcome: BatchOutcome) -> pa.Table:
+        """The input columns (less the rows on_error='skip' dropped) joined by position with
+        the UDF's columns: no copy of either side."""
+        if outcome.dropped:
+            keep = np.ones(chunk.num_rows, dtype=bool)
+            keep[outcome.dropped] = False
+            chunk = chunk.filter(pa.array(keep))
+        return pa.Table.from_arrays(chunk.columns + outcome.table.columns, schema=self.schema)
 
     def _finish(self, seconds: float) -> None:
         self.events.emit(

@@ -649,7 +649,20 @@ class UdfStep(PlanNode):
     declared: pa.Schema
 
     def __post_init__(self) -> None:
-        self._set_schema(output_schema(self.udf, self.declared))
+        spec = self.udf
+        names = self.input.schema.names
+        if spec.reads is not None:
+            _check_columns(spec.verb, spec.reads, self.input)
+        produced = output_schema(spec, self.declared)
+        if spec.passthrough:
+            clash = [n for n in produced.names if n in names]
+            if clash:
+                raise PlanError(
+                    f"{spec.verb}(): output column(s) {clash} would shadow input columns of the "
+                    "same name; choose other output names, or drop those input columns first"
+                )
+            produced = pa.schema(list(self.input.schema) + list(produced))
+        self._set_schema(produced)
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
@@ -681,5 +694,10 @@ class UdfStep(PlanNode):
             fields.append(f"on_error={spec.on_error}")
         if not spec.preserve_order:
             fields.append("preserve_order=False")
+        if spec.reads is not None:
+            fields.append(f"reads=[{', '.join(spec.reads)}]")
         columns = ", ".join(self.declared.names)
-        return f"{_VERB_KIND[spec.verb]} {spec.name} -> [{columns}] {' '.join(fields)}"
+        keeps = "input + " if spec.passthrough else ""
+        return f"{_VERB_KIND.get(spec.verb, 'Udf')} {spec.name} -> {keeps}[{columns}] " + " ".join(
+            fields
+        )

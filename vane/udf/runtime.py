@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +29,9 @@ class BatchOutcome:
     rows_skipped: int = 0
     rows_nulled: int = 0
     first_error: str | None = None
+    # Positions (within the batch) of the input rows that on_error="skip" dropped: a
+    # pass-through step drops the same rows from the columns it carries.
+    dropped: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,16 @@ class UdfRuntime:
 
     async def call(self, table: pa.Table) -> pa.Table:
         """Run the UDF on ``table`` and conform its output; user errors propagate as they are."""
+        out = await self._call_and_conform(table)
+        if self.spec.passthrough and out.num_rows != table.num_rows:
+            raise ContractError(
+                f"{self.spec.verb} step `{self.step}` returned {out.num_rows} rows for "
+                f"{table.num_rows}; a step that keeps its input columns needs one output row "
+                "per input row, in order"
+            )
+        return out
+
+    async def _call_and_conform(self, table: pa.Table) -> pa.Table:
         where = f"{self.spec.verb} step `{self.step}`"
         if self.spec.kind == "batch":
             return conform(await self._call_one(table), self.declared, where)
@@ -125,9 +138,9 @@ class UdfRuntime:
         assert error is not None
         if self.spec.on_error == "raise":
             raise self.failure(task, error) from error
-        pieces, skipped, nulled = await self._salvage(task.table, error)
+        pieces, dropped, nulled = await self._salvage(task.table, 0, error)
         table = pa.concat_tables(pieces) if pieces else self._empty()
-        return BatchOutcome(table, skipped, nulled, describe_exception(error))
+        return BatchOutcome(table, len(dropped), nulled, describe_exception(error), dropped)
 
     def failure(self, task: Task, error: BaseException) -> UDFError:
         end = task.offset + task.table.num_rows - 1
@@ -149,30 +162,37 @@ class UdfRuntime:
     def _empty(self) -> pa.Table:
         return self._complete(self.declared.empty_table()).table
 
-    async def _salvage(self, table: pa.Table, error: Exception) -> tuple[list[pa.Table], int, int]:
+    async def _salvage(
+        self, table: pa.Table, start: int, error: Exception
+    ) -> tuple[list[pa.Table], list[int], int]:
         """Bisect a failing batch down to the rows that fail; keep the output of the others.
-        Failing rows are dropped ("skip") or become one row of nulls with the error ("null")."""
+        Failing rows are dropped ("skip": their positions, counted from ``start``, are
+        returned) or become one row of nulls with the error ("null")."""
         if table.num_rows <= 1:
             if self.spec.on_error == "skip":
-                return [], table.num_rows, 0
+                return [], list(range(start, start + table.num_rows)), 0
             row: dict[str, list[str | None]] = {name: [None] for name in self.declared.names}
             row[ERROR_COLUMN] = [describe_exception(error)]
             full = self.declared.append(pa.field(ERROR_COLUMN, pa.string()))
-            return [pa.table(row, schema=full)], 0, 1
+            return [pa.table(row, schema=full)], [], 1
         middle = table.num_rows // 2
         pieces: list[pa.Table] = []
-        skipped = nulled = 0
-        for part in (table.slice(0, middle), table.slice(middle)):
+        dropped: list[int] = []
+        nulled = 0
+        for part, offset in (
+            (table.slice(0, middle), start),
+            (table.slice(middle), start + middle),
+        ):
             try:
                 pieces.append(self._complete(await self.call(part)).table)
             except ContractError:
                 raise
             except Exception as exc:
-                more, s, n = await self._salvage(part, exc)
+                more, lost, n = await self._salvage(part, offset, exc)
                 pieces.extend(more)
-                skipped += s
+                dropped.extend(lost)
                 nulled += n
-        return pieces, skipped, nulled
+        return pieces, dropped, nulled
 
 
 def format_traceback(exc: BaseException) -> str:

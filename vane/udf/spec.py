@@ -57,6 +57,12 @@ class UdfSpec:
     max_retries: int = 0
     on_error: OnError = "raise"
     preserve_order: bool = True
+    # The input columns shipped to the actors (None: all of them).
+    reads: tuple[str, ...] | None = None
+    # Output = the input columns, carried past the actors and joined back by position, then
+    # the UDF's columns: one output row per input row. Such a step is row-wise by contract,
+    # which lets the optimizer move filters and projections on input columns below it.
+    passthrough: bool = False
 
     @property
     def is_class(self) -> bool:
@@ -138,6 +144,8 @@ def build_spec(
     max_retries: int,
     on_error: str,
     preserve_order: bool,
+    reads: tuple[str, ...] | None = None,
+    passthrough: bool = False,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
     _check_callable(verb, fn, bool(fn_constructor_args or fn_constructor_kwargs))
@@ -168,6 +176,11 @@ def build_spec(
             f"{verb}(): on_error={on_error!r} is not one of {', '.join(ON_ERROR)}"
         )
     _positive_int(verb, "max_retries", max_retries, allow_zero=True)
+    if passthrough and kind == "flat":
+        raise ConfigurationError(
+            f"{verb}(): a step that keeps its input columns needs one output row per input row, "
+            "which flat_map does not give"
+        )
     per_actor = (
         DEFAULT_MAX_CONCURRENCY_PER_ACTOR
         if max_concurrency_per_actor is None
@@ -199,6 +212,8 @@ def build_spec(
         max_retries=max_retries,
         on_error=on_error,  # type: ignore[arg-type]
         preserve_order=bool(preserve_order),
+        reads=tuple(reads) if reads is not None else None,
+        passthrough=passthrough,
     )
 
 

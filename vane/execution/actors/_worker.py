@@ -76,7 +76,7 @@ def main(read_fd: int, write_fd: int) -> None:
                 send(ipc.FAILED, ipc.pack_ids(seq, 0), error_payload(runtime.failure(task, exc)))
                 return
             meta = json.dumps(
-                [outcome.rows_skipped, outcome.rows_nulled, outcome.first_error]
+                [outcome.rows_skipped, outcome.rows_nulled, outcome.first_error, outcome.dropped]
             ).encode()
             send(
                 ipc.RESULT,

@@ -176,9 +176,9 @@ class SubprocessActor(Actor):
             with self._lock:
                 _, future = self._pending.pop(seq)
             if kind == ipc.RESULT:
-                skipped, nulled, first_error = json.loads(bytes(rest[:extra]))
+                skipped, nulled, first_error, dropped = json.loads(bytes(rest[:extra]))
                 table = ipc.buffer_to_table(rest[extra:])
-                future.set_result(BatchOutcome(table, skipped, nulled, first_error))
+                future.set_result(BatchOutcome(table, skipped, nulled, first_error, dropped))
             else:
                 future.set_exception(rebuild_error(rest))
         # This thread owns the read end (see _send_loop).

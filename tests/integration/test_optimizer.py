@@ -1,0 +1,169 @@
+"""Pass-through UDF steps (input columns + the UDF's columns, one row per row) and the optimizer
+rules that move filters and projections below them: golden plans before and after, plus equal
+results and proof that the model saw less."""
+
+from __future__ import annotations
+
+import pytest
+
+import vane
+from tests.integration import udfs
+from vane.errors import PlanError, SchemaMismatchError
+from vane.observe.events import StageFinished, subscribe
+from vane.plan.nodes import UdfStep
+from vane.relation import Relation
+from vane.types import to_arrow_schema
+from vane.udf.spec import build_spec
+
+
+def keep_columns(
+    rel: Relation, fn: object, *, reads: tuple[str, ...], schema: dict[str, str], **options: object
+) -> Relation:
+    """A pass-through step, as the AI functions build them."""
+    settings: dict[str, object] = {
+        "batch_size": 4,
+        "execution_backend": None,
+        "concurrency": 1,
+        "gpus": 0,
+        "cpus": None,
+        "memory": None,
+        "fn_constructor_args": (),
+        "fn_constructor_kwargs": None,
+        "fn_kwargs": None,
+        "max_concurrency_per_actor": None,
+        "max_retries": 0,
+        "on_error": "raise",
+        "preserve_order": True,
+    }
+    settings.update(options)
+    spec = build_spec(
+        "map_batches",
+        fn,
+        kind="batch",
+        reads=reads,
+        passthrough=True,
+        **settings,  # type: ignore[arg-type]
+    )
+    return Relation(UdfStep(rel.plan, spec, to_arrow_schema(schema)))
+
+
+def reviews() -> Relation:
+    return vane.from_pydict(
+        {
+            "id": list(range(10)),
+            "text": [f"review {i}" for i in range(10)],
+            "blob": [b"x" * 100] * 10,
+        }
+    )
+
+
+def shout(rel: Relation, **options: object) -> Relation:
+    return keep_columns(
+        rel, udfs.ShoutReadsOnlyText, reads=("text",), schema={"shout": "VARCHAR"}, **options
+    )
+
+
+def rows_seen(rel: Relation) -> tuple[list[dict], int]:
+    seen: list[object] = []
+    unsubscribe = subscribe(seen.append)
+    try:
+        rows = rel.to_pylist()
+    finally:
+        unsubscribe()
+    return rows, sum(e.rows_in for e in seen if isinstance(e, StageFinished))
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_a_pass_through_step_ships_only_what_it_reads_and_keeps_the_rest(backend):
+    out = shout(reviews(), execution_backend=backend)
+    assert out.columns == ["id", "text", "blob", "shout"]
+    rows = out.to_pylist()
+    assert [r["shout"] for r in rows] == [f"REVIEW {i}!" for i in range(10)]
+    assert [r["id"] for r in rows] == list(range(10))
+    assert "MapBatches ShoutReadsOnlyText -> input + [shout]" in out.explain()
+    assert "reads=[text]" in out.explain()
+
+
+def test_skipped_rows_leave_the_carried_columns_too():
+    texts = ["ok 0", "ok 1", "bad 2", "ok 3", "ok 4", "ok 5"]
+    rel = vane.from_pydict({"id": list(range(6)), "text": texts})
+    out = keep_columns(
+        rel,
+        udfs.ShoutFailsOnBad,
+        reads=("text",),
+        schema={"shout": "VARCHAR"},
+        on_error="skip",
+    )
+    with pytest.warns(UserWarning, match="skipped 1 row"):
+        rows = out.to_pylist()
+    assert [(r["id"], r["shout"]) for r in rows] == [
+        (0, "OK 0"),
+        (1, "OK 1"),
+        (3, "OK 3"),
+        (4, "OK 4"),
+        (5, "OK 5"),
+    ]
+
+
+def test_a_pass_through_step_needs_one_row_per_row_and_new_names():
+    rel = vane.from_pydict({"id": [1, 2], "text": ["a", "b"]})
+    out = keep_columns(rel, udfs.drop_first_row, reads=("text",), schema={"shout": "VARCHAR"})
+    with pytest.raises(SchemaMismatchError, match="returned 1 rows for 2"):
+        out.to_arrow()
+    with pytest.raises(PlanError, match="would shadow input columns"):
+        keep_columns(rel, udfs.drop_first_row, reads=("text",), schema={"text": "VARCHAR"})
+    with pytest.raises(PlanError, match="no column named 'nope'"):
+        keep_columns(rel, udfs.drop_first_row, reads=("nope",), schema={"shout": "VARCHAR"})
+
+
+def test_a_filter_on_input_columns_runs_before_the_model():
+    rel = shout(reviews()).filter("id >= 7")
+    assert rel.explain() == (
+        "Filter id >= 7\n"
+        "  MapBatches ShoutReadsOnlyText -> input + [shout] backend=thread batch_size=4 "
+        "concurrency=1 reads=[text]\n"
+        "    FromArrow rows=10"
+    )
+    assert rel.explain(optimized=True) == (
+        "MapBatches ShoutReadsOnlyText -> input + [shout] backend=thread batch_size=4 "
+        "concurrency=1 reads=[text]\n"
+        "  Filter id >= 7\n"
+        "    FromArrow rows=10"
+    )
+    rows, seen = rows_seen(rel)
+    assert [r["shout"] for r in rows] == ["REVIEW 7!", "REVIEW 8!", "REVIEW 9!"]
+    assert seen == 3  # the model got 3 rows, not 10
+
+
+def test_a_filter_on_the_models_output_stays_after_it():
+    rel = shout(reviews()).filter("shout LIKE '%9!'")
+    assert rel.explain(optimized=True) == rel.explain()
+    rows, seen = rows_seen(rel)
+    assert [r["id"] for r in rows] == [9] and seen == 10
+
+
+def test_unused_input_columns_are_dropped_before_the_step():
+    rel = shout(reviews()).select("id", "shout")
+    assert rel.explain(optimized=True) == (
+        "Select id, shout\n"
+        "  MapBatches ShoutReadsOnlyText -> input + [shout] backend=thread batch_size=4 "
+        "concurrency=1 reads=[text]\n"
+        '    Select "id", "text"\n'
+        "      FromArrow rows=10"
+    )
+    assert rel.to_pylist()[0] == {"id": 0, "shout": "REVIEW 0!"}
+    dropped = shout(reviews()).drop("blob", "text")
+    assert dropped.explain(optimized=True).splitlines()[0] == "Drop text"
+    assert 'Select "id", "text"' in dropped.explain(optimized=True)
+    assert dropped.to_pylist()[1] == {"id": 1, "shout": "REVIEW 1!"}
+
+
+def test_map_batches_is_never_rewritten():
+    rel = (
+        reviews()
+        .map_batches(udfs.noop, schema={"id": "BIGINT", "text": "VARCHAR", "blob": "BLOB"})
+        .filter("id > 5")
+        .select("id")
+    )
+    assert rel.explain(optimized=True) == rel.explain()
+    assert rel.count() == 4
