@@ -64,7 +64,8 @@ class Execution:
 
         spec = node.udf
         batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
-        source = self.reader(node.input, batch_size)
+        # DuckDB streams large batches most cheaply; the stage cuts them to batch_size.
+        source = self.reader(node.input, max(batch_size, _SOURCE_BATCH_ROWS))
         udf_schema = output_schema(spec, node.declared)
         stage = UdfStage(
             spec,
@@ -102,6 +103,10 @@ class Execution:
             cursor.close()
         self._cursors.clear()
 
+
+# Rows per batch read from DuckDB into a UDF stage (measured: 1,024-row reads cost more than
+# the UDF handoff itself on a no-op).
+_SOURCE_BATCH_ROWS = 65_536
 
 _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
 
