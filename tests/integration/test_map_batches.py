@@ -190,7 +190,7 @@ def test_retries_then_success():
         failing.to_arrow()
 
 
-def test_a_dead_worker_is_replaced_and_its_batch_retried(tmp_path, capfd):
+def test_a_dead_worker_is_replaced_and_its_batch_retried(tmp_path, caplog):
     out = vane.range(200).map_batches(
         udfs.DieOnce,
         schema={"id": "BIGINT", "pid": "BIGINT"},
@@ -201,7 +201,7 @@ def test_a_dead_worker_is_replaced_and_its_batch_retried(tmp_path, capfd):
     table = out.to_arrow()
     assert table["id"].to_pylist() == list(range(200))
     assert len(set(table["pid"].to_pylist())) == 2  # the first worker, then its replacement
-    assert "exited with code 3" in capfd.readouterr().err
+    assert "exited with code 3; starting a replacement" in caplog.text
 
 
 def test_a_worker_that_always_dies_fails_with_its_exit_code():
@@ -340,7 +340,7 @@ def test_exit_descriptions_name_the_signal():
     assert exit_description(3) == "exited with code 3"
 
 
-def test_a_worker_killed_by_a_signal_is_replaced(tmp_path, capfd):
+def test_a_worker_killed_by_a_signal_is_replaced(tmp_path, caplog):
     out = vane.range(100).map_batches(
         udfs.KillOnce,
         schema={"id": "BIGINT"},
@@ -349,7 +349,7 @@ def test_a_worker_killed_by_a_signal_is_replaced(tmp_path, capfd):
         fn_constructor_args=(str(tmp_path / "killed"),),
     )
     assert out.to_arrow()["id"].to_pylist() == list(range(100))
-    assert "killed by signal SIGKILL" in capfd.readouterr().err
+    assert "killed by signal SIGKILL" in caplog.text
 
 
 def test_progress_appears_on_a_terminal(tmp_path):

@@ -10,6 +10,7 @@ process's exit code or signal.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -31,6 +32,8 @@ from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
 
 MAX_DEATHS_PER_BATCH = 3
+
+log = logging.getLogger("vane")
 
 
 class RemoteTraceback(Exception):
@@ -318,10 +321,13 @@ class SubprocessPool(ActorPool):
                 retry.append((task, outer))
         if closed:
             return
-        print(
-            f"vane: {self.spec.name} actor {actor.index} (pid {actor.process.pid}) {how}; "
-            f"starting a replacement and retrying its {len(retry)} batch(es)",
-            file=sys.stderr,
+        log.warning(
+            "%s actor %d (pid %d) %s; starting a replacement and retrying its %d batch(es)",
+            self.spec.name,
+            actor.index,
+            actor.process.pid,
+            how,
+            len(retry),
         )
         try:
             with self._lock:
