@@ -2,11 +2,15 @@
 
 One in-memory database per process; every unit of work takes its own ``cursor()`` because a DuckDB
 connection holds one open result at a time and concurrently streaming steps must not share one.
+Short catalog questions (parse a type name, bind a step against empty tables) share one
+``scratch()`` cursor instead of opening one each time.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import duckdb
 
@@ -21,3 +25,17 @@ def cursor() -> duckdb.DuckDBPyConnection:
         if _connection is None:
             _connection = duckdb.connect(":memory:")
         return _connection.cursor()
+
+
+_scratch_lock = threading.RLock()  # re-entrant: binding a step may ask a type question
+_scratch: duckdb.DuckDBPyConnection | None = None
+
+
+@contextmanager
+def scratch() -> Iterator[duckdb.DuckDBPyConnection]:
+    """The shared cursor for quick questions that read no data, held by one thread at a time."""
+    global _scratch
+    with _scratch_lock:
+        if _scratch is None:
+            _scratch = cursor()
+        yield _scratch

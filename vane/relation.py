@@ -202,25 +202,7 @@ class Relation:
         >>> out.to_pylist()
         [{'id': 0, 'twice': 0}, {'id': 1, 'twice': 2}, {'id': 2, 'twice': 4}]
         """
-        return self._udf(
-            "map_batches",
-            "batch",
-            fn,
-            schema,
-            batch_size=batch_size,
-            execution_backend=execution_backend,
-            concurrency=concurrency,
-            gpus=gpus,
-            cpus=cpus,
-            memory=memory,
-            fn_constructor_args=fn_constructor_args,
-            fn_constructor_kwargs=fn_constructor_kwargs,
-            fn_kwargs=fn_kwargs,
-            max_concurrency_per_actor=max_concurrency_per_actor,
-            max_retries=max_retries,
-            on_error=on_error,
-            preserve_order=preserve_order,
-        )
+        return self._udf("map_batches", "batch", locals())
 
     def map(
         self,
@@ -243,25 +225,7 @@ class Relation:
     ) -> Relation:
         """Like ``map_batches``, one row at a time: ``fn`` takes a row dict and returns a row
         dict. An ``async`` function runs up to ``max_concurrency_per_actor`` rows at once."""
-        return self._udf(
-            "map",
-            "row",
-            fn,
-            schema,
-            batch_size=batch_size,
-            execution_backend=execution_backend,
-            concurrency=concurrency,
-            gpus=gpus,
-            cpus=cpus,
-            memory=memory,
-            fn_constructor_args=fn_constructor_args,
-            fn_constructor_kwargs=fn_constructor_kwargs,
-            fn_kwargs=fn_kwargs,
-            max_concurrency_per_actor=max_concurrency_per_actor,
-            max_retries=max_retries,
-            on_error=on_error,
-            preserve_order=preserve_order,
-        )
+        return self._udf("map", "row", locals())
 
     def flat_map(
         self,
@@ -283,28 +247,14 @@ class Relation:
         preserve_order: bool = True,
     ) -> Relation:
         """Like ``map``, but ``fn`` returns a list of row dicts (none, one or many per row)."""
-        return self._udf(
-            "flat_map",
-            "flat",
-            fn,
-            schema,
-            batch_size=batch_size,
-            execution_backend=execution_backend,
-            concurrency=concurrency,
-            gpus=gpus,
-            cpus=cpus,
-            memory=memory,
-            fn_constructor_args=fn_constructor_args,
-            fn_constructor_kwargs=fn_constructor_kwargs,
-            fn_kwargs=fn_kwargs,
-            max_concurrency_per_actor=max_concurrency_per_actor,
-            max_retries=max_retries,
-            on_error=on_error,
-            preserve_order=preserve_order,
-        )
+        return self._udf("flat_map", "flat", locals())
 
-    def _udf(self, verb: str, kind: Kind, fn: Any, schema: SchemaSpec, **options: Any) -> Relation:
-        spec = build_spec(verb, fn, kind=kind, **options)
+    def _udf(self, verb: str, kind: Kind, arguments: dict[str, Any]) -> Relation:
+        """The step for a UDF verb, from that verb's own arguments (its ``locals()``): the three
+        verbs spell out every option for users and their editors, and forward them here as one."""
+        options = {k: v for k, v in arguments.items() if k not in ("self", "fn", "schema")}
+        spec = build_spec(verb, arguments["fn"], kind=kind, **options)
+        schema = arguments["schema"]
         if spec.backend == "ray_actor" and get_config().runner != "ray":
             raise ConfigurationError(
                 f"{verb}(): execution_backend='ray_actor' runs on a Ray cluster, and the runner "

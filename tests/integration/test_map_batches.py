@@ -352,18 +352,11 @@ def test_a_worker_killed_by_a_signal_is_replaced(tmp_path, caplog):
     assert "killed by signal SIGKILL" in caplog.text
 
 
-def test_progress_appears_on_a_terminal(tmp_path):
+def _stderr_on_a_terminal(script: str) -> str:
     import pty
 
-    script = (
-        "import vane, pyarrow as pa, time\n"
-        "def slow(b):\n"
-        "    time.sleep(0.15)\n"
-        "    return b\n"
-        "vane.range(2000).map_batches(slow, schema={'id': 'BIGINT'}, batch_size=200).to_arrow()\n"
-    )
     primary, secondary = pty.openpty()
-    done = subprocess.run(
+    subprocess.run(
         [sys.executable, "-c", script], stderr=secondary, stdout=subprocess.DEVNULL, check=True
     )
     os.close(secondary)
@@ -377,10 +370,25 @@ def test_progress_appears_on_a_terminal(tmp_path):
             break
         shown += chunk
     os.close(primary)
-    text = shown.decode()
-    assert done.returncode == 0
-    assert "slow: " in text and "rows in" in text and "actors busy" in text
-    assert "2,000 rows in, 2,000 out" in text and "done in" in text
+    return shown.decode()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_progress_appears_on_a_terminal_unless_turned_off(enabled):
+    script = (
+        "import vane, time\n"
+        f"vane.configure(progress={enabled})\n"
+        "def slow(b):\n"
+        "    time.sleep(0.15)\n"
+        "    return b\n"
+        "vane.range(2000).map_batches(slow, schema={'id': 'BIGINT'}, batch_size=200).to_arrow()\n"
+    )
+    text = _stderr_on_a_terminal(script)
+    if enabled:
+        assert "slow: " in text and "rows in" in text and "actors busy" in text
+        assert "2,000 rows in, 2,000 out" in text and "done in" in text
+    else:
+        assert text == ""
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -16,6 +16,7 @@ import pyarrow as pa
 from vane._arrow import Rechunker
 from vane.errors import ExecutionError, VaneError
 from vane.execution.actors import make_pool
+from vane.execution.actors.base import ActorPool
 from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
 from vane.plan.nodes import duckdb_message
 from vane.udf.runtime import BatchOutcome, Task
@@ -83,7 +84,7 @@ class UdfStage:
                 offset += chunk.num_rows
                 # Hand on whatever is finished, so in-flight counts only real backlog.
                 while inflight and self._next_is_ready(inflight):
-                    yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
+                    yield from self._next_outputs(inflight, pool)
                 while len(inflight) >= pool.capacity:
                     if pool.can_scale_up() and pool.saturated():
                         now = time.perf_counter()
@@ -94,9 +95,9 @@ class UdfStage:
                             continue
                     else:
                         saturated_since = None
-                    yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
+                    yield from self._next_outputs(inflight, pool)
             while inflight:
-                yield from self._next_outputs(inflight, pool.busy_actors(), len(pool.actors))
+                yield from self._next_outputs(inflight, pool)
             failed = False
         finally:
             for future in inflight:
@@ -110,7 +111,7 @@ class UdfStage:
         return any(f.done() for f in inflight)
 
     def _next_outputs(
-        self, inflight: dict[Future[BatchOutcome], pa.Table], busy: int, actors: int
+        self, inflight: dict[Future[BatchOutcome], pa.Table], pool: ActorPool
     ) -> Iterator[pa.RecordBatch]:
         if self.spec.preserve_order:
             future = next(iter(inflight))
@@ -125,7 +126,11 @@ class UdfStage:
         self.first_error = self.first_error or outcome.first_error
         self.rows_in += rows_in
         self.rows_out += outcome.table.num_rows
-        self.events.emit(BatchDone(self.step, rows_in, outcome.table.num_rows, busy, actors))
+        self.events.emit(
+            BatchDone(
+                self.step, rows_in, outcome.table.num_rows, pool.busy_actors(), len(pool.actors)
+            )
+        )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
         for batch in table.to_batches():
             if batch.num_rows:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -31,8 +30,6 @@ JoinHow = Literal["inner", "left", "right", "outer", "semi", "anti"]
 FileFormat = Literal["parquet", "csv", "json"]
 
 _serial = itertools.count()
-_bind_lock = threading.Lock()
-_bind_cursor: Cursor | None = None
 
 
 def duckdb_message(exc: BaseException) -> str:
@@ -206,13 +203,6 @@ class RangeScan(Source):
 # SQL steps
 
 
-def _bind_cursor_locked() -> Cursor:
-    global _bind_cursor
-    if _bind_cursor is None:
-        _bind_cursor = _engine.cursor()
-    return _bind_cursor
-
-
 class SqlStep(PlanNode):
     """A node whose output DuckDB computes from its inputs' relations."""
 
@@ -221,8 +211,7 @@ class SqlStep(PlanNode):
 
     def _derive_schema(self) -> None:
         """Bind the step against empty tables of its inputs' schemas: no data is read."""
-        with _bind_lock:
-            cursor = _bind_cursor_locked()
+        with _engine.scratch() as cursor:
             try:
                 empties = [cursor.from_arrow(node.schema.empty_table()) for node in self.inputs]
                 schema = self.apply(cursor, *empties).limit(0).to_arrow_table().schema

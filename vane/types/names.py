@@ -10,7 +10,6 @@ from it.
 from __future__ import annotations
 
 import functools
-import threading
 
 import duckdb
 import pyarrow as pa
@@ -18,19 +17,9 @@ import pyarrow as pa
 from vane import _engine
 from vane.errors import SchemaError
 
-_lock = threading.Lock()
-_cursor: duckdb.DuckDBPyConnection | None = None
-
 # A type name is one expression of the type grammar; anything that could end or extend the
 # statement is rejected before it reaches SQL.
 _FORBIDDEN = (";", "--", "/*")
-
-
-def _shared_cursor() -> duckdb.DuckDBPyConnection:
-    global _cursor
-    if _cursor is None:
-        _cursor = _engine.cursor()
-    return _cursor
 
 
 @functools.lru_cache(maxsize=512)
@@ -44,9 +33,9 @@ def duckdb_to_arrow(name: str) -> pa.DataType:
         raise SchemaError(f"a type name must be a non-empty string such as 'BIGINT', got {name!r}")
     if any(token in name for token in _FORBIDDEN):
         raise SchemaError(f"invalid type name {name!r}: it contains {_FORBIDDEN!r} characters")
-    with _lock:
+    with _engine.scratch() as cursor:
         try:
-            schema = _shared_cursor().sql(f"SELECT NULL::{name} AS t").to_arrow_table().schema
+            schema = cursor.sql(f"SELECT NULL::{name} AS t").to_arrow_table().schema
         except duckdb.Error as exc:
             detail = str(exc).splitlines()[0]
             raise SchemaError(
@@ -64,8 +53,8 @@ def arrow_to_duckdb(arrow_type: pa.DataType) -> str:
     'FLOAT[3]'
     """
     empty = pa.table({"t": pa.array([], type=arrow_type)})
-    with _lock:
+    with _engine.scratch() as cursor:
         try:
-            return str(_shared_cursor().from_arrow(empty).types[0])
+            return str(cursor.from_arrow(empty).types[0])
         except duckdb.Error as exc:
             raise SchemaError(f"Arrow type {arrow_type} has no DuckDB equivalent: {exc}") from exc

@@ -155,12 +155,9 @@ class ActorPool(ABC):
                 self._joined.wait()  # only while a dead actor's replacement starts
             actor = min(alive, key=lambda a: self._load[a.index])
             self._load[actor.index] += 1
-        future = self._submit_to(actor, task)
+        future = actor.submit(task)
         future.add_done_callback(lambda _: self._done(actor.index))
         return future
-
-    def _submit_to(self, actor: Actor, task: Task) -> Future[BatchOutcome]:
-        return actor.submit(task)
 
     def _done(self, index: int) -> None:
         with self._lock:
