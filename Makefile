@@ -34,10 +34,12 @@ demo: $(VENV)/.installed-demo
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples bench
+	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples bench
+	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

@@ -13,7 +13,10 @@ RUNNERS = ("local",)
 class Config:
     runner: str = "local"
     progress: bool = True
-    batch_size: int = 122_880  # rows per Arrow batch when streaming out (DuckDB's row group size)
+    # Rows per Arrow batch that vane reads from DuckDB wherever it streams: into a UDF stage (which
+    # cuts them to the UDF's batch_size), into a sink, and out of iter_batches by default.
+    # Measured: 1,024-row reads cost more than a no-op UDF's handoff; 65,536 amortizes that.
+    batch_size: int = 65_536
 
 
 _config = Config()

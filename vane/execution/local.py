@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
+from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.lowering import lower
@@ -22,7 +23,7 @@ from vane.io.sinks import FileSink, WriteResult
 from vane.observe.events import EventBus, global_subscribers
 from vane.observe.progress import ProgressDisplay, wants_progress
 from vane.plan.explain import explain
-from vane.plan.nodes import PlanNode, UdfStep, duckdb_message
+from vane.plan.nodes import PlanNode, UdfStep
 from vane.plan.optimizer import optimize
 from vane.udf.spec import output_schema
 
@@ -60,12 +61,11 @@ class Execution:
         return self.relation(node).to_arrow_reader(batch_size)
 
     def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader:
-        from vane.execution.stage import DEFAULT_BATCH_SIZE, UdfStage  # actor pools load lazily
+        from vane.execution.stage import UdfStage  # actor pools load lazily
 
         spec = node.udf
-        batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
-        # DuckDB streams large batches most cheaply; the stage cuts them to batch_size.
-        source = self.reader(node.input, max(batch_size, _SOURCE_BATCH_ROWS))
+        # DuckDB streams large batches most cheaply; the stage cuts them to the UDF's batch size.
+        source = self.reader(node.input, max(spec.rows_per_batch, get_config().batch_size))
         udf_schema = output_schema(spec, node.declared)
         stage = UdfStage(
             spec,
@@ -103,10 +103,6 @@ class Execution:
             cursor.close()
         self._cursors.clear()
 
-
-# Rows per batch read from DuckDB into a UDF stage (measured: 1,024-row reads cost more than
-# the UDF handoff itself on a no-op).
-_SOURCE_BATCH_ROWS = 65_536
 
 _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
 

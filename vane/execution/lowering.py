@@ -10,8 +10,9 @@ from typing import Protocol
 import duckdb
 import pyarrow as pa
 
+from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import PlanNode, Source, SqlStep, UdfStep, duckdb_message
+from vane.plan.nodes import PlanNode, Source, SqlStep, UdfStep
 
 Cursor = duckdb.DuckDBPyConnection
 

@@ -14,15 +14,14 @@ import numpy as np
 import pyarrow as pa
 
 from vane._arrow import Rechunker
+from vane._sql import duckdb_message
 from vane.errors import ExecutionError, VaneError
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
-from vane.plan.nodes import duckdb_message
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
 
-DEFAULT_BATCH_SIZE = 1024
 # An autoscaling pool adds an actor once every actor has been busy, with batches waiting, for
 # this long.
 SCALE_UP_AFTER_SECONDS = 0.5
@@ -47,7 +46,7 @@ class UdfStage:
         self.step = step
         self.source = source
         self.events = events
-        self.batch_size = spec.batch_size or DEFAULT_BATCH_SIZE
+        self.batch_size = spec.rows_per_batch
         self.rows_in = self.rows_out = self.rows_skipped = self.rows_nulled = 0
         self.first_error: str | None = None
 

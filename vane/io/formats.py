@@ -8,7 +8,6 @@ rows in order, where an ordered parallel ``COPY`` buffers more as the input grow
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
@@ -97,6 +96,3 @@ class JsonFile:
 
     def close(self) -> None:
         self._file.close()
-
-
-OpenWriter = Callable[[Path, pa.RecordBatch], FileWriter]

@@ -19,10 +19,12 @@ import duckdb
 import pyarrow as pa
 
 from vane._arrow import Rechunker
+from vane._sql import duckdb_message, quote_ident
+from vane.config import get_config
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
 from vane.io.files import SINGLE_FILE_SUFFIXES, is_uri
-from vane.plan.nodes import FileFormat, PlanNode, duckdb_message, quote_ident
+from vane.plan.nodes import FileFormat, PlanNode
 
 if TYPE_CHECKING:
     from vane.io.formats import FileWriter
@@ -44,8 +46,6 @@ _COPY_FORMAT = {
     "json": "FORMAT json",
 }
 _SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
-# Rows per Arrow batch read from DuckDB for writing: large enough to amortize per-batch cost.
-_BATCH_ROWS = 65_536
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,8 @@ class FileSink:
             if self.partition_by:
                 count = self._copy_partitioned(plan, source, staging)
             else:
-                count = self._write_batches(source.reader(plan, _BATCH_ROWS), staging, source)
+                reader = source.reader(plan, get_config().batch_size)
+                count = self._write_batches(reader, staging, source)
             staged = staging.files()
             nbytes = sum(f.stat().st_size for f in staged)
             staging.commit()
@@ -209,7 +210,7 @@ class FileSink:
             return self._copy(cursor, relation, staging, 0)
         # Cut the stream into runs of rows_per_file and COPY each run: every partition file then
         # holds at most that many rows (DuckDB's own file-size options are approximate).
-        reader = source.reader(plan, min(self.rows_per_file, _BATCH_ROWS))
+        reader = source.reader(plan, min(self.rows_per_file, get_config().batch_size))
         rechunker = Rechunker(iter(reader))
         count = part = 0
         while not rechunker.exhausted:

@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
+from vane._sql import duckdb_message, quote_ident, sql_list
 from vane.errors import PlanError, SourceError
 from vane.udf.spec import UdfSpec, output_schema
 
@@ -32,15 +33,8 @@ FileFormat = Literal["parquet", "csv", "json"]
 _serial = itertools.count()
 
 
-def duckdb_message(exc: BaseException) -> str:
-    """DuckDB's own text on one line (it names the missing column, the bad token...)."""
-    return " ".join(str(exc).split())
-
-
 class PlanNode:
     """Base of all plan nodes. Subclasses are frozen dataclasses."""
-
-    kind: ClassVar[str]
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
@@ -91,7 +85,6 @@ class Source(PlanNode):
 class FileScan(Source):
     """Files of one format, already resolved to a list of paths by the io layer."""
 
-    kind: ClassVar[str] = "Read"
     format: FileFormat
     files: tuple[str, ...]
     label: str
@@ -144,7 +137,6 @@ class FileScan(Source):
 class ArrowScan(Source):
     """An in-memory Arrow table; it can be read any number of times."""
 
-    kind: ClassVar[str] = "FromArrow"
     table: pa.Table
 
     def __post_init__(self) -> None:
@@ -161,7 +153,6 @@ class ArrowScan(Source):
 class ArrowStreamScan(Source):
     """A ``RecordBatchReader``: streamed lazily, so it can be read by one action only."""
 
-    kind: ClassVar[str] = "FromArrowStream"
     reader: pa.RecordBatchReader
     _state: dict[str, bool] = field(default_factory=lambda: {"consumed": False}, repr=False)
 
@@ -186,7 +177,6 @@ class ArrowStreamScan(Source):
 class RangeScan(Source):
     """``BIGINT`` ids ``0 .. n-1`` in a column ``id``."""
 
-    kind: ClassVar[str] = "Range"
     n: int
 
     def __post_init__(self) -> None:
@@ -226,15 +216,6 @@ class SqlStep(PlanNode):
         return [name for node in self.inputs for name in node.schema.names]
 
 
-def _sql_list(items: Sequence[str]) -> str:
-    return ", ".join(items)
-
-
-def quote_ident(name: str) -> str:
-    """A column name as a quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _need_texts(step: str, what: str, values: Sequence[object]) -> tuple[str, ...]:
     if not values:
         raise PlanError(f"{step}() needs at least one {what}")
@@ -246,7 +227,6 @@ def _need_texts(step: str, what: str, values: Sequence[object]) -> tuple[str, ..
 
 @dataclass(frozen=True, eq=False)
 class Select(SqlStep):
-    kind: ClassVar[str] = "Select"
     input: PlanNode
     exprs: tuple[str, ...]
 
@@ -259,15 +239,14 @@ class Select(SqlStep):
         return (self.input,)
 
     def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].project(_sql_list(self.exprs))
+        return inputs[0].project(sql_list(self.exprs))
 
     def describe(self) -> str:
-        return f"Select {_sql_list(self.exprs)}"
+        return f"Select {sql_list(self.exprs)}"
 
 
 @dataclass(frozen=True, eq=False)
 class Filter(SqlStep):
-    kind: ClassVar[str] = "Filter"
     input: PlanNode
     predicate: str
 
@@ -290,7 +269,6 @@ class Filter(SqlStep):
 class WithColumn(SqlStep):
     """Add a column, or replace one of the same name in place."""
 
-    kind: ClassVar[str] = "WithColumn"
     input: PlanNode
     name: str
     expr: str
@@ -324,7 +302,6 @@ def _check_columns(step: str, names: Sequence[str], node: PlanNode) -> None:
 
 @dataclass(frozen=True, eq=False)
 class Drop(SqlStep):
-    kind: ClassVar[str] = "Drop"
     input: PlanNode
     names: tuple[str, ...]
 
@@ -340,15 +317,14 @@ class Drop(SqlStep):
         return (self.input,)
 
     def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].project(f"* EXCLUDE ({_sql_list([quote_ident(n) for n in self.names])})")
+        return inputs[0].project(f"* EXCLUDE ({sql_list([quote_ident(n) for n in self.names])})")
 
     def describe(self) -> str:
-        return f"Drop {_sql_list(self.names)}"
+        return f"Drop {sql_list(self.names)}"
 
 
 @dataclass(frozen=True, eq=False)
 class Rename(SqlStep):
-    kind: ClassVar[str] = "Rename"
     input: PlanNode
     mapping: tuple[tuple[str, str], ...]
 
@@ -371,7 +347,7 @@ class Rename(SqlStep):
             f"{quote_ident(n)} AS {quote_ident(renames[n])}" if n in renames else quote_ident(n)
             for n in self.input.schema.names
         ]
-        return inputs[0].project(_sql_list(exprs))
+        return inputs[0].project(sql_list(exprs))
 
     def describe(self) -> str:
         return "Rename " + ", ".join(f"{old} -> {new}" for old, new in self.mapping)
@@ -379,7 +355,6 @@ class Rename(SqlStep):
 
 @dataclass(frozen=True, eq=False)
 class Limit(SqlStep):
-    kind: ClassVar[str] = "Limit"
     input: PlanNode
     n: int
     offset: int = 0
@@ -403,7 +378,6 @@ class Limit(SqlStep):
 
 @dataclass(frozen=True, eq=False)
 class OrderBy(SqlStep):
-    kind: ClassVar[str] = "OrderBy"
     input: PlanNode
     exprs: tuple[str, ...]
 
@@ -416,17 +390,16 @@ class OrderBy(SqlStep):
         return (self.input,)
 
     def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].order(_sql_list(self.exprs))
+        return inputs[0].order(sql_list(self.exprs))
 
     def describe(self) -> str:
-        return f"OrderBy {_sql_list(self.exprs)}"
+        return f"OrderBy {sql_list(self.exprs)}"
 
 
 @dataclass(frozen=True, eq=False)
 class Aggregate(SqlStep):
     """Group keys first, then the aggregates, as ``SELECT keys, aggs ... GROUP BY keys``."""
 
-    kind: ClassVar[str] = "Aggregate"
     input: PlanNode
     aggs: tuple[str, ...]
     group_by: tuple[str, ...] = ()
@@ -442,16 +415,15 @@ class Aggregate(SqlStep):
         return (self.input,)
 
     def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].aggregate(_sql_list(self.group_by + self.aggs), _sql_list(self.group_by))
+        return inputs[0].aggregate(sql_list(self.group_by + self.aggs), sql_list(self.group_by))
 
     def describe(self) -> str:
-        keys = f" by {_sql_list(self.group_by)}" if self.group_by else ""
-        return f"Aggregate {_sql_list(self.aggs)}{keys}"
+        keys = f" by {sql_list(self.group_by)}" if self.group_by else ""
+        return f"Aggregate {sql_list(self.aggs)}{keys}"
 
 
 @dataclass(frozen=True, eq=False)
 class Distinct(SqlStep):
-    kind: ClassVar[str] = "Distinct"
     input: PlanNode
 
     def __post_init__(self) -> None:
@@ -472,7 +444,6 @@ class Distinct(SqlStep):
 class Union(SqlStep):
     """All rows of both inputs (UNION ALL), columns matched by name, never by position."""
 
-    kind: ClassVar[str] = "Union"
     left: PlanNode
     right: PlanNode
 
@@ -492,7 +463,7 @@ class Union(SqlStep):
 
     def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
         # Columns are matched by name: the right side is projected into the left's order.
-        ordered = inputs[1].project(_sql_list([quote_ident(n) for n in self.left.schema.names]))
+        ordered = inputs[1].project(sql_list([quote_ident(n) for n in self.left.schema.names]))
         return inputs[0].union(ordered)
 
     def describe(self) -> str:
@@ -504,7 +475,6 @@ class Join(SqlStep):
     """``on`` names key columns present on both sides (kept once); ``left_on``/``right_on`` pair
     key expressions. Other columns that exist on both sides get ``_right`` on the right's copy."""
 
-    kind: ClassVar[str] = "Join"
     left: PlanNode
     right: PlanNode
     how: JoinHow
@@ -561,11 +531,11 @@ class Join(SqlStep):
                 continue
             alias = f"{name}_right" if name in left_names else name
             exprs.append(f"r.{quote_ident(name)} AS {quote_ident(alias)}")
-        return joined.project(_sql_list(exprs))
+        return joined.project(sql_list(exprs))
 
     def describe(self) -> str:
         if self.on:
-            keys = _sql_list(self.on)
+            keys = sql_list(self.on)
         else:
             keys = " AND ".join(
                 f"{lk} = {rk}" for lk, rk in zip(self.left_on, self.right_on, strict=True)
@@ -580,7 +550,6 @@ _WITH = re.compile(r"^\s*WITH\s+(RECURSIVE\s+)?", re.IGNORECASE)
 class SqlQuery(SqlStep):
     """A user's DuckDB SQL over named inputs (none: a source such as ``vane.sql("SELECT 1")``)."""
 
-    kind: ClassVar[str] = "Sql"
     query: str
     named_inputs: tuple[tuple[str, PlanNode], ...] = ()
 
@@ -611,8 +580,8 @@ class SqlQuery(SqlStep):
         match = _WITH.match(self.query)
         if match:
             head = "WITH " + (match.group(1) or "")
-            return cursor.sql(head + _sql_list(ctes) + ", " + self.query[match.end() :])
-        return cursor.sql("WITH " + _sql_list(ctes) + " " + self.query)
+            return cursor.sql(head + sql_list(ctes) + ", " + self.query[match.end() :])
+        return cursor.sql("WITH " + sql_list(ctes) + " " + self.query)
 
     def describe(self) -> str:
         names = ", ".join(name for name, _ in self.named_inputs)
@@ -632,7 +601,6 @@ class UdfStep(PlanNode):
     """A user's function or class run over batches of its input by an actor pool. Its output is
     the declared schema (plus an ``error`` column with ``on_error="null"``)."""
 
-    kind: ClassVar[str] = "Udf"
     input: PlanNode
     udf: UdfSpec
     declared: pa.Schema

@@ -20,6 +20,8 @@ Kind = Literal["batch", "row", "flat"]
 
 ERROR_COLUMN = "error"
 DEFAULT_MAX_CONCURRENCY_PER_ACTOR = 16
+# Rows per batch handed to a UDF when the step does not say (Ray Data's default too).
+DEFAULT_BATCH_SIZE = 1024
 
 
 def _callable_name(fn: object) -> str:
@@ -71,6 +73,10 @@ class UdfSpec:
     @property
     def is_async(self) -> bool:
         return is_async_callable(self.fn)
+
+    @property
+    def rows_per_batch(self) -> int:
+        return self.batch_size or DEFAULT_BATCH_SIZE
 
     @property
     def name(self) -> str:

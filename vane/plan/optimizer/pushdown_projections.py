@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from vane.plan.nodes import Drop, PlanNode, Select, UdfStep, quote_ident
+from vane._sql import quote_ident
+from vane.plan.nodes import Drop, PlanNode, Select, UdfStep
 
 _PLAIN = re.compile(r'^\s*(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_]*))\s*$')
 
