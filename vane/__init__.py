@@ -21,22 +21,31 @@ from vane.api import (
 )
 from vane.config import configure
 from vane.io.sinks import WriteResult
+from vane.plan.expr import Expr, col, lit, sql_expr
 from vane.relation import Relation
+from vane.udf.decorators import cls, func, method
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Expr",
     "Relation",
     "WriteResult",
+    "cls",
+    "col",
     "configure",
     "errors",
     "from_arrow",
     "from_pandas",
     "from_pydict",
     "from_pylist",
+    "func",
+    "lit",
+    "method",
     "range",
     "read_csv",
     "read_json",
     "read_parquet",
     "sql",
+    "sql_expr",
 ]

@@ -20,6 +20,8 @@ from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
 from vane.plan import nodes
 from vane.plan.explain import explain as explain_plan
+from vane.plan.expr import Expr, as_expr, col
+from vane.plan.parse import parse_sort_key
 from vane.types import SchemaSpec, describe_schema, to_arrow_schema
 from vane.udf.spec import Kind, build_spec
 
@@ -83,17 +85,41 @@ class Relation:
 
     # ---- verbs: each returns a new Relation ------------------------------------------------
 
-    def select(self, *exprs: str) -> Relation:
-        """Keep or compute columns: ``rel.select("id", "price * qty AS total")``."""
-        return Relation(nodes.Select(self._plan, tuple(exprs)))
+    def __getitem__(self, name: str) -> Expr:
+        """The column ``name`` as an expression: ``rel["review"]`` (checked now)."""
+        if not isinstance(name, str) or name not in self.columns:
+            raise PlanError(f"no column named {name!r}; the relation has {', '.join(self.columns)}")
+        return col(name)
 
-    def filter(self, predicate: str) -> Relation:
-        """Keep the rows where a SQL predicate holds: ``rel.filter("score > 0.5")``."""
-        return Relation(nodes.Filter(self._plan, predicate))
+    def _exprs(self, values: Sequence[Any], where: str) -> tuple[Expr, ...]:
+        return tuple(as_expr(v, self.columns, where) for v in values)
 
-    def with_column(self, name: str, expr: str) -> Relation:
-        """Add a column computed by a SQL expression, or replace the column of that name."""
-        return Relation(nodes.WithColumn(self._plan, name, expr))
+    def select(self, *exprs: str | Expr) -> Relation:
+        """Keep or compute columns: names, SQL text or expressions, side by side:
+        ``rel.select("id", "price * qty AS total", (vane.col("x") + 1).alias("y"))``.
+        A string that is exactly a column's name is that column, whatever characters it has."""
+        return Relation(nodes.Select(self._plan, self._exprs(exprs, "select")))
+
+    def filter(self, predicate: str | Expr) -> Relation:
+        """Keep the rows where a predicate holds: ``rel.filter("score > 0.5")`` or
+        ``rel.filter(vane.col("score") > 0.5)``."""
+        (expr,) = self._exprs([predicate], "filter")
+        return Relation(nodes.Filter(self._plan, expr))
+
+    def with_column(self, name: str, expr: str | Expr) -> Relation:
+        """Add a column computed by an expression (SQL text or a vane expression, a column UDF
+        call included), or replace the column of that name in place."""
+        return self.with_columns({name: expr})
+
+    def with_columns(self, columns: Mapping[str, str | Expr]) -> Relation:
+        """Add or replace several columns at once; each is computed from the input as it was."""
+        if not isinstance(columns, Mapping) or not columns:
+            raise PlanError("with_columns() takes a non-empty dict of {name: expression}")
+        items = tuple(
+            (name, as_expr(e, self.columns, f"with_column({name!r})"))
+            for name, e in columns.items()
+        )
+        return Relation(nodes.WithColumns(self._plan, items))
 
     def drop(self, *names: str) -> Relation:
         return Relation(nodes.Drop(self._plan, tuple(names)))
@@ -107,9 +133,27 @@ class Relation:
     def limit(self, n: int, offset: int = 0) -> Relation:
         return Relation(nodes.Limit(self._plan, n, offset))
 
-    def order_by(self, *exprs: str) -> Relation:
-        """Sort by SQL expressions: ``rel.order_by("score DESC", "id")``."""
-        return Relation(nodes.OrderBy(self._plan, tuple(exprs)))
+    def order_by(self, *keys: str | Expr, descending: bool | Sequence[bool] = False) -> Relation:
+        """Sort by keys: column names, SQL (``"score DESC"``, ``"ts NULLS FIRST"``) or
+        expressions; ``descending`` applies to every key, or gives one flag per key."""
+        flags = [descending] * len(keys) if isinstance(descending, bool) else list(descending)
+        if len(flags) != len(keys):
+            raise PlanError(
+                f"order_by(): {len(keys)} key(s) and {len(flags)} descending flag(s); give one "
+                "flag per key, or a single bool for all"
+            )
+        sort_keys = []
+        for key, flag in zip(keys, flags, strict=True):
+            if isinstance(key, str) and key not in self.columns:
+                parsed = parse_sort_key(key)
+                expr = as_expr(parsed.text, self.columns, "order_by")
+                sort_keys.append(
+                    nodes.SortKey(expr, parsed.descending != bool(flag), parsed.nulls_first)
+                )
+            else:
+                (expr,) = self._exprs([key], "order_by")
+                sort_keys.append(nodes.SortKey(expr, bool(flag)))
+        return Relation(nodes.OrderBy(self._plan, tuple(sort_keys)))
 
     def join(
         self,
@@ -142,12 +186,29 @@ class Relation:
             )
         )
 
-    def aggregate(self, *aggs: str, group_by: str | Sequence[str] | None = None) -> Relation:
+    def aggregate(
+        self,
+        *aggs: str | Expr,
+        group_by: str | Expr | Sequence[str | Expr] | None = None,
+    ) -> Relation:
         """Aggregate, optionally per group; the group keys come first in the output.
 
-        ``rel.aggregate("count(*) AS n", "avg(score) AS mean", group_by="label")``
+        ``rel.aggregate("count(*) AS n", vane.col("score").mean().alias("mean"), group_by="label")``
+
+        A group key is a column name, an expression, or SQL with an optional alias
+        (``"hour(created_at) AS hr"``); an expression key without one is named by its text.
         """
-        return Relation(nodes.Aggregate(self._plan, tuple(aggs), _as_tuple(group_by, "group_by")))
+        if group_by is None:
+            keys: Sequence[Any] = ()
+        elif isinstance(group_by, (str, Expr)):
+            keys = [group_by]
+        else:
+            keys = list(group_by)
+        return Relation(
+            nodes.Aggregate(
+                self._plan, self._exprs(aggs, "aggregate"), self._exprs(keys, "group_by")
+            )
+        )
 
     def distinct(self) -> Relation:
         return Relation(nodes.Distinct(self._plan))

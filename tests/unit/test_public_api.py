@@ -6,19 +6,26 @@ import sys
 import vane
 
 PUBLIC = [
+    "Expr",
     "Relation",
     "WriteResult",
+    "cls",
+    "col",
     "configure",
     "errors",
     "from_arrow",
     "from_pandas",
     "from_pydict",
     "from_pylist",
+    "func",
+    "lit",
+    "method",
     "range",
     "read_csv",
     "read_json",
     "read_parquet",
     "sql",
+    "sql_expr",
 ]
 
 

@@ -12,7 +12,6 @@ Lowering a node onto DuckDB (``to_duckdb`` for sources, ``apply`` for steps) bui
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -23,6 +22,9 @@ import pyarrow as pa
 from vane import _engine
 from vane._sql import duckdb_message, quote_ident, sql_list
 from vane.errors import PlanError, SourceError
+from vane.plan.expr import Alias, Column, Expr, SqlText
+from vane.plan.parse import check_query
+from vane.plan.sql import display, select_item, to_sql
 from vane.udf.spec import UdfSpec, output_schema
 
 Relation = duckdb.DuckDBPyRelation
@@ -196,99 +198,161 @@ class RangeScan(Source):
 class SqlStep(PlanNode):
     """A node whose output DuckDB computes from its inputs' relations."""
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        """The step on DuckDB relations of its inputs. ``probe=True`` only binds it to learn
+        the schema: UDF calls still in its expressions stand as typed NULLs."""
         raise NotImplementedError
+
+    def expressions(self) -> tuple[Expr, ...]:
+        """The expressions the step evaluates on its input's rows (for the optimizer)."""
+        return ()
 
     def _derive_schema(self) -> None:
         """Bind the step against empty tables of its inputs' schemas: no data is read."""
         with _engine.scratch() as cursor:
             try:
                 empties = [cursor.from_arrow(node.schema.empty_table()) for node in self.inputs]
-                schema = self.apply(cursor, *empties).limit(0).to_arrow_table().schema
+                self._check_udf_arguments(empties)
+                relation = self.apply(cursor, *empties, probe=True)
+                schema = relation.limit(0).to_arrow_table().schema
             except duckdb.Error as exc:
                 raise PlanError(
                     f"step `{self.describe()}` does not fit its input: {duckdb_message(exc)}. "
                     f"Input columns: {', '.join(self._input_columns())}"
                 ) from exc
+            finally:
+                self._release(cursor)
         self._set_schema(schema)
+
+    def _check_udf_arguments(self, empties: list[Relation]) -> None:
+        """Bind each UDF call's arguments on their own first: a bad column then gets DuckDB's
+        plain "not found" rather than a message about the call's output name."""
+        for call in (c for e in self.expressions() for c in e.udf_calls()):
+            try:
+                empties[0].project(sql_list(to_sql(a, probe=True) for a in call.args)).limit(0)
+            except duckdb.Error as exc:
+                raise PlanError(
+                    f"step `{self.describe()}`: the arguments of {call.udf.name} do not fit the "
+                    f"input: {duckdb_message(exc)}. Input columns: "
+                    f"{', '.join(self._input_columns())}"
+                ) from exc
+
+    def _release(self, cursor: Cursor) -> None:
+        """Drop whatever binding registered on the shared scratch cursor."""
 
     def _input_columns(self) -> list[str]:
         return [name for node in self.inputs for name in node.schema.names]
 
 
-def _need_texts(step: str, what: str, values: Sequence[object]) -> tuple[str, ...]:
+def _need(step: str, what: str, values: Sequence[object]) -> None:
     if not values:
         raise PlanError(f"{step}() needs at least one {what}")
-    for value in values:
-        if not isinstance(value, str) or not value.strip():
-            raise PlanError(f"{step}(): each {what} must be a non-empty SQL string, got {value!r}")
-    return tuple(str(v) for v in values)
+
+
+def _no_udf_calls(step: str, exprs: Sequence[Expr]) -> None:
+    for expr in exprs:
+        calls = expr.udf_calls()
+        if calls:
+            raise PlanError(
+                f"{step}(): {calls[0].udf.name} is a UDF, and UDFs cannot run inside {step}: "
+                "compute the column first with with_column(), then use it here"
+            )
+
+
+def _show_item(expr: Expr) -> str:
+    """A select-list item as explain() shows it."""
+    if isinstance(expr, (Column, Alias, SqlText)):
+        return display(expr)
+    return f"{display(expr)} AS {display(Column(expr.output_name))}"
 
 
 @dataclass(frozen=True, eq=False)
 class Select(SqlStep):
     input: PlanNode
-    exprs: tuple[str, ...]
+    exprs: tuple[Expr, ...]
 
     def __post_init__(self) -> None:
-        _need_texts("select", "expression", self.exprs)
+        _need("select", "expression", self.exprs)
         self._derive_schema()
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].project(sql_list(self.exprs))
+    def expressions(self) -> tuple[Expr, ...]:
+        return self.exprs
+
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        return inputs[0].project(sql_list(select_item(e, probe=probe) for e in self.exprs))
 
     def describe(self) -> str:
-        return f"Select {sql_list(self.exprs)}"
+        return f"Select {sql_list(_show_item(e) for e in self.exprs)}"
 
 
 @dataclass(frozen=True, eq=False)
 class Filter(SqlStep):
     input: PlanNode
-    predicate: str
+    predicate: Expr
 
     def __post_init__(self) -> None:
-        _need_texts("filter", "predicate", [self.predicate])
         self._derive_schema()
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].filter(self.predicate)
+    def expressions(self) -> tuple[Expr, ...]:
+        return (self.predicate,)
+
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        return inputs[0].filter(to_sql(self.predicate, probe=probe))
 
     def describe(self) -> str:
-        return f"Filter {self.predicate}"
+        return f"Filter {display(self.predicate)}"
 
 
 @dataclass(frozen=True, eq=False)
-class WithColumn(SqlStep):
-    """Add a column, or replace one of the same name in place."""
+class WithColumns(SqlStep):
+    """Add columns computed from the input (all from the input as it was), or replace the
+    columns of those names in place."""
 
     input: PlanNode
-    name: str
-    expr: str
+    items: tuple[tuple[str, Expr], ...]
 
     def __post_init__(self) -> None:
-        _need_texts("with_column", "name and expression", [self.name, self.expr])
+        _need("with_column", "column", self.items)
+        names = [name for name, _ in self.items]
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise PlanError(
+                    f"with_column(): a column name must be a non-empty string, got {name!r}"
+                )
+        if len({n.lower() for n in names}) != len(names):
+            raise PlanError(f"with_columns(): column names must be unique, got {names}")
         self._derive_schema()
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        alias = f"({self.expr}) AS {quote_ident(self.name)}"
-        if self.name in self.input.schema.names:
-            return inputs[0].project(f"* REPLACE ({alias})")
-        return inputs[0].project(f"*, {alias}")
+    def expressions(self) -> tuple[Expr, ...]:
+        return tuple(expr for _, expr in self.items)
+
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        existing = {n.lower(): n for n in self.input.schema.names}
+        replaced: list[str] = []
+        added: list[str] = []
+        for name, expr in self.items:
+            target = existing.get(name.lower())
+            item = f"{to_sql(expr, probe=probe)} AS {quote_ident(target or name)}"
+            (replaced if target else added).append(item)
+        star = f"* REPLACE ({sql_list(replaced)})" if replaced else "*"
+        return inputs[0].project(sql_list([star, *added]))
 
     def describe(self) -> str:
-        return f"WithColumn {self.name} = {self.expr}"
+        return "WithColumn " + sql_list(
+            f"{display(Column(n))} = {display(e)}" for n, e in self.items
+        )
 
 
 def _check_columns(step: str, names: Sequence[str], node: PlanNode) -> None:
@@ -306,7 +370,7 @@ class Drop(SqlStep):
     names: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        _need_texts("drop", "column name", self.names)
+        _need("drop", "column name", self.names)
         _check_columns("drop", self.names, self.input)
         if len(set(self.names)) == len(self.input.schema):
             raise PlanError("drop(): this would drop every column; a relation needs at least one")
@@ -316,7 +380,7 @@ class Drop(SqlStep):
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         return inputs[0].project(f"* EXCLUDE ({sql_list([quote_ident(n) for n in self.names])})")
 
     def describe(self) -> str:
@@ -341,7 +405,7 @@ class Rename(SqlStep):
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         renames = dict(self.mapping)
         exprs = [
             f"{quote_ident(n)} AS {quote_ident(renames[n])}" if n in renames else quote_ident(n)
@@ -369,57 +433,98 @@ class Limit(SqlStep):
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         return inputs[0].limit(self.n, self.offset)
 
     def describe(self) -> str:
         return f"Limit {self.n}" + (f" offset {self.offset}" if self.offset else "")
 
 
+@dataclass(frozen=True)
+class SortKey:
+    expr: Expr
+    descending: bool = False
+    nulls_first: bool | None = None  # None: DuckDB's default (nulls last)
+
+    def sql(self, *, probe: bool = False) -> str:
+        text = to_sql(self.expr, probe=probe) + (" DESC" if self.descending else " ASC")
+        if self.nulls_first is not None:
+            text += " NULLS FIRST" if self.nulls_first else " NULLS LAST"
+        return text
+
+    def describe(self) -> str:
+        text = display(self.expr) + (" DESC" if self.descending else "")
+        if self.nulls_first is not None:
+            text += " NULLS FIRST" if self.nulls_first else " NULLS LAST"
+        return text
+
+
 @dataclass(frozen=True, eq=False)
 class OrderBy(SqlStep):
     input: PlanNode
-    exprs: tuple[str, ...]
+    keys: tuple[SortKey, ...]
 
     def __post_init__(self) -> None:
-        _need_texts("order_by", "expression", self.exprs)
+        _need("order_by", "sort key", self.keys)
         self._derive_schema()
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].order(sql_list(self.exprs))
+    def expressions(self) -> tuple[Expr, ...]:
+        return tuple(key.expr for key in self.keys)
+
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        return inputs[0].order(sql_list(k.sql(probe=probe) for k in self.keys))
 
     def describe(self) -> str:
-        return f"OrderBy {sql_list(self.exprs)}"
+        return f"OrderBy {sql_list(k.describe() for k in self.keys)}"
+
+
+def group_key_name(expr: Expr) -> str:
+    """A group key's column: its alias, or the column it is, or for an expression the text as
+    written (``hour(ts)``), not DuckDB's rendering of it."""
+    if isinstance(expr, SqlText):
+        return expr.parsed.alias or " ".join(expr.parsed.text.split())
+    return expr.output_name
 
 
 @dataclass(frozen=True, eq=False)
 class Aggregate(SqlStep):
-    """Group keys first, then the aggregates, as ``SELECT keys, aggs ... GROUP BY keys``."""
-
     input: PlanNode
-    aggs: tuple[str, ...]
-    group_by: tuple[str, ...] = ()
+    aggs: tuple[Expr, ...]
+    group_by: tuple[Expr, ...] = ()
 
     def __post_init__(self) -> None:
-        _need_texts("aggregate", "aggregate expression", self.aggs)
-        if self.group_by:
-            _need_texts("aggregate", "group_by expression", self.group_by)
+        _need("aggregate", "aggregate expression", self.aggs)
+        _no_udf_calls("aggregate", self.aggs + self.group_by)
         self._derive_schema()
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
-        return inputs[0].aggregate(sql_list(self.group_by + self.aggs), sql_list(self.group_by))
+    def expressions(self) -> tuple[Expr, ...]:
+        return self.aggs + self.group_by
+
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        keys = [to_sql(k) for k in self.group_by]
+        named = [
+            f"{k} AS {quote_ident(group_key_name(e))}"
+            for k, e in zip(keys, self.group_by, strict=True)
+        ]
+        return inputs[0].aggregate(
+            sql_list(named + [select_item(a) for a in self.aggs]), sql_list(keys)
+        )
 
     def describe(self) -> str:
-        keys = f" by {sql_list(self.group_by)}" if self.group_by else ""
-        return f"Aggregate {sql_list(self.aggs)}{keys}"
+        keys = f" by {sql_list(_show_key(k) for k in self.group_by)}" if self.group_by else ""
+        return f"Aggregate {sql_list(_show_item(a) for a in self.aggs)}{keys}"
+
+
+def _show_key(expr: Expr) -> str:
+    return display(expr) if isinstance(expr, (Column, SqlText, Alias)) else _show_item(expr)
 
 
 @dataclass(frozen=True, eq=False)
@@ -433,7 +538,7 @@ class Distinct(SqlStep):
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         return inputs[0].distinct()
 
     def describe(self) -> str:
@@ -461,7 +566,7 @@ class Union(SqlStep):
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.left, self.right)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         # Columns are matched by name: the right side is projected into the left's order.
         ordered = inputs[1].project(sql_list([quote_ident(n) for n in self.left.schema.names]))
         return inputs[0].union(ordered)
@@ -506,7 +611,7 @@ class Join(SqlStep):
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.left, self.right)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         left, right = inputs[0].set_alias("l"), inputs[1].set_alias("r")
         if self.on:
             condition = " AND ".join(f"l.{quote_ident(k)} = r.{quote_ident(k)}" for k in self.on)
@@ -543,31 +648,32 @@ class Join(SqlStep):
         return f"Join {self.how} on {keys}"
 
 
-_WITH = re.compile(r"^\s*WITH\s+(RECURSIVE\s+)?", re.IGNORECASE)
-
-
 @dataclass(frozen=True, eq=False)
 class SqlQuery(SqlStep):
-    """A user's DuckDB SQL over named inputs (none: a source such as ``vane.sql("SELECT 1")``)."""
+    """A user's DuckDB SQL over named inputs (none: a source such as ``vane.sql("SELECT 1")``).
+    It must be one query statement: building a plan never changes the database."""
 
     query: str
     named_inputs: tuple[tuple[str, PlanNode], ...] = ()
 
     def __post_init__(self) -> None:
-        _need_texts("sql", "query", [self.query])
+        if not isinstance(self.query, str) or not self.query.strip():
+            raise PlanError(f"sql() needs a query, got {self.query!r}")
+        check_query(self.query, "sql()")
         names = [name for name, _ in self.named_inputs]
         for name in names:
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            if not name.isidentifier():
                 raise PlanError(f"sql(): table name {name!r} must be a plain identifier")
-        if len(set(names)) != len(names):
+        if len({n.lower() for n in names}) != len(names):
             raise PlanError(f"sql(): table names must be unique, got {names}")
+        object.__setattr__(self, "_probe_views", [])
         self._derive_schema()
 
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return tuple(node for _, node in self.named_inputs)
 
-    def apply(self, cursor: Cursor, *inputs: Relation) -> Relation:
+    def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
         if not inputs:
             return cursor.sql(self.query)
         # Each input is registered on this cursor under a name no other step uses, then exposed
@@ -576,12 +682,15 @@ class SqlQuery(SqlStep):
         for (name, _), relation in zip(self.named_inputs, inputs, strict=True):
             internal = f"_vane_{next(_serial)}_{name}"
             cursor.register(internal, relation)
+            if probe:
+                self.__dict__["_probe_views"].append(internal)
             ctes.append(f"{quote_ident(name)} AS (FROM {internal})")
-        match = _WITH.match(self.query)
-        if match:
-            head = "WITH " + (match.group(1) or "")
-            return cursor.sql(head + sql_list(ctes) + ", " + self.query[match.end() :])
-        return cursor.sql("WITH " + sql_list(ctes) + " " + self.query)
+        return cursor.sql(_with_ctes(self.query, ctes))
+
+    def _release(self, cursor: Cursor) -> None:
+        views: list[str] = self.__dict__["_probe_views"]
+        while views:
+            cursor.unregister(views.pop())
 
     def describe(self) -> str:
         names = ", ".join(name for name, _ in self.named_inputs)
@@ -589,11 +698,35 @@ class SqlQuery(SqlStep):
         return f"Sql [{names}] {query}" if names else f"Sql {query}"
 
 
+def _with_ctes(query: str, ctes: list[str]) -> str:
+    """``query`` with ``ctes`` defined first: merged into its own WITH clause if it has one
+    (found with DuckDB's tokenizer, so comments and letter case are no trouble)."""
+    words = _leading_words(query, 2)
+    if words and words[0][1] == "WITH":
+        position, word = words[1] if len(words) > 1 and words[1][1] == "RECURSIVE" else words[0]
+        end = position + len(word)
+        return f"{query[:end]} {sql_list(ctes)}, {query[end:]}"
+    return f"WITH {sql_list(ctes)} {query}"
+
+
+def _leading_words(query: str, count: int) -> list[tuple[int, str]]:
+    """The first ``count`` tokens of ``query`` that are not comments: position and upper-cased
+    text."""
+    tokens = duckdb.tokenize(query)
+    bounds = [position for position, _ in tokens[1:]] + [len(query)]
+    words = [
+        (position, query[position:end].strip().upper())
+        for (position, kind), end in zip(tokens, bounds, strict=True)
+        if kind != duckdb.token_type.comment
+    ]
+    return words[:count]
+
+
 # --------------------------------------------------------------------------------------------
 # UDF steps
 
 
-_VERB_KIND = {"map_batches": "MapBatches", "map": "Map", "flat_map": "FlatMap"}
+_VERB_KIND = {"map_batches": "MapBatches", "map": "Map", "flat_map": "FlatMap", "udf": "Udf"}
 
 
 @dataclass(frozen=True, eq=False)

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from vane.errors import UDFError
 from vane.udf.batch_contract import ContractError, conform
-from vane.udf.spec import ERROR_COLUMN, UdfSpec
+from vane.udf.spec import UdfSpec
 
 
 @dataclass
@@ -56,7 +56,7 @@ class UdfRuntime:
         self.step = step
         # The declared schema; with on_error="null" the step adds the error column itself.
         self.declared = (
-            pa.schema([f for f in schema if f.name != ERROR_COLUMN])
+            pa.schema([f for f in schema if f.name != spec.error_column])
             if spec.on_error == "null"
             else schema
         )
@@ -155,7 +155,7 @@ class UdfRuntime:
     def _complete(self, table: pa.Table) -> BatchOutcome:
         if self.spec.on_error == "null":
             table = table.append_column(
-                pa.field(ERROR_COLUMN, pa.string()), pa.nulls(table.num_rows, pa.string())
+                pa.field(self.spec.error_column, pa.string()), pa.nulls(table.num_rows, pa.string())
             )
         return BatchOutcome(table)
 
@@ -172,8 +172,8 @@ class UdfRuntime:
             if self.spec.on_error == "skip":
                 return [], list(range(start, start + table.num_rows)), 0
             row: dict[str, list[str | None]] = {name: [None] for name in self.declared.names}
-            row[ERROR_COLUMN] = [describe_exception(error)]
-            full = self.declared.append(pa.field(ERROR_COLUMN, pa.string()))
+            row[self.spec.error_column] = [describe_exception(error)]
+            full = self.declared.append(pa.field(self.spec.error_column, pa.string()))
             return [pa.table(row, schema=full)], [], 1
         middle = table.num_rows // 2
         pieces: list[pa.Table] = []

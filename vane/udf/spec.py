@@ -65,6 +65,10 @@ class UdfSpec:
     # the UDF's columns: one output row per input row. Such a step is row-wise by contract,
     # which lets the optimizer move filters and projections on input columns below it.
     passthrough: bool = False
+    # What explain() and messages call the step (default: the callable's name).
+    label: str | None = None
+    # The column on_error="null" adds with each failing row's error text.
+    error_column: str = ERROR_COLUMN
 
     @property
     def is_class(self) -> bool:
@@ -80,7 +84,7 @@ class UdfSpec:
 
     @property
     def name(self) -> str:
-        return _callable_name(self.fn)
+        return self.label or _callable_name(self.fn)
 
 
 def _positive_int(verb: str, label: str, value: object, *, allow_zero: bool = False) -> int:
@@ -152,6 +156,8 @@ def build_spec(
     preserve_order: bool,
     reads: tuple[str, ...] | None = None,
     passthrough: bool = False,
+    label: str | None = None,
+    error_column: str = ERROR_COLUMN,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
     _check_callable(verb, fn, bool(fn_constructor_args or fn_constructor_kwargs))
@@ -192,12 +198,12 @@ def build_spec(
         if max_concurrency_per_actor is None
         else _positive_int(verb, "max_concurrency_per_actor", max_concurrency_per_actor)
     )
-    for label, value in (
+    for option, value in (
         ("fn_constructor_kwargs", fn_constructor_kwargs),
         ("fn_kwargs", fn_kwargs),
     ):
         if value is not None and not isinstance(value, Mapping):
-            raise ConfigurationError(f"{verb}(): {label} must be a dict, got {value!r}")
+            raise ConfigurationError(f"{verb}(): {option} must be a dict, got {value!r}")
     if not isinstance(fn_constructor_args, tuple):
         fn_constructor_args = tuple(fn_constructor_args)
     return UdfSpec(
@@ -220,6 +226,8 @@ def build_spec(
         preserve_order=bool(preserve_order),
         reads=tuple(reads) if reads is not None else None,
         passthrough=passthrough,
+        label=label,
+        error_column=error_column,
     )
 
 
@@ -227,9 +235,9 @@ def output_schema(spec: UdfSpec, declared: pa.Schema) -> pa.Schema:
     """The step's output: the declared columns, plus ``error`` when failing rows become nulls."""
     if spec.on_error != "null":
         return declared
-    if ERROR_COLUMN in declared.names:
+    if spec.error_column in declared.names:
         raise ConfigurationError(
-            f"{spec.verb}(): on_error='null' adds a column {ERROR_COLUMN!r}, and the schema "
+            f"{spec.verb}(): on_error='null' adds a column {spec.error_column!r}, and the schema "
             "already has one; rename that column"
         )
-    return declared.append(pa.field(ERROR_COLUMN, pa.string()))
+    return declared.append(pa.field(spec.error_column, pa.string()))

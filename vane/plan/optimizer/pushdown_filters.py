@@ -1,25 +1,39 @@
-"""Run a filter before a pass-through UDF step when it reads none of the step's outputs.
+"""Run a filter as early as the steps below it allow, so a model never sees rows a later
+filter drops.
 
-``Filter(p, Udf(X))`` becomes ``Udf(Filter(p, X))``: the model never sees rows the filter
-drops. Sound because a pass-through step is row-wise (one output row per input row, input
-columns carried unchanged), so filtering before or after keeps the same rows.
+A filter moves below:
+- a ``Drop`` (it cannot read what was dropped);
+- a ``WithColumns`` whose new columns it does not read;
+- a pass-through UDF step whose outputs it does not read. Sound because such a step is
+  row-wise (one output row per input row, input columns carried unchanged), so filtering
+  before or after keeps the same rows.
+Which columns a predicate reads comes from the expression tree (and DuckDB's parser for SQL
+text); a predicate whose columns cannot be known stays where it is.
 """
 
 from __future__ import annotations
 
 from vane.errors import PlanError
-from vane.plan.nodes import Filter, PlanNode, UdfStep
+from vane.plan.nodes import Drop, Filter, PlanNode, UdfStep, WithColumns
 
 
 def pushdown_filters(node: PlanNode) -> PlanNode | None:
-    if not (isinstance(node, Filter) and isinstance(node.input, UdfStep)):
+    if not isinstance(node, Filter):
         return None
-    step = node.input
-    if not step.udf.passthrough:
-        return None  # its output is whatever the function returns: nothing to reason about
-    try:
-        # It binds against the step's input alone iff it reads none of the step's outputs.
-        below = Filter(step.input, node.predicate)
-    except PlanError:
-        return None
-    return UdfStep(below, step.udf, step.declared)
+    below = node.input
+    if isinstance(below, Drop):
+        return Drop(Filter(below.input, node.predicate), below.names)
+    if isinstance(below, WithColumns):
+        reads = node.predicate.columns()
+        added = {name.lower() for name, _ in below.items}
+        if reads is None or {c.lower() for c in reads} & added:
+            return None
+        return WithColumns(Filter(below.input, node.predicate), below.items)
+    if isinstance(below, UdfStep) and below.udf.passthrough:
+        try:
+            # It binds against the step's input alone iff it reads none of the step's outputs.
+            moved = Filter(below.input, node.predicate)
+        except PlanError:
+            return None
+        return UdfStep(moved, below.udf, below.declared)
+    return None

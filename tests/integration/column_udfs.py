@@ -1,0 +1,146 @@
+"""Column UDFs the tests run in threads and worker processes: an importable module, so
+subprocess actors can load them by reference as well as by value."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import threading
+from pathlib import Path
+from typing import TypedDict
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+import vane
+
+
+@vane.cls
+class SentimentClassifier:
+    """seeds/000's first example, with a rule-based stand-in for the transformers pipeline."""
+
+    def __init__(self) -> None:
+        self.positive = {"amazing", "great", "love"}
+
+    def __call__(self, text: str) -> str:
+        words = set(text.lower().split())
+        return "POSITIVE" if words & self.positive else "NEGATIVE"
+
+
+@vane.cls(batch_size=16)
+class TextEmbedder:
+    """seeds/000's batch embedder, with the packaged all-MiniLM-L6-v2 on the CPU."""
+
+    def __init__(self, model_name: str = "sentence-transformers/all-MiniLM-L6-v2") -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(model_name, device="cpu")
+
+    @vane.method.batch(return_dtype="FLOAT[384]")
+    def embed(self, texts: pa.Array) -> list:
+        embeddings = self.model.encode(texts.to_pylist(), convert_to_numpy=True)
+        return [row.tolist() for row in embeddings]
+
+
+class Verdict(TypedDict):
+    label: str
+    score: float
+
+
+@dataclasses.dataclass
+class Span:
+    start: int
+    end: int
+
+
+@vane.cls
+class Analyzer:
+    """Struct return types, from a TypedDict, a dataclass and return_dtype."""
+
+    def __call__(self, text: str) -> Verdict:
+        return {"label": text[:1], "score": float(len(text))}
+
+    def span(self, text: str) -> Span:
+        return Span(0, len(text))  # type: ignore[return-value]  # Arrow reads the fields
+
+    @vane.method(return_dtype="STRUCT(first VARCHAR, n INTEGER)")
+    def first_word(self, text: str) -> dict:
+        return {"first": text.split(maxsplit=1)[0], "n": len(text.split())}
+
+
+@vane.cls(use_process=True, max_concurrency=2, batch_size=4)
+class CountedInProcess:
+    """Leaves one marker file per construction, named by process and object."""
+
+    def __init__(self, directory: str) -> None:
+        marker = Path(directory) / f"{os.getpid()}-{id(self)}"
+        marker.write_text(str(os.getpid()))
+
+    def __call__(self, value: int) -> int:
+        return os.getpid()
+
+    @vane.method.batch(return_dtype="BIGINT")
+    def double(self, values: pa.Array) -> pa.Array:
+        return pc.multiply(values, 2)
+
+
+@vane.cls
+class AsyncClient:
+    """An async row method: rows overlap on the actor's event loop."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    async def __call__(self, value: int) -> int:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        await asyncio.sleep(0.02)
+        self.in_flight -= 1
+        return self.peak
+
+
+@vane.func
+def shout(text: str) -> str:
+    return text.upper() + "!"
+
+
+@vane.func(return_dtype="BIGINT")
+def length(text):  # type: ignore[no-untyped-def]
+    return len(text)
+
+
+@vane.func
+def scaled(value: int, factor: int = 1, *, offset: int = 0) -> int:
+    return value * factor + offset
+
+
+@vane.func(on_error="null")
+def fragile(value: int) -> int:
+    if value == 3:
+        raise ValueError("three is unlucky")
+    return value * 10
+
+
+@vane.func(on_error="skip")
+def fragile_skip(value: int) -> int:
+    if value == 3:
+        raise ValueError("three is unlucky")
+    return value * 10
+
+
+@vane.func
+def says_text_for_two(value: int) -> int:
+    return "two" if value == 2 else value  # type: ignore[return-value]
+
+
+@vane.func.batch(return_dtype="BIGINT")
+def one_short(values: pa.Array) -> list:
+    return values.to_pylist()[:-1]
+
+
+@vane.func.batch(return_dtype="DOUBLE")
+def ratio(a: pa.Array, b: pa.Array) -> pa.Array:
+    return pc.divide(pc.cast(a, pa.float64()), b)

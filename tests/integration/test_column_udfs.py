@@ -1,0 +1,244 @@
+"""Column UDFs (@vane.func, @vane.cls, @vane.method) in select, with_column and filter: they add
+a column next to the rows, run in actors that construct the class once, and lift into
+pass-through steps that ship only their arguments."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import vane
+from tests.integration import column_udfs as u
+from vane import col
+from vane.errors import ConfigurationError, PlanError, SchemaError, SchemaMismatchError
+from vane.observe.events import StageFinished, subscribe
+
+REVIEWS = [
+    "This product is amazing",
+    "Worst purchase I've ever made",
+    "It's okay, nothing special",
+]
+
+
+def reviews() -> vane.Relation:
+    return vane.from_pydict({"id": [1, 2, 3], "review": REVIEWS})
+
+
+def test_seed_sentiment_classifier_as_written():
+    classifier = u.SentimentClassifier()
+    df = vane.from_pydict({"review": REVIEWS})
+    df = df.select(classifier(df["review"]).alias("sentiment"))
+    assert df.to_pylist() == [
+        {"sentiment": "POSITIVE"},
+        {"sentiment": "NEGATIVE"},
+        {"sentiment": "NEGATIVE"},
+    ]
+
+
+def test_with_column_keeps_the_rows_and_their_keys():
+    out = reviews().with_column("sentiment", u.SentimentClassifier()(col("review")))
+    assert out.columns == ["id", "review", "sentiment"]
+    assert [(r["id"], r["sentiment"]) for r in out.to_pylist()] == [
+        (1, "POSITIVE"),
+        (2, "NEGATIVE"),
+        (3, "NEGATIVE"),
+    ]
+
+
+def test_a_call_is_named_after_its_first_argument_and_explain_shows_the_lifted_step():
+    out = reviews().select("id", u.shout(col("review")))
+    assert out.columns == ["id", "review"]
+    assert out.explain() == "Select id, shout(review) AS review\n  FromArrow rows=3"
+    lifted = out.explain(optimized=True)
+    assert "Udf shout(review) -> input + [__vane_udf_0]" in lifted
+    assert "reads=[review]" in lifted
+    assert out.to_pylist()[0] == {"id": 1, "review": "THIS PRODUCT IS AMAZING!"}
+
+
+@pytest.mark.slow
+def test_seed_text_embedder_equals_encode_directly():
+    from sentence_transformers import SentenceTransformer
+
+    embedder = u.TextEmbedder()
+    texts = [f"document {i} about {'cats' if i % 2 else 'engines'}" for i in range(40)]
+    df = vane.from_pydict({"document": texts})
+    out = df.select(embedder.embed(df["document"]).alias("embedding")).to_arrow()
+    assert out.schema.field("embedding").type == pa.list_(pa.float32(), 384)
+    model = SentenceTransformer("sentence-transformers/all-MiniLM-L6-v2", device="cpu")
+    direct = np.vstack([model.encode(texts[i : i + 16]) for i in range(0, 40, 16)])
+    got = np.array(out["embedding"].to_pylist(), dtype=np.float32)
+    np.testing.assert_allclose(got, direct, rtol=0, atol=1e-5)
+
+
+def test_struct_return_types_from_typed_dict_dataclass_and_return_dtype():
+    analyzer = u.Analyzer()
+    out = vane.from_pydict({"text": ["big cat", "a"]}).select(
+        analyzer(col("text")).alias("verdict"),
+        analyzer.span(col("text")).alias("span"),
+        analyzer.first_word(col("text")).alias("first"),
+    )
+    assert [str(f.type) for f in out.schema] == [
+        "struct<label: string, score: double>",
+        "struct<start: int64, end: int64>",
+        "struct<first: string, n: int32>",
+    ]
+    assert out.to_pylist()[0] == {
+        "verdict": {"label": "b", "score": 7.0},
+        "span": {"start": 0, "end": 7},
+        "first": {"first": "big", "n": 2},
+    }
+
+
+def test_calls_on_one_instance_share_one_step_and_one_object_per_process(tmp_path):
+    counted = u.CountedInProcess(str(tmp_path))
+    rel = vane.range(24).select(
+        "id", counted(col("id")).alias("pid"), counted.double(col("id")).alias("twice")
+    )
+    plan = rel.explain(optimized=True)
+    assert plan.count("Udf ") == 1 and "backend=subprocess_actor" in plan
+    assert "concurrency=2" in plan and "batch_size=4" in plan
+    rows = rel.to_pylist()
+    assert [r["twice"] for r in rows] == [2 * i for i in range(24)]
+    pids = {r["pid"] for r in rows}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    markers = list(tmp_path.iterdir())
+    # Constructed once per actor, never in the driver, never per batch.
+    assert len(markers) == len({m.name.split("-")[0] for m in markers}) == len(pids)
+    assert {int(m.read_text()) for m in markers} == pids
+
+
+def test_async_row_methods_overlap_rows():
+    out = vane.range(40).select(u.AsyncClient()(col("id")).alias("peak")).to_pylist()
+    assert max(r["peak"] for r in out) > 4
+
+
+def test_arguments_can_be_expressions_constants_and_keywords():
+    rel = vane.from_pydict({"v": [1, 2], "w": [4, 8]})
+    out = rel.select(
+        u.scaled(col("v") + col("w"), 10, offset=1).alias("a"),
+        u.scaled(col("v"), factor=3).alias("b"),
+        u.ratio(col("v"), col("w")).alias("r"),
+        u.length(col("v").cast("VARCHAR") + "xx").alias("n"),
+    )
+    assert out.to_pylist() == [
+        {"a": 51, "b": 3, "r": 0.25, "n": 3},
+        {"a": 101, "b": 6, "r": 0.25, "n": 3},
+    ]
+
+
+def test_nested_calls_lift_innermost_first():
+    out = reviews().select(u.shout(u.shout(col("review"))).alias("twice"))
+    assert out.to_pylist()[0] == {"twice": "THIS PRODUCT IS AMAZING!!"}
+    assert out.explain(optimized=True).count("Udf shout") == 2
+
+
+def test_a_filter_on_input_columns_runs_before_the_model():
+    seen: list[object] = []
+    unsubscribe = subscribe(seen.append)
+    try:
+        rel = vane.range(100).with_column("s", u.scaled(col("id"), 2)).filter(col("id") < 10)
+        assert rel.count() == 10
+    finally:
+        unsubscribe()
+    assert sum(e.rows_in for e in seen if isinstance(e, StageFinished)) == 10
+
+
+def test_a_udf_in_a_filter_decides_the_rows():
+    out = reviews().filter(u.SentimentClassifier()(col("review")) == "POSITIVE")
+    assert out.to_pylist() == [{"id": 1, "review": REVIEWS[0]}]
+
+
+def test_projection_pushdown_matches_names_case_insensitively():
+    rel = vane.from_pydict({"id": [1, 2], "text": ["a", "b"], "blob": [b"x", b"y"]})
+    out = rel.with_column("loud", u.shout(col("text"))).select("ID", "loud")
+    assert out.to_pylist() == [{"id": 1, "loud": "A!"}, {"id": 2, "loud": "B!"}]
+    assert "Select id, text" in out.explain(optimized=True)
+
+
+def test_on_error_null_nulls_only_the_output_and_keeps_the_row():
+    rel = vane.from_pydict({"id": [1, 2, 3, 4], "error": ["a", "b", "c", "d"]})
+    with pytest.warns(UserWarning, match="three is unlucky"):
+        rows = rel.with_column("y", u.fragile(col("id"))).to_pylist()
+    assert rows == [
+        {"id": 1, "error": "a", "y": 10},
+        {"id": 2, "error": "b", "y": 20},
+        {"id": 3, "error": "c", "y": None},
+        {"id": 4, "error": "d", "y": 40},
+    ]
+    with pytest.warns(UserWarning, match="skipped 1 row"):
+        kept = rel.with_column("y", u.fragile_skip(col("id"))).to_pylist()
+    assert [r["id"] for r in kept] == [1, 2, 4]
+
+
+# ---- errors, each when the plan is built unless it needs the data ------------------------
+
+
+def test_an_undecorated_function_is_not_an_expression():
+    def plain(text: str) -> str:
+        return text
+
+    with pytest.raises(PlanError, match=r"got the function 'plain'.*@vane.func"):
+        reviews().select(plain)
+
+
+def test_wrong_arguments_fail_when_the_call_is_written():
+    with pytest.raises(PlanError, match="wrong arguments"):
+        u.shout(col("review"), col("id"))
+    with pytest.raises(PlanError, match="wrong arguments"):
+        u.scaled(col("id"), nope=1)
+    with pytest.raises(PlanError, match="at least one column"):
+        u.shout("a literal")
+    with pytest.raises(ConfigurationError, match="constructor arguments do not fit"):
+        u.CountedInProcess()
+    with pytest.raises(PlanError, match='"nope" not found'):
+        reviews().select(u.shout(col("nope")))
+
+
+def test_a_udf_in_aggregate_or_group_by_is_an_error():
+    with pytest.raises(PlanError, match="cannot run inside aggregate"):
+        reviews().aggregate(u.length(col("review")).sum())
+    with pytest.raises(PlanError, match="cannot run inside aggregate"):
+        reviews().aggregate("count(*)", group_by=u.shout(col("review")))
+
+
+def test_a_value_that_does_not_fit_the_return_type_names_the_row():
+    with pytest.raises(SchemaMismatchError, match=r"BIGINT.*row 2 is 'two'"):
+        vane.range(4).select(u.says_text_for_two(col("id"))).to_arrow()
+
+
+def test_a_batch_function_returning_the_wrong_length_is_an_error():
+    with pytest.raises(SchemaMismatchError, match="returned 2 values for a batch of 3 rows"):
+        vane.range(3).select(u.one_short(col("id"))).to_arrow()
+
+
+def test_a_return_type_is_needed():
+    with pytest.raises(SchemaError, match="has no return type"):
+
+        @vane.func
+        def untyped(x):  # type: ignore[no-untyped-def]
+            return x
+
+    with pytest.raises(SchemaError, match="cannot tell the column type"):
+
+        @vane.func
+        def odd(x: int) -> set[int]:
+            return {x}
+
+
+def test_decorators_reject_the_wrong_kind_of_target():
+    with pytest.raises(ConfigurationError, match="decorates a function"):
+        vane.func(u.SentimentClassifier.cls)
+    with pytest.raises(ConfigurationError, match="decorates a class"):
+        vane.cls(u.shout.target)
+    with pytest.raises(ConfigurationError, match="on_error"):
+        vane.func(on_error="ignore")
+
+
+def test_without_warnings_on_the_happy_path():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert reviews().with_column("s", u.shout(col("review"))).count() == 3

@@ -1,0 +1,452 @@
+"""Expressions: a small immutable tree that plan steps hold instead of bare SQL strings.
+
+Users build them with ``vane.col``, ``vane.lit`` and ``vane.sql_expr`` and Python operators::
+
+    (col("price") * col("qty")).alias("total")
+    (col("score") > 0.5) & col("label").is_not_null()
+
+A node is a column reference, a literal, an operator or function applied to other nodes, a
+cast, an alias, raw SQL text (the escape hatch, read with DuckDB's parser), or a call of a
+column UDF on argument expressions. Expressions without UDF calls compile to DuckDB SQL with
+every identifier quoted (``plan/sql.py``), so any column name works; an optimizer rule lifts UDF
+calls into UDF steps before anything runs.
+
+An expression's output name follows Polars and Daft: an alias if it has one, else the name of
+its left-most column (``col("x") + 1`` is ``x``), else ``literal``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from vane.errors import PlanError
+from vane.plan.parse import ParsedExpression, parse_expression
+
+if TYPE_CHECKING:
+    from vane.udf.column import ColumnUdf, Slot
+
+# Python operator -> SQL operator.
+_BINARY = {
+    "add": "+",
+    "concat": "||",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+    "eq": "=",
+    "ne": "<>",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "and": "AND",
+    "or": "OR",
+}
+
+LiteralValue = (
+    None | bool | int | float | str | bytes | decimal.Decimal | dt.date | dt.datetime | dt.time
+)
+
+
+class Expr:
+    """An expression over the columns of a relation. Immutable; every method returns a new one.
+
+    >>> import vane
+    >>> rel = vane.from_pydict({"price": [2.0, 3.0], "qty": [1, 4]})
+    >>> rel.select((vane.col("price") * vane.col("qty")).alias("total")).to_pylist()
+    [{'total': 2.0}, {'total': 12.0}]
+    """
+
+    __slots__ = ()
+
+    # ---- what a node is made of (subclasses are frozen dataclasses) --------------------------
+
+    @property
+    def children(self) -> tuple[Expr, ...]:
+        return tuple(
+            value
+            for f in fields(self)  # type: ignore[arg-type]
+            for value in _as_exprs(getattr(self, f.name))
+        )
+
+    def walk(self) -> Iterator[Expr]:
+        """This node and every node below it, parents first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def map_children(self, fn: Callable[[Expr], Expr]) -> Expr:
+        """A copy with ``fn`` applied to each direct child expression."""
+        changes: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, Expr):
+                changes[f.name] = fn(value)
+            elif isinstance(value, tuple) and value and all(isinstance(v, Expr) for v in value):
+                changes[f.name] = tuple(fn(v) for v in value)
+        if not changes:
+            return self
+        return type(self)(**{f.name: getattr(self, f.name) for f in fields(self)} | changes)  # type: ignore[arg-type]
+
+    @property
+    def output_name(self) -> str:
+        """The column name this expression produces in ``select``."""
+        for node in self.walk():
+            if isinstance(node, Alias):
+                return node.name
+            if isinstance(node, Column):
+                return node.name
+            if isinstance(node, SqlText):
+                if node.parsed.alias:
+                    return node.parsed.alias
+                if node.parsed.columns:
+                    return sorted(node.parsed.columns)[0]
+            if isinstance(node, UdfCall) and not node.args:
+                return node.udf.name
+        return "literal"
+
+    def columns(self) -> frozenset[str] | None:
+        """The column names this expression reads (compare case-insensitively, as DuckDB
+        does), or None when that cannot be known (raw SQL with ``*`` or a subquery)."""
+        names: set[str] = set()
+        for node in self.walk():
+            if isinstance(node, Column):
+                names.add(node.name)
+            elif isinstance(node, SqlText):
+                if node.parsed.columns is None:
+                    return None
+                names.update(node.parsed.columns)
+        return frozenset(names)
+
+    def udf_calls(self) -> list[UdfCall]:
+        """The UDF calls in this expression, innermost first."""
+        return [node for node in reversed(list(self.walk())) if isinstance(node, UdfCall)]
+
+    def has_udf_calls(self) -> bool:
+        return any(isinstance(node, UdfCall) for node in self.walk())
+
+    def __str__(self) -> str:
+        from vane.plan.sql import display
+
+        return display(self)
+
+    def __repr__(self) -> str:
+        return f"<vane expression {self}>"
+
+    # ---- building expressions ------------------------------------------------------------
+
+    def alias(self, name: str) -> Expr:
+        """The same values under another column name."""
+        if not isinstance(name, str) or not name:
+            raise PlanError(f"alias() takes a non-empty column name, got {name!r}")
+        inner = self.operand if isinstance(self, Alias) else self
+        return Alias(inner, name)
+
+    def cast(self, dtype: Any) -> Expr:
+        """The values as another type: a DuckDB type name (``"BIGINT"``) or a pyarrow type.
+        A value that does not convert is an error when the plan runs."""
+        from vane.types import arrow_to_duckdb, to_arrow_type
+
+        return Cast(self, arrow_to_duckdb(to_arrow_type(dtype)))
+
+    def is_null(self) -> Expr:
+        return UnaryOp("IS NULL", self)
+
+    def is_not_null(self) -> Expr:
+        return UnaryOp("IS NOT NULL", self)
+
+    def isin(self, values: Sequence[Any]) -> Expr:
+        """True where the value is one of ``values``."""
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+            raise PlanError(f"isin() takes a list of values, got {values!r}")
+        return FunctionCall("list_contains", (Literal(list(values)), self))
+
+    def fill_null(self, value: Any) -> Expr:
+        return FunctionCall("coalesce", (self, _wrap(value)))
+
+    def abs(self) -> Expr:
+        return FunctionCall("abs", (self,))
+
+    # Aggregates, for ``aggregate()``.
+    def sum(self) -> Expr:
+        return FunctionCall("sum", (self,))
+
+    def mean(self) -> Expr:
+        return FunctionCall("avg", (self,))
+
+    def min(self) -> Expr:
+        return FunctionCall("min", (self,))
+
+    def max(self) -> Expr:
+        return FunctionCall("max", (self,))
+
+    def count(self) -> Expr:
+        """The number of non-null values."""
+        return FunctionCall("count", (self,))
+
+    # ---- operators -------------------------------------------------------------------------
+
+    def _binary(self, op: str, other: Any, *, reflected: bool = False) -> Expr:
+        right = _wrap(other)
+        if op == "add" and isinstance(other, str):
+            op = "concat"  # col("name") + "!" joins text, as in Polars and Daft
+        return (
+            BinaryOp(_BINARY[op], right, self) if reflected else BinaryOp(_BINARY[op], self, right)
+        )
+
+    def __add__(self, other: Any) -> Expr:
+        return self._binary("add", other)
+
+    def __radd__(self, other: Any) -> Expr:
+        return self._binary("add", other, reflected=True)
+
+    def __sub__(self, other: Any) -> Expr:
+        return self._binary("sub", other)
+
+    def __rsub__(self, other: Any) -> Expr:
+        return self._binary("sub", other, reflected=True)
+
+    def __mul__(self, other: Any) -> Expr:
+        return self._binary("mul", other)
+
+    def __rmul__(self, other: Any) -> Expr:
+        return self._binary("mul", other, reflected=True)
+
+    def __truediv__(self, other: Any) -> Expr:
+        return self._binary("truediv", other)
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        return self._binary("truediv", other, reflected=True)
+
+    def __floordiv__(self, other: Any) -> Expr:
+        return self._binary("floordiv", other)
+
+    def __rfloordiv__(self, other: Any) -> Expr:
+        return self._binary("floordiv", other, reflected=True)
+
+    def __mod__(self, other: Any) -> Expr:
+        return self._binary("mod", other)
+
+    def __rmod__(self, other: Any) -> Expr:
+        return self._binary("mod", other, reflected=True)
+
+    def __pow__(self, other: Any) -> Expr:
+        return self._binary("pow", other)
+
+    def __rpow__(self, other: Any) -> Expr:
+        return self._binary("pow", other, reflected=True)
+
+    def __neg__(self) -> Expr:
+        return UnaryOp("-", self)
+
+    def __pos__(self) -> Expr:
+        return self
+
+    def __eq__(self, other: Any) -> Expr:  # type: ignore[override]
+        return self._binary("eq", other)
+
+    def __ne__(self, other: Any) -> Expr:  # type: ignore[override]
+        return self._binary("ne", other)
+
+    def __lt__(self, other: Any) -> Expr:
+        return self._binary("lt", other)
+
+    def __le__(self, other: Any) -> Expr:
+        return self._binary("le", other)
+
+    def __gt__(self, other: Any) -> Expr:
+        return self._binary("gt", other)
+
+    def __ge__(self, other: Any) -> Expr:
+        return self._binary("ge", other)
+
+    def __and__(self, other: Any) -> Expr:
+        return self._binary("and", other)
+
+    def __rand__(self, other: Any) -> Expr:
+        return self._binary("and", other, reflected=True)
+
+    def __or__(self, other: Any) -> Expr:
+        return self._binary("or", other)
+
+    def __ror__(self, other: Any) -> Expr:
+        return self._binary("or", other, reflected=True)
+
+    def __invert__(self) -> Expr:
+        return UnaryOp("NOT", self)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        raise PlanError(
+            "an expression has no truth value until the plan runs: combine conditions with "
+            "& (and), | (or) and ~ (not) instead of and/or/not, and compare with == inside "
+            "filter(), not in an if statement"
+        )
+
+
+def _as_exprs(value: object) -> tuple[Expr, ...]:
+    if isinstance(value, Expr):
+        return (value,)
+    if isinstance(value, tuple):
+        return tuple(v for v in value if isinstance(v, Expr))
+    return ()
+
+
+def _wrap(value: Any) -> Expr:
+    return value if isinstance(value, Expr) else Literal(value)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Column(Expr):
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise PlanError(f"col() takes a non-empty column name, got {self.name!r}")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Literal(Expr):
+    value: Any
+
+    def __post_init__(self) -> None:
+        _check_literal(self.value)
+
+
+def _check_literal(value: Any) -> None:
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_literal(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PlanError(f"lit(): struct keys must be strings, got {key!r}")
+            _check_literal(item)
+    elif not (
+        value is None
+        or isinstance(
+            value, (bool, int, float, str, bytes, decimal.Decimal, dt.date, dt.time, dt.timedelta)
+        )
+    ):
+        raise PlanError(
+            f"lit(): {type(value).__name__} values cannot be SQL literals; use numbers, strings, "
+            "bytes, booleans, None, dates and times, decimals, or lists and dicts of those"
+        )
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BinaryOp(Expr):
+    op: str
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UnaryOp(Expr):
+    op: str  # "NOT", "-", "IS NULL", "IS NOT NULL"
+    operand: Expr
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class FunctionCall(Expr):
+    """A DuckDB function applied to argument expressions."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Cast(Expr):
+    operand: Expr
+    type_name: str  # a DuckDB type name
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Alias(Expr):
+    operand: Expr
+    name: str
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class SqlText(Expr):
+    """Raw DuckDB SQL for one expression, read with DuckDB's parser when it is built."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise PlanError(f"a SQL expression must be a non-empty string, got {self.text!r}")
+        object.__setattr__(self, "_parsed", parse_expression(self.text))
+
+    @property
+    def parsed(self) -> ParsedExpression:  # set in __post_init__
+        value: ParsedExpression = self.__dict__["_parsed"]
+        return value
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class UdfCall(Expr):
+    """A column UDF called on argument expressions; lifted into a UDF step before running.
+    ``layout`` says, parameter by parameter, which argument expression or constant it gets."""
+
+    udf: ColumnUdf
+    args: tuple[Expr, ...]
+    layout: tuple[Slot, ...] = ()
+
+
+def col(name: str) -> Expr:
+    """A reference to the column ``name`` (any name: it is quoted when compiled).
+
+    >>> import vane
+    >>> vane.from_pydict({"my col": [1, 2]}).filter(vane.col("my col") > 1).count()
+    1
+    """
+    return Column(name)
+
+
+def lit(value: Any) -> Expr:
+    """A constant: a number, string, bytes, bool, None, date/time, decimal, or a list or dict
+    of those."""
+    return Literal(value)
+
+
+def sql_expr(text: str) -> Expr:
+    """One DuckDB SQL expression, usable wherever an expression is (``"x * 2"``,
+    ``"hour(ts) AS h"``)."""
+    return SqlText(text)
+
+
+def as_expr(value: Any, columns: Sequence[str], where: str) -> Expr:
+    """What a verb was given, as an expression: an ``Expr`` as it is; a string that is exactly
+    the name of an input column, that column (so names with spaces or quotes work); any other
+    string, SQL text."""
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, str):
+        if value in columns:
+            return Column(value)
+        if not value.strip():
+            raise PlanError(
+                f"{where}(): an expression must be a non-empty SQL string or vane.col()"
+            )
+        try:
+            return SqlText(value)
+        except PlanError as exc:
+            raise PlanError(f"{where}(): {exc}") from None
+    if callable(value) and not isinstance(value, type):
+        raise PlanError(
+            f"{where}(): got the function {getattr(value, '__name__', value)!r}, not an "
+            "expression. Decorate it with @vane.func (and call it on columns, "
+            "f(vane.col('x'))), or pass it to map_batches"
+        )
+    raise PlanError(
+        f"{where}(): expected a column name, a SQL string or a vane expression (vane.col, "
+        f"vane.lit), got {type(value).__name__} {value!r}"
+    )

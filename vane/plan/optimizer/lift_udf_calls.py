@@ -1,0 +1,146 @@
+"""Lift column UDF calls out of expressions into pass-through UDF steps.
+
+``WithColumns(sentiment = Classifier(review), X)`` becomes::
+
+    Drop __vane_udf_0
+      WithColumns(sentiment = __vane_udf_0)
+        Udf Classifier(review) -> input + [__vane_udf_0]   (ships only `review` to the actors)
+          X
+
+An argument that is an expression rather than a column is computed first into a hidden
+column (a ``WithColumns`` below the step). Calls whose arguments hold other calls wait for
+the next application of the rule, so nested calls lift innermost first. The calls of one step
+that share a ``@vane.cls`` instance (or are the same ``@vane.func``) become one UDF step, so
+one constructed object per actor serves them all. Hidden names are numbered from 0, skipping
+names the input has, so ``explain(optimized=True)`` is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vane.plan.expr import Alias, Column, Expr, UdfCall
+from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
+from vane.types import to_arrow_schema
+from vane.udf.column_calls import AsyncColumnCalls, CallPlan, ColumnCalls
+from vane.udf.spec import build_spec
+
+
+class _Names:
+    """Fresh hidden column names that clash with nothing the input has."""
+
+    def __init__(self, taken: list[str]) -> None:
+        self._taken = {n.lower() for n in taken}
+        self._next = 0
+
+    def fresh(self, kind: str) -> str:
+        while True:
+            name = f"__vane_{kind}_{self._next}"
+            self._next += 1
+            if name.lower() not in self._taken:
+                self._taken.add(name.lower())
+                return name
+
+
+def _rewrite(expr: Expr, outputs: dict[int, str]) -> Expr:
+    if isinstance(expr, UdfCall) and id(expr) in outputs:
+        return Column(outputs[id(expr)])
+    return expr.map_children(lambda child: _rewrite(child, outputs))
+
+
+def _rebuilt(node: PlanNode, below: PlanNode, outputs: dict[int, str]) -> PlanNode:
+    if isinstance(node, Select):
+        exprs = []
+        for expr in node.exprs:
+            new = _rewrite(expr, outputs)
+            # Keep the column's name: a call is named after its first argument, a hidden
+            # column after itself.
+            if new is not expr and not isinstance(expr, Alias):
+                new = Alias(new, expr.output_name)
+            exprs.append(new)
+        return Select(below, tuple(exprs))
+    if isinstance(node, Filter):
+        return Filter(below, _rewrite(node.predicate, outputs))
+    if isinstance(node, WithColumns):
+        return WithColumns(below, tuple((n, _rewrite(e, outputs)) for n, e in node.items))
+    assert isinstance(node, OrderBy)
+    keys = tuple(replace(k, expr=_rewrite(k.expr, outputs)) for k in node.keys)
+    return OrderBy(below, keys)
+
+
+def lift_udf_calls(node: PlanNode) -> PlanNode | None:
+    if not isinstance(node, (Select, Filter, WithColumns, OrderBy)):
+        return None  # the only steps that admit UDF calls (Aggregate refuses them)
+    calls = [call for expr in node.expressions() for call in expr.udf_calls()]
+    # This round lifts the calls whose arguments are free of calls; the rest wait their turn.
+    ready = list({id(c): c for c in calls if not any(a.has_udf_calls() for a in c.args)}.values())
+    if not ready:
+        return None
+    below = node.inputs[0]
+    by_lower = {n.lower(): n for n in below.schema.names}
+    names = _Names(below.schema.names)
+    hidden: list[str] = []
+    computed: list[tuple[str, Expr]] = []  # argument expressions that are not plain columns
+    outputs: dict[int, str] = {}
+    groups: dict[int, list[tuple[UdfCall, CallPlan]]] = {}
+    for call in ready:
+        columns = []
+        for arg in call.args:
+            existing = by_lower.get(arg.name.lower()) if isinstance(arg, Column) else None
+            if existing is None:
+                existing = names.fresh("arg")
+                computed.append((existing, arg))
+            columns.append(existing)
+        output = names.fresh("udf")
+        outputs[id(call)] = output
+        owner = call.udf.owner
+        key = id(owner) if owner is not None else id(call.udf.target)
+        plan = CallPlan(call.udf, tuple(columns), call.layout, output)
+        groups.setdefault(key, []).append((call, plan))
+    if computed:
+        below = WithColumns(below, tuple(computed))
+        hidden.extend(name for name, _ in computed)
+    for group in groups.values():
+        below = _udf_step(below, group, names)
+        hidden.extend(plan.output for _, plan in group)
+        if below.udf.on_error == "null":
+            hidden.append(below.udf.error_column)
+    lifted = _rebuilt(node, below, outputs)
+    if isinstance(node, Select):
+        return lifted  # it names what it keeps
+    return Drop(lifted, tuple(n for n in hidden if n in lifted.schema.names))
+
+
+def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Names) -> UdfStep:
+    first = group[0][0].udf
+    options = first.options
+    owner = first.owner
+    plans = tuple(plan for _, plan in group)
+    runner = AsyncColumnCalls if any(call.udf.is_async for call, _ in group) else ColumnCalls
+    reads = tuple(dict.fromkeys(c for plan in plans for c in plan.columns))
+    label = ", ".join(f"{call.udf.name}({', '.join(plan.columns)})" for call, plan in group)
+    is_class = owner is not None
+    spec = build_spec(
+        "udf",
+        runner,
+        kind="batch",
+        batch_size=options.batch_size,
+        execution_backend="subprocess_actor" if options.use_process else None,
+        concurrency=(options.max_concurrency or 1) if is_class else 1,
+        gpus=options.gpus,
+        cpus=None,
+        memory=None,
+        fn_constructor_args=(owner, plans),
+        fn_constructor_kwargs=None,
+        fn_kwargs=None,
+        max_concurrency_per_actor=None,
+        max_retries=options.max_retries,
+        on_error=options.on_error,
+        preserve_order=True,
+        reads=reads,
+        passthrough=True,
+        label=label,
+        error_column=names.fresh("error"),
+    )
+    declared = to_arrow_schema({plan.output: call.udf.return_type for call, plan in group})
+    return UdfStep(below, spec, declared)

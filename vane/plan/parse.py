@@ -1,0 +1,195 @@
+"""Reading SQL text with DuckDB's own parser: which statement a query is, which columns an
+expression uses, what it is named. Never regular expressions: DuckDB's tokenizer and parser
+know its quoting, comments, lambdas and nested types, and stay in step with the engine.
+
+The parser is reached through ``json_serialize_sql``, which returns the parse tree as JSON
+without binding anything, so no data or catalog is touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from vane import _engine
+from vane.errors import PlanError
+
+# Statement types a query may be: anything else would change the database when the plan is
+# built (CREATE, COPY, ATTACH, SET, INSTALL, ...).
+_QUERY = duckdb.StatementType.SELECT
+
+
+def check_query(query: str, where: str) -> None:
+    """``query`` is one read-only query statement, or a ``PlanError`` saying what it is."""
+    try:
+        statements = duckdb.extract_statements(query)
+    except duckdb.Error as exc:
+        raise PlanError(f"{where}: the SQL does not parse: {_message(exc)}") from exc
+    if len(statements) != 1:
+        raise PlanError(
+            f"{where}: the SQL holds {len(statements)} statements; a relation is one query. "
+            "Pass one SELECT (or FROM / VALUES / WITH ...) statement"
+        )
+    kind = statements[0].type
+    if kind != _QUERY:
+        name = str(kind).rsplit(".", 1)[-1]
+        hint = (
+            " PIVOT without an IN list runs a query to find its columns: list the values, "
+            "PIVOT t ON x IN ('a', 'b') USING ..."
+            if name == "MULTI"
+            else ""
+        )
+        raise PlanError(
+            f"{where}: {name} statements are not queries; building a plan never changes the "
+            "database or its settings. Pass one SELECT (or FROM / VALUES / WITH ...) statement, "
+            f"and write results with write_parquet/write_csv/write_json.{hint}"
+        )
+
+
+def _message(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+@functools.lru_cache(maxsize=4096)
+def _serialize(sql: str) -> str:
+    with _engine.scratch() as cursor:
+        rows = cursor.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
+    return str(rows[0][0])
+
+
+def _parse_select(sql: str) -> dict[str, Any] | None:
+    """The parse tree of the one SELECT node of ``sql``, or None if it does not parse as one."""
+    tree = json.loads(_serialize(sql))
+    if tree.get("error") or len(tree.get("statements", ())) != 1:
+        return None
+    node: dict[str, Any] = tree["statements"][0]["node"]
+    return node if node.get("type") == "SELECT_NODE" else None
+
+
+def _parse_error(sql: str) -> str:
+    """DuckDB's parser message for ``sql`` ("syntax error at or near ...")."""
+    tree = json.loads(_serialize(sql))
+    return str(tree.get("error_message") or "it is not a single expression")
+
+
+@dataclass(frozen=True)
+class ParsedExpression:
+    """One SQL expression as the user wrote it."""
+
+    text: str  # the expression without its alias
+    alias: str | None  # ``x + 1 AS y`` -> ``y``
+    # The column names it reads (as written, compare them case-insensitively), or None when that
+    # cannot be known from the text (``*``, ``COLUMNS(...)``, a subquery).
+    columns: frozenset[str] | None
+
+
+def parse_expression(text: str) -> ParsedExpression:
+    """Parse one select-list expression (``"price * qty AS total"``); a ``PlanError`` if the
+    text is not exactly one expression."""
+    node = _parse_select(f"SELECT {text}")
+    items = node.get("select_list", []) if node else []
+    clean = (
+        node is not None
+        and len(items) == 1
+        and node.get("from_table", {}).get("type") in (None, "EMPTY")
+        and node.get("where_clause") is None
+        and not node.get("modifiers")
+        and not node.get("group_expressions")
+    )
+    if node is None:
+        raise PlanError(f"{text!r} does not parse: {_parse_error(f'SELECT {text}')}")
+    if not clean:
+        raise PlanError(
+            f"{text!r} is not one SQL expression. Pass one expression per argument, such as "
+            "'price * qty AS total'"
+        )
+    item = items[0]
+    alias = item.get("alias") or None
+    body = _strip_alias(text, alias) if alias else text.strip()
+    return ParsedExpression(body, alias, _columns_of(item))
+
+
+@dataclass(frozen=True)
+class ParsedSortKey:
+    text: str  # the key's expression, without ASC/DESC/NULLS FIRST/LAST
+    descending: bool
+    nulls_first: bool | None  # None: DuckDB's default (nulls last)
+
+
+_ORDER_WORDS = frozenset({"ASC", "DESC", "NULLS", "FIRST", "LAST"})
+
+
+def parse_sort_key(text: str) -> ParsedSortKey:
+    """One ORDER BY key as written (``"score DESC NULLS FIRST"``), or a ``PlanError``."""
+    node = _parse_select(f"SELECT * ORDER BY {text}")
+    modifiers = node.get("modifiers", []) if node else []
+    orders = [o for m in modifiers if m.get("type") == "ORDER_MODIFIER" for o in m["orders"]]
+    if len(orders) != 1:
+        raise PlanError(
+            f"order_by(): {text!r} is not one sort key. Pass each key as its own argument, "
+            "such as order_by('score DESC', 'id')"
+        )
+    tokens = duckdb.tokenize(text)
+    cut = len(text)
+    for position, kind in reversed(tokens):
+        word = text[position:cut].strip().upper()
+        if kind != duckdb.token_type.keyword or word not in _ORDER_WORDS:
+            break
+        cut = position
+    nulls = orders[0]["null_order"]
+    return ParsedSortKey(
+        text[:cut].strip(),
+        orders[0]["type"] == "DESCENDING",
+        None if nulls == "ORDER_DEFAULT" else nulls == "NULLS FIRST",
+    )
+
+
+def query_columns(text: str) -> frozenset[str] | None:
+    """Every column name a whole query mentions, or None when unknown (``SELECT *``)."""
+    node = _parse_select(text)
+    return None if node is None else _columns_of(node)
+
+
+def _strip_alias(text: str, alias: str) -> str:
+    """``text`` without its trailing alias (``x + 1 AS y`` -> ``x + 1``), cut at the alias's
+    own token so quoting and comments are DuckDB's business, not ours."""
+    tokens = duckdb.tokenize(text)
+    starts = [position for position, _ in tokens]
+    cut = starts[-1]  # the alias is the last token
+    if len(tokens) >= 2:
+        position, kind = tokens[-2]
+        if kind == duckdb.token_type.keyword and text[position:cut].strip().upper() == "AS":
+            cut = position
+    return text[:cut].strip()
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def _columns_of(tree: dict[str, Any]) -> frozenset[str] | None:
+    names: set[str] = set()
+    for node in _walk(tree):
+        kind = node.get("class")
+        if kind in ("STAR", "SUBQUERY"):
+            return None
+        if kind == "LAMBDA":
+            # A lambda's parameters look like column references; the body may also read real
+            # columns, and telling them apart needs the binder: say "unknown".
+            return None
+        if kind == "COLUMN_REF":
+            # ``s.field`` may be a table and a column or a column and a struct field: keep
+            # every part, so the set is never smaller than the truth.
+            names.update(node["column_names"])
+    return frozenset(names)

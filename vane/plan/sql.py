@@ -1,0 +1,138 @@
+"""Expressions -> DuckDB SQL text, and the shorter text ``explain()`` shows.
+
+Every identifier is quoted, so any column name works; every operator is parenthesized, so the
+tree's shape is the evaluation order whatever SQL's precedence says. A UDF call has no SQL: the
+optimizer lifts it into a UDF step first. To learn a step's schema before that, ``probe=True``
+stands a typed NULL in for each call that still makes DuckDB bind its arguments, so a bad
+argument column fails when the step is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from vane._sql import quote_ident, quote_literal, sql_list
+from vane.errors import PlanError
+from vane.plan.expr import (
+    Alias,
+    BinaryOp,
+    Cast,
+    Column,
+    Expr,
+    FunctionCall,
+    Literal,
+    SqlText,
+    UdfCall,
+    UnaryOp,
+)
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # shown unquoted by explain(); never parsed
+
+
+def to_sql(expr: Expr, *, probe: bool = False) -> str:
+    """The expression as DuckDB SQL (without its alias; see ``select_item``)."""
+    if isinstance(expr, Column):
+        return quote_ident(expr.name)
+    if isinstance(expr, Literal):
+        return literal_sql(expr.value)
+    composite = _composite(expr, lambda child: to_sql(child, probe=probe))
+    if composite is not None:
+        return composite
+    if isinstance(expr, Alias):
+        return to_sql(expr.operand, probe=probe)
+    if isinstance(expr, SqlText):
+        return f"({expr.parsed.text})"
+    if isinstance(expr, UdfCall):
+        if not probe:
+            raise PlanError(
+                f"the UDF call {display(expr)} reached SQL without being lifted into a UDF step; "
+                "this is a bug in vane's optimizer, please report it"
+            )
+        typed_null = f"CAST(NULL AS {expr.udf.type_name})"
+        if not expr.args:
+            return typed_null
+        checks = " AND ".join(f"({to_sql(a, probe=True)}) IS NULL" for a in expr.args)
+        return f"(CASE WHEN {checks} THEN {typed_null} ELSE {typed_null} END)"
+    raise TypeError(f"cannot compile {type(expr).__name__}")
+
+
+def _composite(expr: Expr, render: Callable[[Expr], str]) -> str | None:
+    """Operators, functions and casts look the same in SQL and in explain(); only their
+    leaves differ, so each caller passes how to render a child."""
+    if isinstance(expr, BinaryOp):
+        return f"({render(expr.left)} {expr.op} {render(expr.right)})"
+    if isinstance(expr, UnaryOp):
+        inner = render(expr.operand)
+        return f"({inner} {expr.op})" if expr.op.startswith("IS") else f"({expr.op} {inner})"
+    if isinstance(expr, FunctionCall):
+        return f"{expr.name}({sql_list(render(a) for a in expr.args)})"
+    if isinstance(expr, Cast):
+        return f"CAST({render(expr.operand)} AS {expr.type_name})"
+    return None
+
+
+def select_item(expr: Expr, *, probe: bool = False) -> str:
+    """``expr`` as one item of a select list, named by its output name. Raw SQL keeps the
+    name DuckDB gives it unless the user wrote an alias."""
+    if isinstance(expr, SqlText) and not expr.parsed.alias:
+        return expr.parsed.text
+    return f"{to_sql(expr, probe=probe)} AS {quote_ident(expr.output_name)}"
+
+
+def literal_sql(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return f"CAST('{value}' AS DOUBLE)"
+        return repr(value)
+    if isinstance(value, decimal.Decimal):
+        return f"CAST('{value}' AS DECIMAL(38, {max(0, -value.as_tuple().exponent)}))"  # type: ignore[operator]
+    if isinstance(value, str):
+        return quote_literal(value)
+    if isinstance(value, bytes):
+        return "'" + "".join(f"\\x{b:02x}" for b in value) + "'::BLOB"
+    if isinstance(value, dt.datetime):
+        kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
+        return f"CAST('{value.isoformat(sep=' ')}' AS {kind})"
+    if isinstance(value, dt.date):
+        return f"CAST('{value.isoformat()}' AS DATE)"
+    if isinstance(value, dt.time):
+        return f"CAST('{value.isoformat()}' AS TIME)"
+    if isinstance(value, dt.timedelta):
+        return f"TO_MICROSECONDS({round(value / dt.timedelta(microseconds=1))})"
+    if isinstance(value, (list, tuple)):
+        return "[" + sql_list(literal_sql(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{" + sql_list(f"{quote_literal(k)}: {literal_sql(v)}" for k, v in value.items()) + "}"
+        )
+    raise PlanError(f"{type(value).__name__} values cannot be SQL literals")
+
+
+def display(expr: Expr) -> str:
+    """Short, readable text for ``explain()`` and errors: plain names unquoted, raw SQL as the
+    user wrote it, UDF calls as ``Name(args)``."""
+    if isinstance(expr, Column):
+        return expr.name if _PLAIN.fullmatch(expr.name) else quote_ident(expr.name)
+    if isinstance(expr, Literal):
+        return literal_sql(expr.value) if len(repr(expr.value)) <= 40 else "<literal>"
+    composite = _composite(expr, display)
+    if composite is not None:
+        return composite
+    if isinstance(expr, Alias):
+        return f"{display(expr.operand)} AS {display(Column(expr.name))}"
+    if isinstance(expr, SqlText):
+        return " ".join(expr.text.split())
+    if isinstance(expr, UdfCall):
+        return f"{expr.udf.name}({sql_list(display(a) for a in expr.args)})"
+    raise TypeError(f"cannot display {type(expr).__name__}")

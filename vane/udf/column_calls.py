@@ -1,0 +1,150 @@
+"""What runs a lifted step's column UDF calls inside an actor.
+
+To the executor a lifted step is an ordinary batch UDF: ``ColumnCalls`` is constructed once per
+actor (building the user's ``@vane.cls`` object there, once, if the calls are its methods) and
+called on batches holding the argument columns; it returns one column per call. Row functions
+get Python values row by row; batch functions get one ``pa.Array`` per column argument; an
+``async`` function runs up to ``max_concurrency`` rows at once on the actor's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from vane.udf.batch_contract import ContractError
+from vane.udf.column import ClassInstance, ColumnUdf, Const, Slot
+
+# Rows in flight per actor for an async function that does not say (``max_concurrency``).
+DEFAULT_ASYNC_ROWS = 64
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """One UDF call of a lifted step: which batch columns hold its argument expressions'
+    values, how they map onto the function's parameters, and the column it fills."""
+
+    udf: ColumnUdf
+    columns: tuple[str, ...]
+    layout: tuple[Slot, ...]
+    output: str
+
+
+def _arguments(layout: tuple[Slot, ...], values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for keyword, source in layout:
+        value = source.value if isinstance(source, Const) else values[source]
+        if keyword is None:
+            args.append(value)
+        else:
+            kwargs[keyword] = value
+    return args, kwargs
+
+
+class ColumnCalls:
+    """Constructed inside each actor; called with a batch of argument columns."""
+
+    def __init__(self, owner: ClassInstance | None, calls: tuple[CallPlan, ...]) -> None:
+        instance = owner.construct() if owner is not None else None
+        self._calls = [
+            (getattr(instance, call.udf.target) if instance is not None else call.udf.target, call)
+            for call in calls
+        ]
+
+    def __call__(self, batch: pa.Table) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for fn, call in self._calls:
+            if call.udf.batch:
+                out[call.output] = _run_batch(fn, call, batch)
+            else:
+                rows = _row_values(call, batch)
+                out[call.output] = _plain([fn(*a, **k) for a, k in rows], call)
+        return out
+
+
+class AsyncColumnCalls(ColumnCalls):
+    """The same, for calls among which at least one is ``async def``: rows of the async ones
+    overlap, up to the UDF's ``max_concurrency`` per actor."""
+
+    def __init__(self, owner: ClassInstance | None, calls: tuple[CallPlan, ...]) -> None:
+        super().__init__(owner, calls)
+        limit = min(
+            (c.udf.options.max_concurrency or DEFAULT_ASYNC_ROWS for _, c in self._calls),
+            default=DEFAULT_ASYNC_ROWS,
+        )
+        self._rows_in_flight = asyncio.Semaphore(int(limit))  # type: ignore[arg-type]
+
+    async def __call__(self, batch: pa.Table) -> dict[str, Any]:  # type: ignore[override]
+        out: dict[str, Any] = {}
+        for fn, call in self._calls:
+            if call.udf.batch:
+                result = _run_batch(fn, call, batch)
+                out[call.output] = await result if inspect.isawaitable(result) else result
+                continue
+
+            async def one(args: list[Any], kwargs: dict[str, Any], fn: Any = fn) -> Any:
+                async with self._rows_in_flight:
+                    value = fn(*args, **kwargs)
+                    return await value if inspect.isawaitable(value) else value
+
+            rows = _row_values(call, batch)
+            out[call.output] = _plain(await asyncio.gather(*(one(a, k) for a, k in rows)), call)
+        return out
+
+
+def _plain(values: list[Any], call: CallPlan) -> list[Any]:
+    """Dataclass results (a struct return type's natural Python form) as dicts, which Arrow
+    reads; other values are left to the batch contract."""
+    if not pa.types.is_nested(call.udf.return_type):
+        return values
+    return [_as_data(v) for v in values]
+
+
+def _as_data(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (list, tuple)):
+        return [_as_data(v) for v in value]
+    return value
+
+
+def _row_values(call: CallPlan, batch: pa.Table) -> list[tuple[list[Any], dict[str, Any]]]:
+    columns = [batch.column(name).to_pylist() for name in call.columns]
+    return [_arguments(call.layout, list(values)) for values in zip(*columns, strict=True)]
+
+
+def _run_batch(fn: Any, call: CallPlan, batch: pa.Table) -> Any:
+    arrays = [batch.column(name).combine_chunks() for name in call.columns]
+    args, kwargs = _arguments(call.layout, arrays)
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        return _checked_later(result, call, batch.num_rows)
+    _check_length(result, call, batch.num_rows)
+    return result
+
+
+async def _checked_later(result: Any, call: CallPlan, rows: int) -> Any:
+    value = await result
+    _check_length(value, call, rows)
+    return value
+
+
+def _check_length(result: Any, call: CallPlan, rows: int) -> None:
+    try:
+        length = len(result)
+    except TypeError:
+        raise ContractError(
+            f"{call.udf.name} returned {type(result).__name__}; a batch function returns an "
+            "array, list or numpy array with one value per input row"
+        ) from None
+    if length != rows:
+        raise ContractError(
+            f"{call.udf.name} returned {length} values for a batch of {rows} rows; a batch "
+            "function returns exactly one value per input row, in order"
+        )
