@@ -23,6 +23,7 @@ from vane.config import configure
 from vane.io.sinks import WriteResult
 from vane.plan.expr import Expr, col, lit, sql_expr
 from vane.relation import Relation
+from vane.udf.attached import attach_function, detach_function
 from vane.udf.decorators import cls, func, method
 
 __version__ = "0.1.0"
@@ -31,9 +32,11 @@ __all__ = [
     "Expr",
     "Relation",
     "WriteResult",
+    "attach_function",
     "cls",
     "col",
     "configure",
+    "detach_function",
     "errors",
     "from_arrow",
     "from_pandas",

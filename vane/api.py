@@ -11,7 +11,9 @@ import pyarrow as pa
 from vane.errors import ConfigurationError, PlanError, SchemaError
 from vane.io.files import Paths, resolve_files
 from vane.plan import nodes
+from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
+from vane.udf.attached import attached
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -141,7 +143,8 @@ def sql(query: str, **relations: Relation) -> Relation:
     for name, rel in relations.items():
         if not isinstance(rel, Relation):
             raise PlanError(f"sql(): {name}= must be a vane Relation, got {type(rel).__name__}")
-    return Relation(nodes.SqlQuery(query, tuple((n, r.plan) for n, r in relations.items())))
+    inputs = tuple((n, r.plan) for n, r in relations.items())
+    return Relation(sql_query(query, inputs, attached()))
 
 
 def range(n: int) -> Relation:

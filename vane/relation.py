@@ -224,7 +224,10 @@ class Relation:
 
         ``rel.sql("SELECT label, count(*) AS n FROM rel GROUP BY label")``
         """
-        return Relation(nodes.SqlQuery(query, ((name, self._plan),)))
+        from vane.plan.sql_calls import sql_query
+        from vane.udf.attached import attached
+
+        return Relation(sql_query(query, ((name, self._plan),), attached()))
 
     # ---- UDF steps -----------------------------------------------------------------------
 

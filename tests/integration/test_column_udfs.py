@@ -242,3 +242,77 @@ def test_without_warnings_on_the_happy_path():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert reviews().with_column("s", u.shout(col("review"))).count() == 3
+
+
+# ---- called from SQL ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def attached():
+    names = []
+
+    def attach(name: str, udf: object) -> None:
+        vane.attach_function(name, udf)
+        names.append(name)
+
+    yield attach
+    for name in names:
+        vane.detach_function(name)
+
+
+def test_attached_udfs_run_from_sql_in_their_actors(attached):
+    attached("shout", u.shout)
+    attached("sentiment", u.SentimentClassifier())
+    r = reviews()
+    query = (
+        "SELECT r.id, SHOUT( r.review ) AS loud, sentiment(review) AS mood FROM r "
+        "WHERE shout(shout(review || '?')) LIKE '%?!!' ORDER BY id DESC"
+    )
+    out = vane.sql(query, r=r)
+    assert out.explain().splitlines()[0].startswith("Sql [r] SELECT r.id, SHOUT( r.review )")
+    assert "Udf shout(review)" in out.explain(optimized=True)
+    assert out.to_pylist() == [
+        {"id": 3, "loud": REVIEWS[2].upper() + "!", "mood": "NEGATIVE"},
+        {"id": 2, "loud": REVIEWS[1].upper() + "!", "mood": "NEGATIVE"},
+        {"id": 1, "loud": REVIEWS[0].upper() + "!", "mood": "POSITIVE"},
+    ]
+    counts = r.sql("SELECT sentiment(review) AS m, count(*) AS n FROM rel GROUP BY 1 ORDER BY 1")
+    assert counts.to_pylist() == [{"m": "NEGATIVE", "n": 2}, {"m": "POSITIVE", "n": 1}]
+
+
+def test_a_star_over_a_table_with_udf_calls_shows_no_hidden_columns(attached):
+    attached("shout", u.shout)
+    tags = vane.from_pydict({"id": [1, 2], "tag": ["x", "y"]})
+    out = vane.sql("SELECT *, shout(tag) AS loud FROM r JOIN t USING (id)", r=reviews(), t=tags)
+    assert out.columns == ["id", "review", "tag", "loud"]
+    assert [row["loud"] for row in out.to_pylist()] == ["X!", "Y!"]
+
+
+def test_sql_calls_that_cannot_be_placed_are_plan_errors(attached):
+    attached("shout", u.shout)
+    tags = vane.from_pydict({"id": [1, 2], "tag": ["x", "y"]})
+    with pytest.raises(PlanError, match="exactly one of the tables"):
+        vane.sql("SELECT shout(tag || review) FROM r JOIN t USING (id)", r=reviews(), t=tags)
+    with pytest.raises(PlanError, match="which the tables r, t all have; qualify it"):
+        vane.sql("SELECT shout(id) FROM r JOIN t USING (id)", r=reviews(), t=tags)
+    with pytest.raises(PlanError, match="none of the tables"):
+        vane.sql("SELECT shout(nope) FROM r", r=reviews())
+    with pytest.raises(PlanError, match="wrong arguments"):
+        vane.sql("SELECT shout(review, id) FROM r", r=reviews())
+
+
+def test_attaching_checks_names_and_a_built_plan_survives_detaching():
+    with pytest.raises(ConfigurationError, match="already has a function named 'lower'"):
+        vane.attach_function("lower", u.shout)
+    with pytest.raises(ConfigurationError, match="plain SQL identifier"):
+        vane.attach_function("no spaces", u.shout)
+    with pytest.raises(ConfigurationError, match="not a column UDF"):
+        vane.attach_function("plain", len)
+    vane.attach_function("yell", u.shout)
+    plan = vane.sql("SELECT yell(review) AS y FROM r", r=reviews())
+    vane.detach_function("yell")
+    assert plan.count() == 3
+    with pytest.raises(PlanError, match="yell"):
+        vane.sql("SELECT yell(review) AS y FROM r", r=reviews())
+    with pytest.raises(ConfigurationError, match="no function named 'yell'"):
+        vane.detach_function("yell")

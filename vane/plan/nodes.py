@@ -655,6 +655,10 @@ class SqlQuery(SqlStep):
 
     query: str
     named_inputs: tuple[tuple[str, PlanNode], ...] = ()
+    # The text DuckDB runs when attached UDF calls were lifted out of ``query``
+    # (``plan/sql_calls.py``), and the hidden columns that hold their results.
+    lowered: str | None = None
+    hidden: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.query, str) or not self.query.strip():
@@ -674,8 +678,9 @@ class SqlQuery(SqlStep):
         return tuple(node for _, node in self.named_inputs)
 
     def apply(self, cursor: Cursor, *inputs: Relation, probe: bool = False) -> Relation:
+        query = self.lowered or self.query
         if not inputs:
-            return cursor.sql(self.query)
+            return cursor.sql(query)
         # Each input is registered on this cursor under a name no other step uses, then exposed
         # to the query under the user's name as a CTE, which shadows any table of that name.
         ctes = []
@@ -685,7 +690,11 @@ class SqlQuery(SqlStep):
             if probe:
                 self.__dict__["_probe_views"].append(internal)
             ctes.append(f"{quote_ident(name)} AS (FROM {internal})")
-        return cursor.sql(_with_ctes(self.query, ctes))
+        relation = cursor.sql(_with_ctes(query, ctes))
+        shown = [c for c in relation.columns if c in self.hidden]  # reached through `*`
+        if shown:
+            relation = relation.project(f"* EXCLUDE ({sql_list(quote_ident(c) for c in shown)})")
+        return relation
 
     def _release(self, cursor: Cursor) -> None:
         views: list[str] = self.__dict__["_probe_views"]

@@ -56,7 +56,9 @@ def _message(exc: BaseException) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _serialize(sql: str) -> str:
+def serialize_sql(sql: str) -> str:
+    """DuckDB's parse tree of ``sql`` as JSON text (``{"error": true, ...}`` if it does not
+    parse)."""
     with _engine.scratch() as cursor:
         rows = cursor.execute("SELECT json_serialize_sql(?)", [sql]).fetchall()
     return str(rows[0][0])
@@ -64,7 +66,7 @@ def _serialize(sql: str) -> str:
 
 def _parse_select(sql: str) -> dict[str, Any] | None:
     """The parse tree of the one SELECT node of ``sql``, or None if it does not parse as one."""
-    tree = json.loads(_serialize(sql))
+    tree = json.loads(serialize_sql(sql))
     if tree.get("error") or len(tree.get("statements", ())) != 1:
         return None
     node: dict[str, Any] = tree["statements"][0]["node"]
@@ -73,7 +75,7 @@ def _parse_select(sql: str) -> dict[str, Any] | None:
 
 def _parse_error(sql: str) -> str:
     """DuckDB's parser message for ``sql`` ("syntax error at or near ...")."""
-    tree = json.loads(_serialize(sql))
+    tree = json.loads(serialize_sql(sql))
     return str(tree.get("error_message") or "it is not a single expression")
 
 
