@@ -170,19 +170,20 @@ def _strip_alias(text: str, alias: str) -> str:
     return text[:cut].strip()
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
+def walk_tree(node: Any) -> Iterator[dict[str, Any]]:
+    """Every object in a parse tree (as ``json_serialize_sql`` gives it), parents first."""
     if isinstance(node, dict):
         yield node
         for value in node.values():
-            yield from _walk(value)
+            yield from walk_tree(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _walk(value)
+            yield from walk_tree(value)
 
 
 def _columns_of(tree: dict[str, Any]) -> frozenset[str] | None:
     names: set[str] = set()
-    for node in _walk(tree):
+    for node in walk_tree(tree):
         kind = node.get("class")
         if kind in ("STAR", "SUBQUERY"):
             return None

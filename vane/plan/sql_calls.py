@@ -19,7 +19,7 @@ from vane._sql import quote_ident
 from vane.errors import PlanError
 from vane.plan.expr import Column, Expr, SqlText
 from vane.plan.nodes import PlanNode, SqlQuery, WithColumns
-from vane.plan.parse import check_query, serialize_sql
+from vane.plan.parse import check_query, serialize_sql, walk_tree
 from vane.udf.column import ColumnUdf
 
 
@@ -60,16 +60,6 @@ def _fresh(number: int, taken: set[str]) -> str:
     return f"__vane_sql_{number}"
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
-
-
 def _is_call(node: dict[str, Any], udfs: Mapping[str, ColumnUdf]) -> bool:
     return node.get("class") == "FUNCTION" and node.get("function_name", "").lower() in udfs
 
@@ -91,7 +81,7 @@ def _table_of(call: dict[str, Any], inputs: dict[str, PlanNode], lookup: dict[st
     """The one input table the call's arguments read, or a ``PlanError``."""
     name = call["function_name"]
     tables: set[str] = set()
-    for node in _walk(call["arguments"]):
+    for node in walk_tree(call["arguments"]):
         if node.get("class") != "COLUMN_REF":
             continue
         parts = node["column_names"]
@@ -138,7 +128,7 @@ def _argument(
     if _is_call(node, udfs):
         return _expression(node, udfs, table, lookup)
     node = json.loads(json.dumps(node))  # a copy to de-qualify
-    for ref in _walk(node):
+    for ref in walk_tree(node):
         parts = ref.get("column_names") if ref.get("class") == "COLUMN_REF" else None
         if parts and len(parts) >= 2 and lookup.get(parts[0].lower()) == table:
             ref["column_names"] = parts[1:]
