@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 from vane.errors import ConfigurationError
 
 RUNNERS = ("local",)
+
+
+def _default_memory_budget() -> int:
+    """An eighth of this machine's memory, at most 2 GiB: what a materialized result (or a
+    subplan two steps read) keeps in memory before it spills to disk."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        total = 8 * 2**30
+    return min(2 * 2**30, total // 8)
 
 
 @dataclass(frozen=True)
@@ -17,6 +28,8 @@ class Config:
     # cuts them to the UDF's batch_size), into a sink, and out of iter_batches by default.
     # Measured: 1,024-row reads cost more than a no-op UDF's handoff; 65,536 amortizes that.
     batch_size: int = 65_536
+    memory_budget: int = _default_memory_budget()
+    spill_directory: str | None = None  # None: the system's temporary directory
 
 
 _config = Config()
@@ -26,10 +39,24 @@ def get_config() -> Config:
     return _config
 
 
+def _positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def configure(
-    *, runner: str | None = None, progress: bool | None = None, batch_size: int | None = None
+    *,
+    runner: str | None = None,
+    progress: bool | None = None,
+    batch_size: int | None = None,
+    memory_budget: int | None = None,
+    spill_directory: str | os.PathLike[str] | None = None,
 ) -> Config:
     """Change process-wide settings; returns the settings now in force.
+
+    ``memory_budget`` (bytes) is how much of a materialized result vane keeps in memory before
+    it spills the result to Parquet files in ``spill_directory``.
 
     >>> import vane
     >>> vane.configure(progress=False).progress
@@ -47,8 +74,15 @@ def configure(
     if progress is not None:
         changes["progress"] = bool(progress)
     if batch_size is not None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}")
-        changes["batch_size"] = batch_size
+        changes["batch_size"] = _positive("batch_size", batch_size)
+    if memory_budget is not None:
+        changes["memory_budget"] = _positive("memory_budget", memory_budget)
+    if spill_directory is not None:
+        directory = os.fspath(spill_directory)
+        if not os.path.isdir(directory):
+            raise ConfigurationError(
+                f"spill_directory={directory!r} is not an existing directory; create it first"
+            )
+        changes["spill_directory"] = directory
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config

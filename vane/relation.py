@@ -332,6 +332,19 @@ class Relation:
 
     # ---- actions: these run the plan ---------------------------------------------------------
 
+    def materialize(self) -> Relation:
+        """Run the plan now and keep its result, so later actions reuse it instead of running
+        the plan (and its models) again. The result stays in memory up to
+        ``vane.configure(memory_budget=...)`` and spills to temporary Parquet files beyond it;
+        they are deleted when the returned relation is no longer used.
+
+        >>> import vane
+        >>> kept = vane.range(3).with_column("sq", "id * id").materialize()
+        >>> kept.count(), kept.to_pylist()[2]
+        (3, {'id': 2, 'sq': 4})
+        """
+        return Relation(current_runner().materialize(self._plan))
+
     def count(self) -> int:
         return current_runner().count(self._plan)
 

@@ -20,11 +20,13 @@ from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.lowering import lower
 from vane.io.sinks import FileSink, WriteResult
+from vane.io.spool import Spool
 from vane.observe.events import EventBus, global_subscribers
 from vane.observe.progress import ProgressDisplay, wants_progress
 from vane.plan.explain import explain
-from vane.plan.nodes import PlanNode, UdfStep
+from vane.plan.nodes import MaterializedScan, PlanNode, UdfStep
 from vane.plan.optimizer import optimize
+from vane.plan.traverse import shared_subplans
 from vane.udf.spec import output_schema
 
 
@@ -39,6 +41,9 @@ class Execution:
         if wants_progress(get_config().progress):
             self.events.subscribe(ProgressDisplay())
         self._cursors: list[duckdb.DuckDBPyConnection] = []
+        # Subplans two parts of the plan read, computed once for this action and kept.
+        self._shared = shared_subplans(plan)
+        self._spools: dict[int, MaterializedScan] = {}
         # The first error a UDF stage raised: DuckDB reports errors from an Arrow stream it
         # reads as its own text, so the original (with its cause) is kept here to re-raise.
         self.failure: BaseException | None = None
@@ -54,8 +59,24 @@ class Execution:
         """``node`` lowered onto ``cursor`` (a new one by default)."""
         return lower(node, cursor or self.cursor(), self)
 
+    def spooled(self, node: PlanNode) -> MaterializedScan | None:
+        """For a shared subplan, its rows: computed in full the first time it is asked for,
+        kept (spilling past the memory budget), and read from there by every reader."""
+        key = id(node)
+        if key in self._spools:
+            return self._spools[key]
+        if key not in self._shared:
+            return None
+        self._shared.discard(key)  # the one computation below reads it plainly
+        scan = MaterializedScan(Spool.collect(self.reader(node, get_config().batch_size)))
+        self._spools[key] = scan
+        return scan
+
     def reader(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader:
         """A stream of ``node``'s rows; a UDF step's batches come straight from its pool."""
+        scan = self.spooled(node)
+        if scan is not None:
+            return scan.spool.reader(batch_size)
         if isinstance(node, UdfStep):
             return self.udf_reader(node)
         return self.relation(node).to_arrow_reader(batch_size)
@@ -102,6 +123,9 @@ class Execution:
         for cursor in self._cursors:
             cursor.close()
         self._cursors.clear()
+        for scan in self._spools.values():
+            scan.spool.close()
+        self._spools.clear()
 
 
 _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
@@ -149,6 +173,13 @@ class LocalRunner:
                 # A UDF's batches have the UDF's size: cut them (zero-copy) to the size asked.
                 for start in range(0, batch.num_rows, batch_size):
                     yield batch.slice(start, batch_size)
+
+    def materialize(self, plan: PlanNode) -> MaterializedScan:
+        """The plan's rows, computed now and kept for any number of later reads."""
+        batches = self.stream(plan, get_config().batch_size)
+        return MaterializedScan(
+            Spool.collect(pa.RecordBatchReader.from_batches(plan.schema, batches))
+        )
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         sink.check_schema(plan.schema)

@@ -12,17 +12,22 @@ import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import PlanNode, Source, SqlStep, UdfStep
+from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
 
 Cursor = duckdb.DuckDBPyConnection
 
 
 class UdfStreams(Protocol):
     def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader: ...
+    def spooled(self, node: PlanNode) -> MaterializedScan | None: ...
 
 
 def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBPyRelation:
-    """The DuckDB relation that computes ``node``, built on ``cursor``."""
+    """The DuckDB relation that computes ``node``, built on ``cursor``. A subplan that two
+    parts of the plan read comes from where the action keeps it, computed once."""
+    scan = streams.spooled(node)
+    if scan is not None:
+        return scan.to_duckdb(cursor)
     if isinstance(node, UdfStep):
         return cursor.from_arrow(streams.udf_reader(node))
     inputs = [lower(child, cursor, streams) for child in node.inputs]

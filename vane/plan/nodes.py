@@ -22,6 +22,7 @@ import pyarrow as pa
 from vane import _engine
 from vane._sql import duckdb_message, quote_ident, sql_list
 from vane.errors import PlanError, SourceError
+from vane.io.spool import Spool
 from vane.plan.expr import Alias, Column, Expr, SqlText
 from vane.plan.parse import check_query
 from vane.plan.sql import display, select_item, to_sql
@@ -173,6 +174,22 @@ class ArrowStreamScan(Source):
 
     def describe(self) -> str:
         return "FromArrowStream (readable once)"
+
+
+@dataclass(frozen=True, eq=False)
+class MaterializedScan(Source):
+    """A result computed once and kept (``Relation.materialize()``): read any number of times."""
+
+    spool: Spool
+
+    def __post_init__(self) -> None:
+        self._set_schema(self.spool.schema)
+
+    def to_duckdb(self, cursor: Cursor) -> Relation:
+        return cursor.from_arrow(self.spool.reader())
+
+    def describe(self) -> str:
+        return f"Materialized ({self.spool.describe()})"
 
 
 @dataclass(frozen=True, eq=False)

@@ -40,12 +40,20 @@ def bottom_up(rule: LocalRule) -> Rule:
     return apply
 
 
-def _pass(rule: LocalRule, node: PlanNode) -> PlanNode:
-    inputs = tuple(_pass(rule, child) for child in node.inputs)
+def _pass(rule: LocalRule, node: PlanNode, done: dict[int, PlanNode] | None = None) -> PlanNode:
+    """One bottom-up pass. ``done`` keeps one rewrite per node, so a subplan that two parents
+    read stays one node (see ``traverse``)."""
+    done = {} if done is None else done
+    if id(node) in done:
+        return done[id(node)]
+    original = node
+    inputs = tuple(_pass(rule, child, done) for child in node.inputs)
     if any(new is not old for new, old in zip(inputs, node.inputs, strict=True)):
         node = with_inputs(node, inputs)
     rewritten = rule(node)
-    return node if rewritten is None else rewritten
+    result = node if rewritten is None else rewritten
+    done[id(original)] = result
+    return result
 
 
 RULES: tuple[Rule, ...] = (

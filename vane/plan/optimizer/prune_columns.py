@@ -27,13 +27,16 @@ from vane.plan.nodes import (
     UdfStep,
     WithColumns,
 )
-from vane.plan.traverse import with_inputs
+from vane.plan.traverse import references, with_inputs
 
 Needed = frozenset[str] | None  # lower-case names; None: every column
 
 
 def prune_columns(plan: PlanNode) -> PlanNode:
-    return _prune(plan, None)
+    # A subplan two parents read may be needed differently by each: it keeps every column, and
+    # is rewritten once (the runner computes it once).
+    shared = {key for key, count in references(plan).items() if count > 1}
+    return _prune(plan, None, shared, {})
 
 
 def _reads(exprs: tuple[Expr, ...]) -> Needed:
@@ -80,9 +83,13 @@ def _input_needs(node: PlanNode, needed: Needed) -> list[Needed]:
     return [None] * len(node.inputs)  # joins, unions, distinct, raw SQL, opaque UDF steps
 
 
-def _prune(node: PlanNode, needed: Needed) -> PlanNode:
+def _prune(node: PlanNode, needed: Needed, shared: set[int], done: dict[int, PlanNode]) -> PlanNode:
+    if id(node) in shared:
+        if id(node) in done:
+            return done[id(node)]
+        needed = None
     inputs = tuple(
-        _prune(child, need)
+        _prune(child, need, shared, done)
         for child, need in zip(node.inputs, _input_needs(node, needed), strict=True)
     )
     if isinstance(node, UdfStep) and node.udf.passthrough:
@@ -91,9 +98,11 @@ def _prune(node: PlanNode, needed: Needed) -> PlanNode:
         keep = names if need is None else [n for n in names if n.lower() in need]
         if keep and len(keep) < len(names):
             inputs = (Select(inputs[0], tuple(col(n) for n in keep)),)
-    if all(new is old for new, old in zip(inputs, node.inputs, strict=True)):
-        return node
-    return _rebuilt(node, inputs)
+    result = node
+    if any(new is not old for new, old in zip(inputs, node.inputs, strict=True)):
+        result = _rebuilt(node, inputs)
+    done[id(node)] = result
+    return result
 
 
 def _rebuilt(node: PlanNode, inputs: tuple[PlanNode, ...]) -> PlanNode:
