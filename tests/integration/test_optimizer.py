@@ -175,3 +175,71 @@ def test_a_projection_naming_columns_in_another_case_plans_and_runs():
     rel = shout(reviews()).select("ID", "Shout")
     assert rel.to_pylist()[2] == {"id": 2, "shout": "REVIEW 2!"}
     assert "Select id, text" in rel.explain(optimized=True)
+
+
+# ---- column UDFs: lifting, and filters and projections around the lifted steps -------------
+
+
+def test_golden_lifted_calls_with_a_filter_and_a_projection_above():
+    from tests.integration import column_udfs as u
+    from vane import col
+
+    rel = reviews().with_columns(
+        {"mood": u.SentimentClassifier()(col("text")), "n": u.length(col("text"))}
+    )
+    out = rel.filter(col("id") >= 7).select("id", "mood", "n")
+    assert out.explain() == (
+        "Select id, mood, n\n"
+        "  Filter (id >= 7)\n"
+        "    WithColumn mood = SentimentClassifier(text), n = length(text)\n"
+        "      FromArrow rows=10"
+    )
+    assert out.explain(optimized=True) == (
+        "Select id, mood, n\n"
+        "  Drop __vane_udf_0, __vane_udf_1\n"
+        "    WithColumn mood = __vane_udf_0, n = __vane_udf_1\n"
+        "      Udf length(text) -> input + [__vane_udf_1] backend=thread "
+        "batch_size=default concurrency=1 reads=[text]\n"
+        "        Udf SentimentClassifier(text) -> input + [__vane_udf_0] backend=thread "
+        "batch_size=default concurrency=1 reads=[text]\n"
+        "          Select id, text\n"
+        "            Filter (id >= 7)\n"
+        "              FromArrow rows=10"
+    )
+    rows, seen = rows_seen(out)
+    assert rows == [{"id": i, "mood": "NEGATIVE", "n": len(f"review {i}")} for i in (7, 8, 9)]
+    assert seen == 6  # two steps, three rows each: the blob never travelled, 7 rows never ran
+
+
+def test_golden_nested_calls_under_a_filter_on_a_kept_column():
+    from tests.integration import column_udfs as u
+    from vane import col
+
+    out = reviews().select("id", u.shout(u.shout(col("text"))).alias("x")).filter("id > 7")
+    assert out.explain(optimized=True) == (
+        "Select id, __vane_udf_1 AS x\n"
+        "  Udf shout(__vane_udf_0) -> input + [__vane_udf_1] backend=thread "
+        "batch_size=default concurrency=1 reads=[__vane_udf_0]\n"
+        "    Select id, __vane_udf_0\n"
+        "      Udf shout(text) -> input + [__vane_udf_0] backend=thread "
+        "batch_size=default concurrency=1 reads=[text]\n"
+        "        Select id, text\n"
+        "          Filter id > 7\n"
+        "            FromArrow rows=10"
+    )
+    assert out.to_pylist() == [{"id": 8, "x": "REVIEW 8!!"}, {"id": 9, "x": "REVIEW 9!!"}]
+
+
+@pytest.mark.parametrize("window", ["row_number() OVER (ORDER BY id)", "sum(id) OVER ()"])
+def test_a_filter_stays_above_a_window_or_aggregate_it_would_change(window):
+    from tests.integration import column_udfs as u
+    from vane import col
+
+    rel = reviews().with_column("w", window).with_column("s", u.shout(col("text")))
+    assert rel.filter("id > 7").select("w").to_pylist() == (
+        [{"w": 9}, {"w": 10}] if "row_number" in window else [{"w": 45}, {"w": 45}]
+    )
+    picked = reviews().select("id", f"{window} AS w", u.shout(col("text")).alias("s"))
+    assert [r["w"] for r in picked.filter("id > 7").to_pylist()] == [
+        r["w"] for r in picked.to_pylist()[8:]
+    ]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from vane.errors import PlanError
-from vane.plan.parse import ParsedExpression, parse_expression
+from vane.plan.parse import ParsedExpression, is_aggregate, parse_expression
 
 if TYPE_CHECKING:
     from vane.udf.column import ColumnUdf, Slot
@@ -123,6 +123,16 @@ class Expr:
                     return None
                 names.update(node.parsed.columns)
         return frozenset(names)
+
+    def is_row_local(self) -> bool:
+        """Whether each row's value depends on that row alone (no aggregate, window function
+        or subquery): only then may a filter run before the step that computes it."""
+        for node in self.walk():
+            if isinstance(node, FunctionCall) and is_aggregate(node.name):
+                return False
+            if isinstance(node, SqlText) and not node.parsed.row_local:
+                return False
+        return True
 
     def udf_calls(self) -> list[UdfCall]:
         """The UDF calls in this expression, innermost first."""

@@ -88,6 +88,9 @@ class ParsedExpression:
     # The column names it reads (as written, compare them case-insensitively), or None when that
     # cannot be known from the text (``*``, ``COLUMNS(...)``, a subquery).
     columns: frozenset[str] | None
+    # Whether each row's value depends on that row alone: not for window functions (``OVER``)
+    # or aggregates, whose values depend on which other rows there are.
+    row_local: bool = True
 
 
 def parse_expression(text: str) -> ParsedExpression:
@@ -113,7 +116,7 @@ def parse_expression(text: str) -> ParsedExpression:
     item = items[0]
     alias = item.get("alias") or None
     body = _strip_alias(text, alias) if alias else text.strip()
-    return ParsedExpression(body, alias, _columns_of(item))
+    return ParsedExpression(body, alias, _columns_of(item), _row_local(item))
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,31 @@ def parse_sort_key(text: str) -> ParsedSortKey:
         orders[0]["type"] == "DESCENDING",
         None if nulls == "ORDER_DEFAULT" else nulls == "NULLS FIRST",
     )
+
+
+def _row_local(tree: dict[str, Any]) -> bool:
+    for node in walk_tree(tree):
+        kind = node.get("class")
+        if kind in ("WINDOW", "SUBQUERY"):
+            return False
+        if kind == "FUNCTION" and is_aggregate(node.get("function_name", "")):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _aggregates() -> frozenset[str]:
+    with _engine.scratch() as cursor:
+        rows = cursor.sql(
+            "SELECT DISTINCT lower(function_name) FROM duckdb_functions() "
+            "WHERE function_type = 'aggregate'"
+        ).fetchall()
+    return frozenset(name for (name,) in rows) | {"count_star"}
+
+
+def is_aggregate(function: str) -> bool:
+    """Whether DuckDB's catalog says ``function`` aggregates rows."""
+    return function.lower() in _aggregates()
 
 
 def query_columns(text: str) -> frozenset[str] | None:

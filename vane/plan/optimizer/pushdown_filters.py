@@ -2,8 +2,10 @@
 filter drops.
 
 A filter moves below:
+- a ``Select`` that passes every column it reads through unchanged (same name, no
+  expression), when everything the select computes is row-local;
 - a ``Drop`` (it cannot read what was dropped);
-- a ``WithColumns`` whose new columns it does not read;
+- a ``WithColumns`` whose new columns it does not read, when they are row-local;
 - a pass-through UDF step whose outputs it does not read. Sound because such a step is
   row-wise (one output row per input row, input columns carried unchanged), so filtering
   before or after keeps the same rows.
@@ -14,19 +16,22 @@ text); a predicate whose columns cannot be known stays where it is.
 from __future__ import annotations
 
 from vane.errors import PlanError
-from vane.plan.nodes import Drop, Filter, PlanNode, UdfStep, WithColumns
+from vane.plan.expr import Column
+from vane.plan.nodes import Drop, Filter, PlanNode, Select, UdfStep, WithColumns
 
 
 def pushdown_filters(node: PlanNode) -> PlanNode | None:
     if not isinstance(node, Filter):
         return None
     below = node.input
+    if isinstance(below, Select):
+        return _below_select(node, below)
     if isinstance(below, Drop):
         return Drop(Filter(below.input, node.predicate), below.names)
     if isinstance(below, WithColumns):
         reads = node.predicate.columns()
         added = {name.lower() for name, _ in below.items}
-        if reads is None or {c.lower() for c in reads} & added:
+        if reads is None or {c.lower() for c in reads} & added or not _row_local(below):
             return None
         return WithColumns(Filter(below.input, node.predicate), below.items)
     if isinstance(below, UdfStep) and below.udf.passthrough:
@@ -37,3 +42,23 @@ def pushdown_filters(node: PlanNode) -> PlanNode | None:
             return None
         return UdfStep(moved, below.udf, below.declared)
     return None
+
+
+def _below_select(node: Filter, select: Select) -> PlanNode | None:
+    reads = node.predicate.columns()
+    if reads is None:
+        return None
+    kept = {
+        e.name.lower()
+        for e in select.exprs
+        if isinstance(e, Column)  # passed through as it is, under its own name
+    }
+    if not reads or any(c.lower() not in kept for c in reads) or not _row_local(select):
+        return None
+    return Select(Filter(select.input, node.predicate), select.exprs)
+
+
+def _row_local(step: Select | WithColumns) -> bool:
+    """Fewer input rows would change a window function's or an aggregate's values: a filter
+    stays above a step that computes one."""
+    return all(expr.is_row_local() for expr in step.expressions())
