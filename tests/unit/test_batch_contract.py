@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import decimal
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -55,7 +59,7 @@ def test_text_never_becomes_a_number():
 
 
 def test_a_lossy_cast_names_the_first_bad_row():
-    with pytest.raises(SchemaMismatchError, match=r"row 1 \(value 2.5\)"):
+    with pytest.raises(SchemaMismatchError, match=r"row 1 is 2.5: .*truncated"):
         conform({"id": pa.array([1.0, 2.5]), "output": ["a", "b"]}, SCHEMA, WHERE)
     sized = to_arrow_schema({"v": "FLOAT[2]"})
     with pytest.raises(SchemaMismatchError, match="row 1"):
@@ -82,3 +86,109 @@ def test_wrong_return_type_and_ragged_columns():
         conform([1, 2], SCHEMA, WHERE)
     with pytest.raises(SchemaMismatchError, match="different lengths"):
         conform({"id": [1, 2], "output": ["a"]}, SCHEMA, WHERE)
+
+
+# ---- every cast is lossless or an error, whatever shape the values come in -------------------
+
+UTC2 = dt.timezone(dt.timedelta(hours=2))
+LOSSY = [
+    ("BIGINT", [0.0, 1.7], "row 1 is 1.7"),
+    ("INTEGER", [1, 2**40], "row 1 is 1099511627776"),
+    ("UTINYINT", [1, -1], "row 1 is -1"),
+    ("FLOAT", [1.0, 1e300], r"row 1 is 1e\+300: .*too large"),
+    ("DATE", [dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2, 13, 45)], "row 1 is"),
+    ("TIMESTAMP", [dt.datetime(2024, 1, 1, 13, 45, tzinfo=UTC2)], "time zone"),
+    ("TIMESTAMPTZ", [dt.datetime(2024, 1, 1, 13, 45)], "no time zone"),
+    ("DECIMAL(10, 2)", [0.5, 0.125], "row 1 is 0.125: .*would become"),
+    ("DOUBLE", [1, 2**60], "row 1 is 1152921504606846976"),
+    ("BIGINT", [True, False], "BOOLEAN cannot become BIGINT"),
+    ("DOUBLE[]", [[1.0], [2.0, 1e300]], None),
+    ("FLOAT[]", [[1.0], [2.0, 1e300]], "row 1 is \\[2.0, 1e\\+300\\]: .*too large"),
+    ("BIGINT[]", [[1, 2], [3, 4.5]], "row 1 is \\[3.0, 4.5\\]"),
+    ("STRUCT(a BIGINT)", [{"a": 1}, {"a": 2.5}], "row 1 is \\{'a': 2.5\\}"),
+    ("STRUCT(a BIGINT)", [{"a": 1, "b": 2}], "missing \\[\\], extra \\['b'\\]"),
+    ("MAP(VARCHAR, INTEGER)", [[("k", 1)], [("k", 3.5)]], "row 1"),
+]
+
+
+def _shapes(values):
+    """The same values as a UDF may return them: a list, an Arrow array, a numpy array."""
+    yield "list", values
+    with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError):
+        yield "arrow", pa.array(values)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        yield "numpy", np.array(values)
+
+
+@pytest.mark.parametrize(("type_name", "values", "error"), LOSSY)
+def test_every_cast_is_lossless_or_an_error_naming_the_row(type_name, values, error):
+    schema = to_arrow_schema({"v": type_name})
+    for shape, data in _shapes(values):
+        if error is None:
+            assert conform({"v": data}, schema, WHERE).column("v").to_pylist() == values, shape
+            continue
+        with pytest.raises(SchemaMismatchError, match=error) as info:
+            conform({"v": data}, schema, WHERE)
+        assert "column 'v'" in str(info.value), shape
+
+
+@pytest.mark.parametrize(
+    ("type_name", "values", "expected"),
+    [
+        ("BIGINT", [0.0, 3.0], [0, 3]),
+        ("DOUBLE", [1, 2**52], [1.0, float(2**52)]),
+        ("FLOAT", [0.1], [pa.scalar(0.1, pa.float32()).as_py()]),  # rounding is allowed
+        ("DECIMAL(10, 2)", [0.5, 0.25], [decimal.Decimal("0.50"), decimal.Decimal("0.25")]),
+        ("DATE", [dt.datetime(2024, 1, 2)], [dt.date(2024, 1, 2)]),
+        ("UBIGINT", [2**64 - 1], [2**64 - 1]),  # beyond int64: read with the declared type
+        ("FLOAT[2]", [[1, 2], [3, 4]], [[1.0, 2.0], [3.0, 4.0]]),
+        ("STRUCT(b DOUBLE, a BIGINT)", [{"a": 1, "b": 2}], [{"b": 2.0, "a": 1}]),
+    ],
+)
+def test_casts_that_lose_nothing_pass(type_name, values, expected):
+    schema = to_arrow_schema({"v": type_name})
+    assert conform({"v": values}, schema, WHERE).column("v").to_pylist() == expected
+
+
+def test_pandas_columns_follow_the_same_rules():
+    pd = pytest.importorskip("pandas")
+    schema = to_arrow_schema({"v": "BIGINT"})
+    with pytest.raises(SchemaMismatchError, match=r"row 2 is 2\.5"):
+        conform(pd.DataFrame({"v": [1.0, 2.0, 2.5]}), schema, WHERE)
+    assert conform(pd.DataFrame({"v": [1.0, 2.0]}), schema, WHERE).column("v").to_pylist() == [
+        1,
+        2,
+    ]
+
+
+def test_a_wrong_fixed_size_says_the_length_and_shows_little_of_the_value():
+    schema = to_arrow_schema({"embedding": "FLOAT[384]"})
+    for data in ([[0.5] * 384, [0.5] * 383], np.full((2, 383), 0.5)):
+        with pytest.raises(SchemaMismatchError) as info:
+            conform({"embedding": data}, schema, WHERE)
+        message = str(info.value)
+        assert "length 383, expected 384" in message
+        assert len(message) < 400
+
+
+def test_messages_never_dump_long_values():
+    schema = to_arrow_schema({"v": "BIGINT"})
+    with pytest.raises(SchemaMismatchError) as info:
+        conform({"v": [1, "x" * 100_000]}, schema, WHERE)
+    assert "100,000 characters" in str(info.value) and len(str(info.value)) < 500
+
+
+def test_tensors_of_two_or_more_dimensions_become_nested_fixed_size_lists():
+    batch_of_matrices = np.arange(18, dtype=np.float64).reshape(2, 3, 3)
+    fixed = to_arrow_schema({"m": "DOUBLE[3][3]"})
+    table = conform({"m": batch_of_matrices}, fixed, WHERE)
+    assert table.column("m").to_pylist()[1] == batch_of_matrices[1].tolist()
+    per_row = [np.eye(3), np.ones((3, 3))]
+    assert conform({"m": per_row}, fixed, WHERE).column("m").to_pylist()[0] == np.eye(3).tolist()
+    ragged = to_arrow_schema({"m": "DOUBLE[][]"})
+    mixed = [np.eye(2), np.ones((3, 3))]
+    assert (
+        conform({"m": mixed}, ragged, WHERE).column("m").to_pylist()[1] == np.ones((3, 3)).tolist()
+    )
+    with pytest.raises(SchemaMismatchError, match="length 2, expected 3"):
+        conform({"m": np.zeros((2, 2, 2))}, fixed, WHERE)

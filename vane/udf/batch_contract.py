@@ -1,11 +1,12 @@
 """The batch contract: what a UDF may return, and how it becomes a table of the declared schema.
 
-A UDF returns a ``pa.Table``, a ``pa.RecordBatch``, a dict of columns (lists, Arrow arrays or
-numpy arrays) or a pandas DataFrame. Its columns must be exactly the declared ones (their order
-does not matter). A column of another type is cast only when no information can be lost: numbers
-to wider or floating types (values are checked, so 3.0 -> 3 is fine and 3.5 -> 3 is not), lists
-to lists or fixed-size lists of castable items, structs field by field, strings and binaries to
-their large forms. Text never silently becomes a number, nor a number text.
+A UDF returns a ``pa.Table``, a ``pa.RecordBatch``, a dict of columns (lists, Arrow arrays, numpy
+arrays or pandas Series) or a pandas DataFrame. Its columns must be exactly the declared ones
+(their order does not matter). Each column is read in its own type first (Python values are
+never converted straight to the declared type, which would truncate 3.7 into 3), then cast to the
+declared type only if every value means the same there (``vane.types.cast``): 3.0 -> 3 is fine,
+3.5 -> 3 is an error naming the row. A numpy array of more than one dimension is a column of
+nested fixed-size lists (``DOUBLE[3][3]`` for one 3x3 matrix per row).
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ import pyarrow as pa
 
 from vane.errors import SchemaMismatchError
 from vane.types import arrow_to_duckdb
+from vane.types.cast import LossyCast, cast_lossless, castable, mismatch
+
+__all__ = ["ContractError", "castable", "conform"]
+
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
+# No message shows more than this much of a value.
+_SHOWN_CHARS = 80
+
+
+class ContractError(SchemaMismatchError):
+    """A UDF's output does not fit its declared schema (raised inside the actor)."""
 
 
 def _describe(arrow_type: pa.DataType) -> str:
@@ -26,101 +38,150 @@ def _describe(arrow_type: pa.DataType) -> str:
         return str(arrow_type)
 
 
-def _is_number(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+def shorten(value: Any) -> str:
+    """A value as a message may show it: a few items of a long list, the start of long text."""
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        head = ", ".join(shorten(v) for v in value[:3])
+        return f"[{head}, ... ({len(value)} items)]"
+    text = repr(value)
+    if len(text) > _SHOWN_CHARS:
+        size = f" ({len(value):,} characters)" if isinstance(value, (str, bytes)) else ""
+        return f"{text[:_SHOWN_CHARS]}...{size}"
+    return text
 
 
-def castable(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether a value of ``source`` may become ``target`` without changing what it means."""
-    if pa.types.is_null(source) or source.equals(target):
-        return True
-    if _is_number(source) and _is_number(target):
-        return True
-    list_like = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    if any(f(source) for f in list_like) and any(f(target) for f in list_like):
-        return castable(source.value_type, target.value_type)
-    if pa.types.is_struct(source) and pa.types.is_struct(target):
-        names = {source.field(i).name: source.field(i).type for i in range(source.num_fields)}
-        return set(names) == {target.field(i).name for i in range(target.num_fields)} and all(
-            castable(names[target.field(i).name], target.field(i).type)
-            for i in range(target.num_fields)
-        )
-    if pa.types.is_map(source) and pa.types.is_map(target):
-        return castable(source.key_type, target.key_type) and castable(
-            source.item_type, target.item_type
-        )
-    texts = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
-    binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
-    for family in (texts, binaries):
-        if any(f(source) for f in family) and any(f(target) for f in family):
-            return True
-    if pa.types.is_dictionary(source):
-        return castable(source.value_type, target)
-    temporal = (pa.types.is_timestamp, pa.types.is_date)
-    return any(f(source) for f in temporal) and any(f(target) for f in temporal)
+# ---- reading a returned column in its own type ----------------------------------------------
 
 
-class ContractError(SchemaMismatchError):
-    """A UDF's output does not fit its declared schema (raised inside the actor)."""
+def _tensor(values: np.ndarray) -> pa.Array:
+    """An n-D array (n >= 2): one (n-1)-D tensor per row, as nested fixed-size lists, without
+    a Python loop."""
+    array = pa.array(np.ascontiguousarray(values).reshape(-1))
+    for size in reversed(values.shape[1:]):
+        array = pa.FixedSizeListArray.from_arrays(array, size)
+    return array
 
 
-def _first_bad_row(values: Any, target: pa.DataType) -> tuple[int, Any]:
-    """The first value that cannot be converted or cast, found one row at a time (error path
-    only)."""
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        for i in range(len(values)):
-            try:
-                values.slice(i, 1).cast(target, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                return i, values[i].as_py()
-        return -1, None
-    for i, value in enumerate(values):
+def _rows_of_tensors(values: list[Any]) -> np.ndarray | None:
+    """A list of equally shaped n-D arrays (n >= 2), stacked; None if it is not one."""
+    if not values or not all(isinstance(v, np.ndarray) and v.ndim >= 2 for v in values):
+        return None
+    shapes = {v.shape for v in values}
+    return np.stack(values) if len(shapes) == 1 else None
+
+
+def _natural(values: Any) -> pa.ChunkedArray:
+    """``values`` as Arrow in the type they have; raises a conversion error when Python values
+    mix kinds Arrow cannot hold in one column."""
+    if isinstance(values, pa.ChunkedArray):
+        return values
+    if isinstance(values, pa.Array):
+        return pa.chunked_array([values])
+    if isinstance(values, np.ndarray) and values.ndim > 1:
+        return pa.chunked_array([_tensor(values)])
+    if isinstance(values, (list, tuple)):
+        stacked = _rows_of_tensors(list(values))
+        if stacked is not None:
+            return pa.chunked_array([_tensor(stacked)])
+        if any(isinstance(v, np.ndarray) and v.ndim >= 2 for v in values):
+            values = [v.tolist() if isinstance(v, np.ndarray) else v for v in values]
+    array = pa.array(values, from_pandas=True)  # a ChunkedArray past 2 GiB of text
+    return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+
+
+def _typed_exactly(values: Any, target: pa.DataType) -> pa.Array | pa.ChunkedArray | None:
+    """``values`` converted with the declared type, if every one reads back the same (for
+    values Arrow cannot type on its own: ints past 64 bits, maps given as pairs)."""
+    try:
+        array = pa.array(values, type=target, from_pandas=True)
+    except _CONVERSION_ERRORS:
+        return None
+    return array if array.to_pylist() == list(values) else None
+
+
+def _first_bad_value(values: Any, target: pa.DataType) -> tuple[int, Any, str] | None:
+    """The first Python value that cannot become ``target`` on its own (error path only)."""
+    for row, value in enumerate(values):
         try:
-            pa.array([value], type=target)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            return i, value
-    return -1, None
+            cast_lossless(pa.array([value], from_pandas=True), target)
+        except LossyCast as exc:
+            return row, value, exc.reason
+        except _CONVERSION_ERRORS as exc:
+            if _typed_exactly([value], target) is None:
+                return row, value, f"Arrow cannot store it as that type ({exc})"
+    return None
+
+
+def _python_column(name: str, values: Any, target: pa.DataType, where: str) -> pa.ChunkedArray:
+    """Python values that Arrow cannot read as one type (ints beyond 64 bits, say): converted
+    with the declared type, and kept only if every value reads back the same."""
+    array = _typed_exactly(values, target)
+    if array is not None:
+        return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+    bad = _first_bad_value(values, target)
+    if bad is None:
+        kinds = sorted({type(v).__name__ for v in values if v is not None})
+        detail = f"it mixes values of kinds {kinds} that no one column type holds"
+    else:
+        row, value, reason = bad
+        detail = f"row {row} is {shorten(value)} ({type(value).__name__}): {reason}"
+    raise ContractError(
+        f"{where} returned column {name!r} with values that cannot be stored as "
+        f"{_describe(target)}: {detail}. Return {_describe(target)} values (strings, numbers, "
+        "lists, dicts, bytes or Arrow arrays, matching the schema)"
+    )
 
 
 def _to_column(name: str, values: Any, target: pa.DataType, where: str) -> pa.ChunkedArray:
-    if isinstance(values, pa.ChunkedArray):
-        column = values
-    elif isinstance(values, pa.Array):
-        column = pa.chunked_array([values])
-    else:
-        if isinstance(values, np.ndarray) and values.ndim > 1:
-            values = list(values)  # rows of a 2-D array are the items of a list column
-        try:
-            column = pa.chunked_array([pa.array(values, type=target, from_pandas=True)])
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            try:  # the values' own type makes for a clearer message below
-                column = pa.chunked_array([pa.array(values, from_pandas=True)])
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-                row, value = _first_bad_row(values, target)
-                raise ContractError(
-                    f"{where} returned a value in column {name!r} that cannot be stored as "
-                    f"{_describe(target)}: row {row} is {value!r} ({type(value).__name__}). "
-                    "Return strings, numbers, lists, dicts, bytes or Arrow arrays, matching "
-                    "the schema"
-                ) from None
+    try:
+        column = _natural(values)
+    except _CONVERSION_ERRORS:
+        return _python_column(name, values, target, where)
     if column.type.equals(target):
         return column
+    actual = _describe(column.type)
     if not castable(column.type, target):
         raise ContractError(
-            f"{where} returned column {name!r} as {_describe(column.type)}, but the schema "
-            f"says {_describe(target)}, and {_describe(column.type)} cannot become "
-            f"{_describe(target)} without changing its values. Return {_describe(target)} "
-            f"values, or declare {name!r}: {_describe(column.type)!r} in the schema"
+            f"{where} returned column {name!r} as {actual}, but the schema says "
+            f"{_describe(target)}, and {actual} cannot become {_describe(target)} without "
+            f"changing its values ({mismatch(column.type, target)}). Return "
+            f"{_describe(target)} values, or declare {name!r}: {actual!r} in the schema"
         )
-    try:
-        return column.cast(target, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        row, value = _first_bad_row(column, target)
-        raise ContractError(
-            f"{where} returned column {name!r} as {_describe(column.type)}; casting it to "
-            f"{_describe(target)} would lose information at row {row} (value {value!r}): "
-            f"{exc}. Return {_describe(target)} values, or change the schema"
-        ) from None
+    pieces: list[pa.Array] = []
+    offset = 0
+    for chunk in column.chunks:
+        try:
+            cast = cast_lossless(chunk, target)
+        except LossyCast as exc:
+            raise _lossy(name, column, target, where, exc, offset=offset) from None
+        pieces.extend(cast.chunks if isinstance(cast, pa.ChunkedArray) else [cast])
+        offset += len(chunk)
+    return pa.chunked_array(pieces, type=target)
+
+
+def _lossy(
+    name: str,
+    column: pa.ChunkedArray,
+    target: pa.DataType,
+    where: str,
+    exc: LossyCast,
+    *,
+    offset: int,
+) -> ContractError:
+    actual, wanted = _describe(column.type), _describe(target)
+    if exc.row is None:
+        detail = exc.reason
+    else:
+        row = offset + exc.row
+        value = column[row].as_py()
+        detail = f"row {row} is {shorten(value)}: {exc.reason}"
+    return ContractError(
+        f"{where} returned column {name!r} as {actual}, and a value does not fit {wanted} "
+        f"without changing: {detail}. Return {wanted} values, or change the schema"
+    )
+
+
+# ---- the whole batch ------------------------------------------------------------------------
 
 
 def _columns_of(result: Any, where: str) -> dict[str, Any]:
@@ -132,7 +193,7 @@ def _columns_of(result: Any, where: str) -> dict[str, Any]:
         return result
     module = type(result).__module__
     if module.startswith("pandas") and type(result).__name__ == "DataFrame":
-        return {str(name): result[name].to_numpy() for name in result.columns}
+        return {str(name): result[name] for name in result.columns}
     raise ContractError(
         f"{where} returned {type(result).__name__}; return a pyarrow Table or RecordBatch, a "
         "dict of columns, or a pandas DataFrame"
