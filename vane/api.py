@@ -3,13 +3,15 @@ schema read from metadata) here, but no rows are read until an action runs."""
 
 from __future__ import annotations
 
+import builtins
+import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from vane.errors import ConfigurationError, PlanError, SchemaError
-from vane.io.files import Paths, resolve_files
+from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
+from vane.io.files import FileFormat, Paths, resolve_files
 from vane.plan import nodes
 from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
@@ -19,15 +21,27 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+# Times to list again when a write replaced the files between listing them and reading their
+# schema (an overwrite committing at that instant).
+_LISTING_ATTEMPTS = 3
+
+
 def _read(
-    fmt: nodes.FileFormat, path: Paths, caller: str, hive: bool | None, options: dict[str, object]
+    fmt: FileFormat, path: Paths, caller: str, hive: bool | None, options: dict[str, object]
 ) -> Relation:
-    files, label, found_hive = resolve_files(path, fmt, caller)
-    opts = {k: v for k, v in options.items() if v is not None}
-    # Always explicit: DuckDB's CSV and JSON readers would otherwise detect key=value
-    # directories on their own, even when the user turned that off.
-    opts["hive_partitioning"] = found_hive if hive is None else bool(hive)
-    return Relation(nodes.FileScan(fmt, files, label, tuple(sorted(opts.items()))))
+    for attempt in builtins.range(_LISTING_ATTEMPTS):  # this module defines vane.range
+        files, label, found_hive = resolve_files(path, fmt, caller)
+        opts = {k: v for k, v in options.items() if v is not None}
+        # Always explicit: DuckDB's CSV and JSON readers would otherwise detect key=value
+        # directories on their own, even when the user turned that off.
+        opts["hive_partitioning"] = found_hive if hive is None else bool(hive)
+        try:
+            return Relation(nodes.FileScan(fmt, files, label, tuple(sorted(opts.items()))))
+        except SourceError:
+            replaced = any(not os.path.exists(f) for f in files if "://" not in f)
+            if not replaced or attempt == _LISTING_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def read_parquet(path: Paths, *, hive_partitioning: bool | None = None) -> Relation:

@@ -28,7 +28,8 @@ from vane.udf.spec import Kind, build_spec
 if TYPE_CHECKING:
     import pandas as pd
 
-    from vane.plan.nodes import FileFormat, JoinHow
+    from vane.io.files import FileFormat
+    from vane.plan.nodes import JoinHow
 
 
 def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:

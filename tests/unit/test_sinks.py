@@ -14,12 +14,19 @@ from vane.testing import assert_table_equal
 READERS = {"parquet": vane.read_parquet, "csv": vane.read_csv, "json": vane.read_json}
 
 
+def visible(path) -> list[str]:
+    """The names in a directory, less the lock file vane keeps beside what it wrote."""
+    return sorted(n for n in os.listdir(path) if not n.endswith(".vane-lock"))
+
+
 def tree(path) -> dict[str, int]:
-    """Every file under path (relative name -> size), hidden ones included."""
+    """Every file under path (relative name -> size), hidden ones included, but for the empty
+    lock file vane keeps beside each destination it writes (docs/io.md)."""
     return {
         os.path.relpath(os.path.join(root, f), path): os.path.getsize(os.path.join(root, f))
         for root, _, files in os.walk(path)
         for f in files
+        if not f.endswith(".vane-lock")
     }
 
 
@@ -78,7 +85,7 @@ def test_modes(tmp_path):
 
     sample(3).write_parquet(out, mode="overwrite")
     assert vane.read_parquet(out).count() == 3 and len(tree(out)) == 1
-    assert sorted(os.listdir(tmp_path)) == ["out"]  # nothing left beside it
+    assert visible(tmp_path) == ["out"]  # nothing left beside it but the lock
 
 
 def test_an_empty_directory_is_not_in_the_way(tmp_path):
@@ -140,7 +147,7 @@ def test_failure_midway_leaves_destination_untouched(tmp_path, fmt, mode):
     assert "is as it was" in str(info.value)
     after = {name: (out / name).read_bytes() for name in tree(out)} if out.exists() else None
     assert after == before
-    assert sorted(os.listdir(tmp_path)) == (["out"] if before is not None else [])
+    assert visible(tmp_path) == (["out"] if before is not None else [])
 
 
 def test_interrupt_during_write_leaves_nothing_behind(tmp_path):

@@ -19,14 +19,14 @@ from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.lowering import lower
-from vane.io.sinks import FileSink, WriteResult
+from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import EventBus, global_subscribers
 from vane.observe.progress import ProgressDisplay, wants_progress
 from vane.plan.explain import explain
-from vane.plan.nodes import MaterializedScan, PlanNode, UdfStep
+from vane.plan.nodes import FileScan, MaterializedScan, PlanNode, UdfStep
 from vane.plan.optimizer import optimize
-from vane.plan.traverse import shared_subplans
+from vane.plan.traverse import shared_subplans, walk
 from vane.udf.spec import output_schema
 
 
@@ -113,6 +113,10 @@ class Execution:
             return self.failure
         if isinstance(exc, VaneError):
             return exc
+        for gone in (n.vanished() for n in walk(self.plan) if isinstance(n, FileScan)):
+            if gone is not None:
+                gone.__cause__ = exc
+                return gone
         error = ExecutionError(
             f"running the plan failed: {duckdb_message(exc)}\nplan:\n{explain(self.plan)}"
         )
@@ -185,4 +189,4 @@ class LocalRunner:
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         with _action(plan) as execution:
-            return sink.write(plan, execution)
+            return write_to(sink, execution.reader(plan, get_config().batch_size))

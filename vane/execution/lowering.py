@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
+from vane.plan.nodes import FileScan, MaterializedScan, PlanNode, Source, SqlStep, UdfStep
+from vane.plan.traverse import walk
 
 Cursor = duckdb.DuckDBPyConnection
 
@@ -37,6 +38,9 @@ def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBP
         if isinstance(node, SqlStep):
             return node.apply(cursor, *inputs)
     except duckdb.Error as exc:
+        for gone in (n.vanished() for n in walk(node) if isinstance(n, FileScan)):
+            if gone is not None:  # another write replaced the files the plan was built on
+                raise gone from exc
         error = SourceError if isinstance(node, Source) else ExecutionError
         raise error(f"step `{node.describe()}` failed: {duckdb_message(exc)}") from exc
     raise TypeError(f"cannot lower plan node {type(node).__name__}")

@@ -1,30 +1,178 @@
-"""Atomic commit of written files: everything is written into a staging directory beside the
-destination (same filesystem, so ``rename`` is atomic), then moved into place only on success.
+"""Atomic commit of written files: after a kill at any instant, vane sees all of a write or none.
 
-- ``error``: the destination must not exist (an empty directory is fine); the staging directory is
-  renamed to it.
-- ``overwrite``: the old destination is renamed aside, the staging directory renamed into its
-  place, and only then the old one deleted; if the swap fails the old one is put back.
-- ``append``: each new file (names are unique per write) is renamed into the destination; if a
-  rename fails, those already made are undone.
+Every write stages its files in ``.<name>.vane-staging-<token>`` beside the destination (beside
+a symlink's target, so the link survives and the staging is on the target's filesystem), and
+holds an ``flock`` on that directory for its whole life: a staging directory nobody holds
+belongs to a dead writer. (It is made under another name, locked, then renamed into place, so
+no one ever sees it unlocked while its writer lives.) Then it commits, holding an exclusive
+``flock`` on the destination's lock ``.<name>.vane-lock``, which every commit to that
+destination takes in turn:
 
-On any failure, or an interrupt, the staging directory is removed and the destination is exactly as
-it was.
+    mode       destination        commit step (one atomic step unless noted)
+    error      absent or empty    rename(staging, destination)
+    overwrite  absent             rename(staging, destination)
+    overwrite  present            renameat2(staging, destination, RENAME_EXCHANGE): the path never
+                                  disappears; the old data, now in the staging path, is deleted
+    append     absent             rename(staging, destination)
+    append     present            journal, then moves (below)
+
+An append into an existing directory moves many files, so it is made atomic for vane by a
+journal: ``destination/.vane-commit-<token>`` lists every file to move and is written (and
+synced) before the first move; once it exists the append is decided and will complete. The
+moves follow, then the journal is deleted. If the writer dies, the kernel drops its lock; the
+next vane write or read of the destination takes the lock, finds the journal, and finishes the
+moves (roll forward). A vane reader lists a destination holding the lock shared, so its listing
+falls wholly before or after any commit.
+
+States of one write, and who cleans up after a kill in each:
+
+    staging (writing)  --commit-->  [locked: journal? moves/rename/exchange]  --> done
+          |                                  |
+    killed: staging + its lock left;     killed: journal left in the destination;
+    the next write removes them          the next vane read or write finishes it
+    (its lock is free)                   (the destination lock is free)
+
+What a reader that is not vane sees: error and overwrite commits are one rename, so a whole
+old or whole new directory (an overwrite's old files are deleted after the swap: a reader
+still reading them may fail). An append's files appear one by one during its moves, and after
+a crash mid-append the files moved so far stay visible, without the rest, until vane next
+touches the destination. Where ``renameat2`` is missing (not Linux, or a filesystem without
+it) overwrite falls back to two renames, and between them the path is briefly absent.
+
+Tests widen the windows between steps with ``VANE_COMMIT_PAUSE`` (see ``_pause``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fcntl
+import json
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from vane.errors import ConfigurationError, SinkError
 
 WriteMode = Literal["error", "overwrite", "append"]
 MODES = ("error", "overwrite", "append")
+
+_STAGING = ".vane-staging-"
+_MAKING = ".vane-making-"  # a staging directory before it is locked
+_JOURNAL = ".vane-commit-"
+# A ``making`` directory older than this belongs to a writer killed in its first instant.
+_MAKING_TIMEOUT_SECONDS = 3600
+
+
+# ---- operating system steps ---------------------------------------------------------------
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_libc: ctypes.CDLL | None = None
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2``); False where the OS or the
+    filesystem cannot, and the caller falls back."""
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        if name is None:
+            return False
+        _libc = ctypes.CDLL(name, use_errno=True)
+    renameat2 = getattr(_libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+@contextlib.contextmanager
+def locked(path: Path, *, shared: bool = False, create: bool = True) -> Iterator[bool]:
+    """Hold an ``flock`` on ``path`` (created if missing and ``create``); yields False if
+    there is no lock file to take (a reader never creates one)."""
+    try:
+        handle: IO[bytes] = open(path, "ab" if create else "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        yield False
+        return
+    except PermissionError:
+        yield False  # a read-only destination: nobody commits there
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield True
+
+
+def _held(path: Path) -> bool:
+    """Whether a live process holds an ``flock`` on ``path`` (a file or a directory)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(descriptor)  # also releases the lock if we just took it
+    return False
+
+
+def _locked_directory(final: Path) -> int:
+    """Make the directory ``final`` already locked: made under another name, locked, renamed.
+    Returns the descriptor that holds the lock."""
+    making = final.with_name(final.name.replace(_STAGING, _MAKING, 1))
+    making.mkdir()
+    descriptor = os.open(making, os.O_RDONLY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    os.rename(making, final)  # the lock is the inode's: it moves with it
+    return descriptor
+
+
+def _pause(step: str) -> None:
+    """A test hook: with ``VANE_COMMIT_PAUSE=<step>:<file>``, create ``<file>`` on reaching
+    ``step`` and wait there (a test then kills the process). Unset in normal use."""
+    setting = os.environ.get("VANE_COMMIT_PAUSE")
+    if not setting:
+        return
+    wanted, _, marker = setting.partition(":")
+    if wanted == step:
+        Path(marker).write_text(str(os.getpid()))
+        while True:
+            time.sleep(3600)
+
+
+def _write_durably(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+# ---- where a destination's files live --------------------------------------------------------
+
+
+def resolve(destination: Path) -> Path:
+    """The real path to write: a symlink's target (absolute), else the path itself."""
+    return Path(os.path.realpath(destination)) if destination.is_symlink() else destination
+
+
+def lock_path(destination: Path) -> Path:
+    return destination.parent / f".{destination.name}.vane-lock"
 
 
 def _exists_with_content(path: Path) -> bool:
@@ -33,106 +181,228 @@ def _exists_with_content(path: Path) -> bool:
     return path.exists()
 
 
+def recover(destination: Path) -> None:
+    """Finish the commits that writers died in, and remove what dead writers staged. Call it
+    holding the destination's lock exclusively."""
+    if destination.is_dir():
+        for journal in sorted(destination.glob(f"{_JOURNAL}*")):
+            if not journal.name.endswith(".tmp"):
+                _finish(destination, journal)
+            else:
+                journal.unlink(missing_ok=True)
+    remove_dead_staging(destination)
+
+
+def remove_dead_staging(destination: Path) -> None:
+    """Remove the staging of writers that died before committing. Safe without the
+    destination's lock only where no commit ever began (no journal can name a staging)."""
+    for path in destination.parent.glob(f".{destination.name}{_STAGING}*"):
+        # "-old": the old copy a fallback swap moved aside (unlocked: its writer deletes it)
+        if path.name.endswith("-old") or not _held(path):
+            shutil.rmtree(path, ignore_errors=True)
+    for path in destination.parent.glob(f".{destination.name}{_MAKING}*"):
+        with contextlib.suppress(OSError):
+            if time.time() - path.stat().st_mtime > _MAKING_TIMEOUT_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _finish(destination: Path, journal: Path) -> None:
+    """Roll a journaled append forward: every file it lists ends in the destination."""
+    entry = json.loads(journal.read_text())
+    staging = Path(entry["staging"])
+    for relative in entry["files"]:
+        source, target = staging / relative, destination / relative
+        if source.exists() and not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(source, target)
+    journal.unlink()
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def list_consistently(directory: Path, list_files: Callable[[], list[str]]) -> list[str]:
+    """For a reader: ``list_files()`` run while no commit can change ``directory``, after any
+    commit a dead writer left half done is finished. If it cannot be finished (no permission
+    to write), the files of the unfinished commit are left out: vane shows none of it."""
+    lock = lock_path(directory)
+    existed = lock.exists()
+    files = _listed(directory, lock, list_files)
+    if not existed and lock.exists():  # a write began as we listed: list under its lock
+        files = _listed(directory, lock, list_files)
+    return files
+
+
+def _listed(directory: Path, lock: Path, list_files: Callable[[], list[str]]) -> list[str]:
+    with locked(lock, shared=True, create=False):
+        if not any(directory.glob(f"{_JOURNAL}*")):
+            return list_files()
+    with locked(lock, create=False):  # a dead writer's journal: finish it, then list
+        with contextlib.suppress(OSError):
+            recover(directory)
+        hidden: set[str] = set()
+        for journal in directory.glob(f"{_JOURNAL}*"):
+            with contextlib.suppress(OSError, ValueError):
+                hidden.update(str(directory / f) for f in json.loads(journal.read_text())["files"])
+        return [f for f in list_files() if os.path.abspath(f) not in hidden]
+
+
+# ---- one write --------------------------------------------------------------------------------
+
+
 class Staging:
-    """A staging directory for one write; ``commit`` moves its files into ``destination``."""
+    """The staging directory of one write; ``commit`` moves its files into the destination."""
 
     def __init__(self, destination: Path, mode: WriteMode, *, single_file: bool) -> None:
         if mode not in MODES:
             raise ConfigurationError(f"mode={mode!r} is not one of {', '.join(MODES)}")
-        self.destination = destination
+        self.shown = destination  # the path as the user gave it, for messages
+        self.destination = resolve(destination)
         self.mode = mode
         self.single_file = single_file
         self.token = uuid.uuid4().hex[:12]
         self._check_destination()
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        self.directory = destination.parent / f".{destination.name}.vane-staging-{self.token}"
-        self.directory.mkdir()
+        self.destination.parent.mkdir(parents=True, exist_ok=True)
+        name = f".{self.destination.name}{_STAGING}{self.token}"
+        self.directory = self.destination.parent / name
+        self._journal: Path | None = None
+        # Held for the write's whole life: while it is, nobody removes this staging.
+        self._lock = _locked_directory(self.directory)
+        # Leftovers of killed writes. The lock exists once any commit to here has begun; until
+        # then no journal exists and dead staging can go without it.
+        with locked(lock_path(self.destination), create=False) as held:
+            if held:
+                recover(self.destination)
+            else:
+                remove_dead_staging(self.destination)
 
     def _check_destination(self) -> None:
-        dest = self.destination
+        dest, shown = self.destination, str(self.shown)
         if self.mode == "error" and _exists_with_content(dest):
             raise SinkError(
-                f"{str(dest)!r} already exists. Pass mode='overwrite' to replace it"
+                f"{shown!r} already exists. Pass mode='overwrite' to replace it"
                 + ("" if self.single_file else ", or mode='append' to add files to it")
             )
         if self.mode == "append":
             if self.single_file:
                 raise SinkError(
-                    f"mode='append' adds files to a directory, but {str(dest)!r} names a single "
+                    f"mode='append' adds files to a directory, but {shown!r} names a single "
                     "file. Write to a directory path instead, such as 'out/'"
                 )
             if dest.exists() and not dest.is_dir():
-                raise SinkError(f"mode='append' needs a directory, but {str(dest)!r} is a file")
+                raise SinkError(f"mode='append' needs a directory, but {shown!r} is a file")
         if not self.single_file and dest.is_file() and self.mode != "overwrite":
-            raise SinkError(f"{str(dest)!r} is a file; writing needs a directory path")
+            raise SinkError(f"{shown!r} is a file; writing needs a directory path")
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.directory.rglob("*") if p.is_file())
 
     def commit(self) -> Path:
-        """Move the staged files into place; returns the destination."""
+        """Move the staged files into place in one atomic step (an append: journaled). The
+        old data an overwrite replaced ends in the staging path, and ``abort`` deletes it."""
         dest = self.destination
+        _pause("staged")
         try:
-            if self.single_file:
-                (staged,) = self.files()
-                if dest.is_dir():
-                    self._swap_aside(dest, lambda: os.replace(staged, dest))
-                elif self.mode == "error":
-                    # link() refuses an existing name, so a file that appeared meanwhile is
-                    # never replaced; the staged name goes with the staging directory.
-                    try:
-                        os.link(staged, dest)
-                    except FileExistsError:
-                        raise SinkError(
-                            f"{str(dest)!r} appeared while writing; nothing was changed"
-                        ) from None
-                else:
-                    os.replace(staged, dest)
-            elif self.mode == "append" and dest.is_dir():
-                self._append(dest)
-            elif _exists_with_content(dest) or dest.is_file():
-                if self.mode == "error":
-                    raise SinkError(f"{str(dest)!r} appeared while writing; nothing was changed")
-                self._swap_aside(dest, lambda: os.rename(self.directory, dest))
-            else:
-                if dest.is_dir():
-                    dest.rmdir()  # an empty directory is replaced
-                os.rename(self.directory, dest)
+            with locked(lock_path(dest)):
+                _pause("locked")
+                recover(dest)
+                old = self._commit_locked()
+            if old is not None:
+                _pause("swapped")
+                if old != self.directory:
+                    shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
         except OSError as exc:
-            raise SinkError(f"cannot move the written files into {str(dest)!r}: {exc}") from exc
+            if self._journal is not None and self._journal.exists():
+                raise SinkError(
+                    f"moving the appended files into {str(self.shown)!r} stopped: {exc}. The "
+                    "append is recorded, and vane finishes it the next time it reads or writes "
+                    "this path; until then vane does not show any of it"
+                ) from exc
+            raise SinkError(
+                f"cannot move the written files into {str(self.shown)!r}: {exc}. Nothing was "
+                "changed"
+            ) from exc
         finally:
             self.abort()
         return dest
 
-    def _append(self, dest: Path) -> None:
-        """Move each new file in; if one move fails, move back those already moved."""
-        moved: list[tuple[Path, Path]] = []
+    def _commit_locked(self) -> Path | None:
+        """The commit step; returns where the replaced old data now is, to delete."""
+        dest = self.destination
+        if self.single_file:
+            (staged,) = self.files()
+            if dest.is_dir():
+                return self._swap(staged)
+            if self.mode == "error":
+                try:
+                    os.link(staged, dest)  # refuses an existing name, unlike rename
+                except FileExistsError:
+                    raise SinkError(
+                        f"{str(self.shown)!r} appeared while writing; nothing was changed"
+                    ) from None
+            else:
+                os.replace(staged, dest)
+            return None
+        if self.mode == "append" and dest.is_dir() and _exists_with_content(dest):
+            self._append()
+            return None
+        if self.mode == "overwrite" and dest.exists():
+            return self._swap(self.directory)
         try:
-            for staged in self.files():
-                target = dest / staged.relative_to(self.directory)
-                if target.exists():
-                    raise FileExistsError(f"{target} exists")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(staged, target)
-                moved.append((staged, target))
-        except BaseException:
-            for staged, target in reversed(moved):
-                os.rename(target, staged)
-            raise
+            os.rename(self.directory, dest)  # an empty directory is replaced
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            raise SinkError(
+                f"{str(self.shown)!r} appeared while writing; nothing was changed"
+            ) from None
+        return None
 
-    def _swap_aside(self, dest: Path, put_new: Callable[[], None]) -> None:
-        old = dest.parent / f".{dest.name}.vane-old-{self.token}"
+    def _swap(self, new: Path) -> Path:
+        """Put ``new`` at the destination in place of what is there; return the old one's
+        new path."""
+        dest = self.destination
+        if exchange(new, dest):
+            return new
+        # No atomic exchange here: two renames, with the destination briefly absent.
+        old = self.directory.with_name(self.directory.name + "-old")
         os.rename(dest, old)
         try:
-            put_new()
+            os.rename(new, dest)
         except BaseException:
             os.rename(old, dest)
             raise
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
+        return old
+
+    def _append(self) -> None:
+        dest = self.destination
+        files = [str(f.relative_to(self.directory)) for f in self.files()]
+        taken = [f for f in files if (dest / f).exists()]
+        if taken:
+            raise SinkError(f"{str(self.shown)!r} already holds {taken[0]!r}; nothing was changed")
+        journal = dest / f"{_JOURNAL}{self.token}"
+        _write_durably(journal, json.dumps({"staging": str(self.directory), "files": files}))
+        self._journal = journal  # from here on the append is decided: never delete its files
+        _pause("journaled")
+        moved: list[str] = []
+        try:
+            for relative in files:
+                target = dest / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(self.directory / relative, target)
+                moved.append(relative)
+                if len(moved) == 1:
+                    _pause("moving")
+        except BaseException:
+            # Still alive: take back what was moved (a killed writer is rolled forward instead).
+            for relative in reversed(moved):
+                os.rename(dest / relative, self.directory / relative)
+            journal.unlink()
+            raise
+        journal.unlink()
 
     def abort(self) -> None:
-        """Remove the staging directory and whatever was written into it."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        """Remove the staging directory, whatever was written into it, and its lock; but an
+        append whose journal is written keeps its files for the roll-forward."""
+        if self._journal is None or not self._journal.exists():
+            shutil.rmtree(self.directory, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.close(self._lock)

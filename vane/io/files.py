@@ -4,15 +4,18 @@ engine reads exactly the files that were found."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 from vane.errors import ConfigurationError, SourceNotFoundError
+from vane.io.commit import list_consistently
 
+FileFormat = Literal["parquet", "csv", "json"]
 PathLike: TypeAlias = "str | os.PathLike[str]"
 Paths: TypeAlias = "PathLike | Sequence[PathLike]"
 
@@ -84,8 +87,12 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
             )
             base = Path(_GLOB_CHARS.split(str(path), maxsplit=1)[0]).parent
         elif path.is_dir():
-            matched = _walk(path, EXTENSIONS[fmt])
-            base = path
+            # Listed while no vane commit can change it (see commit.py): all of a write or none.
+            directory = Path(os.path.abspath(path))
+            matched = list_consistently(
+                directory, functools.partial(_walk, directory, EXTENSIONS[fmt])
+            )
+            base = directory
         elif path.is_file():
             matched = [str(path)]
             base = path.parent

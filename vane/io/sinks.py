@@ -1,50 +1,37 @@
-"""File sinks: Parquet, CSV and newline-delimited JSON, streamed into a staging directory that
-is committed atomically (see ``commit``).
+"""File sinks: Parquet, CSV and newline-delimited JSON, as ``start`` / ``write`` / ``commit`` /
+``abort``.
 
-Unpartitioned output is written from the relation's Arrow stream, in order, by the writers in
-``formats``; ``rows_per_file`` cuts the stream into files with zero-copy slices. Partitioned
-output is DuckDB's ``COPY ... PARTITION_BY``, which writes hive-style ``key=value`` directories.
+The driver starts a write (``FileSink.start``: the destination is checked and a staging
+directory made, see ``commit``); whoever produces the rows, the driver itself or workers on
+other processes or machines, writes them with the write's picklable ``PartWriter`` and gets
+back the ``Part`` files it wrote; the driver commits all the parts at once, atomically, or
+aborts and nothing changes. ``write_to`` is that sequence for one stream of batches.
+
+Files are written by pyarrow (Parquet, CSV) or rendered by DuckDB (JSON lines), in order;
+``rows_per_file`` cuts the stream with zero-copy slices; ``partition_by`` writes hive-style
+``key=value`` directories with bounded memory (``partitioned``).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
 
 from vane._arrow import Rechunker
-from vane._sql import duckdb_message, quote_ident
-from vane.config import get_config
+from vane._sql import duckdb_message
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
-from vane.io.files import SINGLE_FILE_SUFFIXES, is_uri
-from vane.plan.nodes import FileFormat, PlanNode
+from vane.io.files import SINGLE_FILE_SUFFIXES, FileFormat, is_uri
 
 if TYPE_CHECKING:
     from vane.io.formats import FileWriter
 
-
-class RowSource(Protocol):
-    """What a sink reads from: the runner's view of one action."""
-
-    def reader(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader: ...
-    def relation(self, node: PlanNode, cursor: Cursor) -> duckdb.DuckDBPyRelation: ...
-    def cursor(self) -> Cursor: ...
-
-
-Cursor = duckdb.DuckDBPyConnection
-
-_COPY_FORMAT = {
-    "parquet": "FORMAT parquet",
-    "csv": "FORMAT csv, HEADER true",
-    "json": "FORMAT json",
-}
 _SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
 
 
@@ -66,7 +53,18 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One file a writer put in the staging directory."""
+
+    path: str
+    rows: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class FileSink:
+    """What the user asked ``write_parquet`` / ``write_csv`` / ``write_json`` for."""
+
     format: FileFormat
     path: str
     mode: WriteMode = "error"
@@ -128,118 +126,142 @@ class FileSink:
                 f"with_column({nested[0]!r}, '{nested[0]}::VARCHAR')"
             )
 
-    def write(self, plan: PlanNode, source: RowSource) -> WriteResult:
-        """Stream ``plan``'s rows into staged files, then commit them; on failure nothing
-        changes."""
-        started = time.perf_counter()
+    def start(self) -> FileWrite:
+        """Check the destination and stage a new write of it (in the driver)."""
         destination = Path(self.path).expanduser().absolute()
         staging = Staging(destination, self.mode, single_file=self.single_file)
-        try:
-            if self.partition_by:
-                count = self._copy_partitioned(plan, source, staging)
-            else:
-                reader = source.reader(plan, get_config().batch_size)
-                count = self._write_batches(reader, staging, source)
-            staged = staging.files()
-            nbytes = sum(f.stat().st_size for f in staged)
-            staging.commit()
-        except VaneError:
-            staging.abort()
-            raise
-        except (duckdb.Error, pa.ArrowException, OSError) as exc:
-            # DuckDB's errors reach us directly, or through the Arrow stream as Arrow/OS errors.
-            staging.abort()
-            raise ExecutionError(
-                f"writing {self.path!r} failed: {duckdb_message(exc)}. Nothing was written; "
-                f"{self.path!r} is as it was"
-            ) from exc
-        except BaseException:
-            staging.abort()
-            raise
+        writer = PartWriter(
+            format=self.format,
+            directory=str(staging.directory),
+            token=staging.token,
+            single_name=destination.name if self.single_file else None,
+            partition_by=self.partition_by,
+            rows_per_file=self.rows_per_file,
+        )
+        return FileWrite(self, staging, writer)
+
+
+class FileWrite:
+    """One write in progress, held by the driver: its ``writer`` goes to whoever writes rows,
+    then ``commit`` (or ``abort``) ends it."""
+
+    def __init__(self, sink: FileSink, staging: Staging, writer: PartWriter) -> None:
+        self.sink = sink
+        self.staging = staging
+        self.writer = writer
+        self.started = time.perf_counter()
+
+    def commit(self, parts: list[Part]) -> WriteResult:
+        destination = self.staging.commit()
         return WriteResult(
-            str(destination), count, len(staged), nbytes, time.perf_counter() - started
+            str(destination),
+            sum(p.rows for p in parts),
+            len(parts),
+            sum(p.bytes for p in parts),
+            time.perf_counter() - self.started,
         )
 
-    # ---- one file per run of rows, written from the Arrow stream in order --------------------
+    def abort(self) -> None:
+        self.staging.abort()
 
-    def _file_path(self, staging: Staging, part: int) -> Path:
-        if self.single_file:
-            return staging.directory / Path(self.path).name
-        return staging.directory / f"part-{staging.token}-{part:05d}{_SUFFIX[self.format]}"
 
-    def _write_batches(
-        self, reader: pa.RecordBatchReader, staging: Staging, source: RowSource
-    ) -> int:
-        # pyarrow's writers load on first write, not at `import vane`.
-        from vane.io.formats import CsvFile, JsonFile, ParquetFile
+@dataclass(frozen=True)
+class PartWriter:
+    """Writes batches into a write's staging directory; picklable, so a worker process can
+    write its share of the rows."""
 
-        json_cursor = source.cursor() if self.format == "json" else None
+    format: FileFormat
+    directory: str
+    token: str
+    single_name: str | None = None
+    partition_by: tuple[str, ...] = ()
+    rows_per_file: int | None = None
 
-        def open_file(path: Path, first: pa.RecordBatch) -> FileWriter:
-            if self.format == "parquet":
-                return ParquetFile(path, first)
-            if self.format == "csv":
-                return CsvFile(path, first)
-            assert json_cursor is not None
-            return JsonFile(path, first, json_cursor)
+    def write(
+        self, batches: Iterable[pa.RecordBatch], schema: pa.Schema, worker: str | None = None
+    ) -> list[Part]:
+        """Write every batch; ``worker`` keeps file names apart when several write at once."""
+        from vane import _engine
 
+        cursor = _engine.cursor() if self.format == "json" else None
         try:
-            if self.rows_per_file is None:
-                return _write_file(
-                    self._file_path(staging, 0), iter(reader), reader.schema, open_file
-                )
-            rechunker = Rechunker(iter(reader))
-            rows = part = 0
-            while part == 0 or not rechunker.exhausted:
-                path = self._file_path(staging, part)
-                rows += _write_file(
-                    path, rechunker.take(self.rows_per_file), reader.schema, open_file
-                )
-                part += 1
-            return rows
+            open_file = _opener(self.format, cursor)
+            if self.partition_by:
+                written = self._partitioned(iter(batches), open_file, worker)
+            else:
+                written = self._files(iter(batches), schema, open_file, worker)
         finally:
-            if json_cursor is not None:
-                json_cursor.close()
+            if cursor is not None:
+                cursor.close()
+        return [Part(str(path), rows, path.stat().st_size) for path, rows in written]
 
-    # ---- partitioned: DuckDB's COPY ... PARTITION_BY writes hive-style directories ------------
+    def _name(self, worker: str | None) -> Callable[[int], str]:
+        tag = f"{self.token}-{worker}" if worker is not None else self.token
+        return lambda number: f"part-{tag}-{number:05d}{_SUFFIX[self.format]}"
 
-    def _copy_partitioned(self, plan: PlanNode, source: RowSource, staging: Staging) -> int:
-        cursor = source.cursor()
+    def _files(
+        self,
+        batches: Iterator[pa.RecordBatch],
+        schema: pa.Schema,
+        open_file: Callable[[Path, pa.RecordBatch], FileWriter],
+        worker: str | None,
+    ) -> list[tuple[Path, int]]:
+        directory, name = Path(self.directory), self._name(worker)
+        if self.single_name is not None:
+            path = directory / self.single_name
+            return [(path, _write_file(path, batches, schema, open_file))]
         if self.rows_per_file is None:
-            relation = source.relation(plan, cursor)
-            return self._copy(cursor, relation, staging, 0)
-        # Cut the stream into runs of rows_per_file and COPY each run: every partition file then
-        # holds at most that many rows (DuckDB's own file-size options are approximate).
-        reader = source.reader(plan, min(self.rows_per_file, get_config().batch_size))
-        rechunker = Rechunker(iter(reader))
-        count = part = 0
-        while not rechunker.exhausted:
-            piece = pa.RecordBatchReader.from_batches(
-                reader.schema, rechunker.take(self.rows_per_file)
-            )
-            count += self._copy(cursor, cursor.from_arrow(piece), staging, part)
-            part += 1
-        return count
+            path = directory / name(0)
+            return [(path, _write_file(path, batches, schema, open_file))]
+        rechunker = Rechunker(batches)
+        written = []
+        number = 0
+        while number == 0 or not rechunker.exhausted:
+            path = directory / name(number)
+            rows = _write_file(path, rechunker.take(self.rows_per_file), schema, open_file)
+            written.append((path, rows))
+            number += 1
+        return written
 
-    def _copy(
-        self, cursor: Cursor, relation: duckdb.DuckDBPyRelation, staging: Staging, part: int
-    ) -> int:
-        keys = ", ".join(quote_ident(c) for c in self.partition_by)
-        options = [
-            _COPY_FORMAT[self.format],
-            f"PARTITION_BY ({keys})",
-            f"FILENAME_PATTERN 'part-{staging.token}-{part:05d}-{{i}}'",
-            f"FILE_EXTENSION '{_SUFFIX[self.format].lstrip('.')}'",
-            "OVERWRITE_OR_IGNORE true",
-        ]
-        view = f"_vane_sink_{staging.token}_{part}"
-        cursor.register(view, relation)
-        target = "'" + os.fspath(staging.directory).replace("'", "''") + "'"
+    def _partitioned(
+        self,
+        batches: Iterator[pa.RecordBatch],
+        open_file: Callable[[Path, pa.RecordBatch], FileWriter],
+        worker: str | None,
+    ) -> list[tuple[Path, int]]:
+        from vane.io.partitioned import PartitionedWriter
+
+        writer = PartitionedWriter(
+            Path(self.directory),
+            self.partition_by,
+            open_file,
+            self._name(worker),
+            self.rows_per_file,
+        )
         try:
-            result = cursor.execute(f"COPY {view} TO {target} ({', '.join(options)})").fetchall()
-        finally:
-            cursor.unregister(view)
-        return int(result[0][0]) if result else 0
+            for batch in batches:
+                writer.write(batch)
+        except BaseException:
+            writer.abandon()
+            raise
+        return writer.close()
+
+
+def _opener(
+    fmt: FileFormat, cursor: duckdb.DuckDBPyConnection | None
+) -> Callable[[Path, pa.RecordBatch], FileWriter]:
+    # pyarrow's writers load on first write, not at `import vane`.
+    from vane.io.formats import CsvFile, JsonFile, ParquetFile
+
+    def open_file(path: Path, first: pa.RecordBatch) -> FileWriter:
+        if fmt == "parquet":
+            return ParquetFile(path, first)
+        if fmt == "csv":
+            return CsvFile(path, first)
+        assert cursor is not None
+        return JsonFile(path, first, cursor)
+
+    return open_file
 
 
 def _write_file(
@@ -263,3 +285,25 @@ def _write_file(
         if writer is not None:
             writer.close()
     return rows
+
+
+def write_to(sink: FileSink, reader: pa.RecordBatchReader) -> WriteResult:
+    """Start a write, write ``reader``'s batches, commit; on any failure abort, so the
+    destination is as it was."""
+    write = sink.start()
+    try:
+        parts = write.writer.write(reader, reader.schema)
+        return write.commit(parts)
+    except VaneError:
+        write.abort()
+        raise
+    except (duckdb.Error, pa.ArrowException, OSError) as exc:
+        # DuckDB's errors reach us directly, or through the Arrow stream as Arrow/OS errors.
+        write.abort()
+        raise ExecutionError(
+            f"writing {sink.path!r} failed: {duckdb_message(exc)}. Nothing was written; "
+            f"{sink.path!r} is as it was"
+        ) from exc
+    except BaseException:
+        write.abort()
+        raise

@@ -12,6 +12,7 @@ Lowering a node onto DuckDB (``to_duckdb`` for sources, ``apply`` for steps) bui
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -22,6 +23,7 @@ import pyarrow as pa
 from vane import _engine
 from vane._sql import duckdb_message, quote_ident, sql_list
 from vane.errors import PlanError, SourceError
+from vane.io.files import FileFormat
 from vane.io.spool import Spool
 from vane.plan.expr import Alias, Column, Expr, SqlText
 from vane.plan.parse import check_query
@@ -31,7 +33,6 @@ from vane.udf.spec import UdfSpec, output_schema
 Relation = duckdb.DuckDBPyRelation
 Cursor = duckdb.DuckDBPyConnection
 JoinHow = Literal["inner", "left", "right", "outer", "semi", "anti"]
-FileFormat = Literal["parquet", "csv", "json"]
 
 _serial = itertools.count()
 
@@ -134,6 +135,20 @@ class FileScan(Source):
     def describe(self) -> str:
         count = len(self.files)
         return f"Read{self.format.capitalize()} {self.label} ({count} file{'s' * (count != 1)})"
+
+    def vanished(self) -> SourceError | None:
+        """If files listed when the relation was built are gone (another write replaced
+        them), the error that says so; None if they are all there."""
+        gone = [f for f in self.files if "://" not in f and not os.path.exists(f)]
+        if not gone:
+            return None
+        return SourceError(
+            f"`{self.describe()}`: {gone[0]!r}"
+            + (f" and {len(gone) - 1} other file(s)" if len(gone) > 1 else "")
+            + " no longer exist(s): the files changed after the relation was built (another "
+            f"write replaced them?). Build the relation again, e.g. "
+            f"vane.read_{self.format}({self.label!r}), to read what is there now"
+        )
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterator
 
 from vane.plan.nodes import ArrowStreamScan, PlanNode, UdfStep
 
@@ -23,6 +24,18 @@ def with_inputs(node: PlanNode, inputs: tuple[PlanNode, ...]) -> PlanNode:
         return dataclasses.replace(node, named_inputs=tuple(zip(names, inputs, strict=True)))  # type: ignore[type-var]
     fields = [f.name for f in dataclasses.fields(node) if f.name in _INPUT_FIELDS]  # type: ignore[arg-type]
     return dataclasses.replace(node, **dict(zip(fields, inputs, strict=True)))  # type: ignore[type-var]
+
+
+def walk(plan: PlanNode) -> Iterator[PlanNode]:
+    """Every node of the plan once, parents before their inputs."""
+    seen: set[int] = set()
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            yield node
+            stack.extend(reversed(node.inputs))
 
 
 def references(plan: PlanNode) -> Counter[int]:

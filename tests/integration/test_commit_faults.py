@@ -1,0 +1,240 @@
+"""All or nothing, whatever is killed when: a real writer process is SIGKILLed at each step of
+each commit (held there by the VANE_COMMIT_PAUSE hook), and a vane read must then see the whole
+write or none of it; the next write cleans up what the dead one left. Concurrent writers and
+readers never produce or see a mix either."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import vane
+
+ROOT = Path(__file__).resolve().parents[2]
+
+WRITE = textwrap.dedent(
+    """
+    import sys, vane
+    vane.configure(progress=False)
+    path, fmt, mode, start, rows, partitioned = sys.argv[1:7]
+    rel = vane.range(int(rows)).select(f"id + {int(start)} AS id", "id % 5 AS k")
+    options = {"mode": mode}
+    if partitioned == "1":
+        options["partition_by"] = "k"
+    elif not path.endswith((".parquet", ".csv", ".jsonl")):
+        options["rows_per_file"] = max(1, int(rows) // 4)
+    getattr(rel, "write_" + fmt)(path, **options)
+    """
+)
+
+
+def writer(
+    path: Path, fmt: str, mode: str, *, start: int, rows: int, partitioned: bool, pause: str = ""
+) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, VANE_COMMIT_PAUSE=pause)
+    args = [str(path), fmt, mode, str(start), str(rows), "1" if partitioned else "0"]
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITE, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def write(path: Path, fmt: str, mode: str, *, start: int, rows: int, partitioned: bool) -> None:
+    process = writer(path, fmt, mode, start=start, rows=rows, partitioned=partitioned)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err.decode()[-2000:]
+
+
+def kill_at(step: str, path: Path, fmt: str, mode: str, *, partitioned: bool, tmp: Path) -> None:
+    marker = tmp / f"paused-{step}"
+    pause = f"{step}:{marker}"
+    process = writer(path, fmt, mode, start=1000, rows=40, partitioned=partitioned, pause=pause)
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        if process.poll() is not None:
+            raise AssertionError(f"the writer ended before {step}: {process.stderr.read()!r}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the writer never reached {step}")
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def ids(path: Path, fmt: str) -> list[int]:
+    reader = getattr(vane, "read_json" if fmt == "json" else f"read_{fmt}")
+    return sorted(row["id"] for row in reader(path).select("id").to_pylist())
+
+
+def groups(path: Path) -> dict[int, int]:
+    """Rows per writer's run (column w)."""
+    rel = vane.read_parquet(path).aggregate("count(*) AS n", group_by="w")
+    return {row["w"]: row["n"] for row in rel.to_pylist()}
+
+
+def leftovers(path: Path) -> list[str]:
+    """Anything a write leaves that is not the data or the destination's lock."""
+    beside = [n for n in os.listdir(path.parent) if n not in (path.name, f".{path.name}.vane-lock")]
+    inside = [str(p) for p in path.rglob(".vane-*")] if path.is_dir() else []
+    return beside + inside
+
+
+OLD = list(range(20))
+NEW = list(range(1000, 1040))
+STEPS = [
+    ("error", "staged"),
+    ("error", "locked"),
+    ("overwrite", "staged"),
+    ("overwrite", "locked"),
+    ("overwrite", "swapped"),
+    ("append", "staged"),
+    ("append", "locked"),
+    ("append", "journaled"),
+    ("append", "moving"),
+]
+
+
+def _expected(mode: str, step: str) -> list[int]:
+    """What a vane read sees after the kill: the steps before the commit's one atomic step
+    (or, for an append, before its journal) leave the old data; the rest, all of the new."""
+    committed = step in ("swapped", "journaled", "moving")
+    if mode == "append":
+        return sorted(OLD + NEW) if committed else OLD
+    if mode == "overwrite":
+        return NEW if committed else OLD
+    return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("partitioned", [False, True], ids=["files", "partitioned"])
+@pytest.mark.parametrize(("mode", "step"), STEPS)
+def test_a_kill_at_any_step_leaves_all_of_the_write_or_none(tmp_path, mode, step, partitioned):
+    out = tmp_path / "data" / "out"
+    if mode != "error":
+        write(out, "parquet", "error", start=0, rows=20, partitioned=partitioned)
+    kill_at(step, out, "parquet", mode, partitioned=partitioned, tmp=tmp_path)
+    seen = ids(out, "parquet") if out.exists() else []
+    assert seen == _expected(mode, step)
+    assert not list(out.rglob(".vane-commit-*")) if out.exists() else True
+    # The next write removes what the killed one left, and the data stays whole.
+    write(out, "parquet", "append", start=5000, rows=3, partitioned=partitioned)
+    assert leftovers(out) == []
+    assert ids(out, "parquet") == sorted([*_expected(mode, step), 5000, 5001, 5002])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.parametrize(("mode", "step"), [("overwrite", "swapped"), ("append", "moving")])
+def test_other_formats_and_single_files_hold_the_same_promise(tmp_path, fmt, mode, step):
+    out = tmp_path / "out"
+    write(out, fmt, "error", start=0, rows=20, partitioned=False)
+    kill_at(step, out, fmt, mode, partitioned=False, tmp=tmp_path)
+    assert ids(out, fmt) == _expected(mode, step)
+    single = tmp_path / "single" / ("one.csv" if fmt == "csv" else "one.jsonl")
+    write(single, fmt, "error", start=0, rows=20, partitioned=False)
+    kill_at("locked", single, fmt, "overwrite", partitioned=False, tmp=tmp_path)
+    assert ids(single, fmt) == OLD
+    write(single, fmt, "overwrite", start=1000, rows=40, partitioned=False)
+    assert ids(single, fmt) == NEW and leftovers(single) == []
+
+
+def test_a_reader_finishes_an_append_its_writer_died_in(tmp_path):
+    out = tmp_path / "out"
+    write(out, "parquet", "error", start=0, rows=20, partitioned=False)
+    kill_at("moving", out, "parquet", "append", partitioned=False, tmp=tmp_path)
+    assert list(out.glob(".vane-commit-*"))  # the journal of the unfinished append
+    assert ids(out, "parquet") == sorted(OLD + NEW)
+    assert not list(out.glob(".vane-commit-*"))
+
+
+def test_a_symlinked_destination_stays_a_symlink(tmp_path):
+    target = tmp_path / "real"
+    link = tmp_path / "link"
+    write(target, "parquet", "error", start=0, rows=20, partitioned=False)
+    link.symlink_to(target)
+    vane.range(5).write_parquet(link, mode="overwrite")
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert vane.read_parquet(link).count() == 5 == vane.read_parquet(target).count()
+    vane.range(3).write_parquet(link, mode="append")
+    assert link.is_symlink() and vane.read_parquet(target).count() == 8
+    single = tmp_path / "one.parquet"
+    vane.range(2).write_parquet(tmp_path / "elsewhere.parquet")
+    single.symlink_to(tmp_path / "elsewhere.parquet")
+    vane.range(7).write_parquet(single, mode="overwrite")
+    assert single.is_symlink() and vane.read_parquet(tmp_path / "elsewhere.parquet").count() == 7
+
+
+@pytest.mark.slow
+def test_concurrent_writers_and_readers_never_make_or_see_a_mix(tmp_path):
+    out = tmp_path / "out"
+    vane.sql("SELECT range AS id, -1 AS w FROM range(300)").write_parquet(out)
+    sizes = {-1: 300}
+    script = textwrap.dedent(
+        """
+        import sys, vane
+        vane.configure(progress=False)
+        path, mode, first = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        for w in range(first, first + 4):
+            n = 300 if mode == "overwrite" else 100
+            rel = vane.sql(f"SELECT range AS id, {w} AS w FROM range({n})")
+            rel.write_parquet(path, mode=mode, rows_per_file=40)
+        """
+    )
+    runs = [("overwrite", 100), ("overwrite", 200), ("append", 300), ("append", 400)]
+    for mode, first in runs:
+        for w in range(first, first + 4):
+            sizes[w] = 300 if mode == "overwrite" else 100
+    stop = threading.Event()
+    mixes: list[dict[int, int]] = []
+    vanished: list[str] = []
+    reads = [0]
+
+    def read_in_a_loop() -> None:
+        while not stop.is_set():
+            try:
+                counts = groups(out)
+            except vane.errors.VaneError as error:
+                # Files listed when the relation was built can be replaced before it is read.
+                vanished.append(str(error))
+                continue
+            reads[0] += 1
+            if (
+                any(n != sizes[w] for w, n in counts.items())
+                or sum(1 for w in counts if sizes[w] == 300) != 1
+            ):
+                mixes.append(counts)
+
+    readers = [threading.Thread(target=read_in_a_loop) for _ in range(2)]
+    for thread in readers:
+        thread.start()
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(out), mode, str(first)],
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+        )
+        for mode, first in runs
+    ]
+    errors = [p.communicate(timeout=300)[1].decode() for p in processes]
+    stop.set()
+    for thread in readers:
+        thread.join()
+    assert [p.returncode for p in processes] == [0, 0, 0, 0], "\n".join(errors)[-3000:]
+    assert mixes == [] and reads[0] > 0
+    bad = [e for e in vanished if "no longer exist" not in e]
+    assert not bad, bad[0]
+    final = groups(out)
+    assert all(n == sizes[w] for w, n in final.items())
+    assert sum(1 for w in final if sizes[w] == 300) == 1
+    assert leftovers(out) == []
