@@ -30,6 +30,7 @@ class Config:
     batch_size: int = 65_536
     memory_budget: int = _default_memory_budget()
     spill_directory: str | None = None  # None: the system's temporary directory
+    ai_cache: str | None = None  # a directory where AI functions keep answers (None: none)
 
 
 _config = Config()
@@ -52,11 +53,13 @@ def configure(
     batch_size: int | None = None,
     memory_budget: int | None = None,
     spill_directory: str | os.PathLike[str] | None = None,
+    ai_cache: str | os.PathLike[str] | None = None,
 ) -> Config:
     """Change process-wide settings; returns the settings now in force.
 
     ``memory_budget`` (bytes) is how much of a materialized result vane keeps in memory before
-    it spills the result to Parquet files in ``spill_directory``.
+    it spills the result to Parquet files in ``spill_directory``. ``ai_cache`` is a directory
+    where AI functions keep every answer they receive, so a rerun pays only for new requests.
 
     >>> import vane
     >>> vane.configure(progress=False).progress
@@ -84,5 +87,7 @@ def configure(
                 f"spill_directory={directory!r} is not an existing directory; create it first"
             )
         changes["spill_directory"] = directory
+    if ai_cache is not None:
+        changes["ai_cache"] = os.fspath(ai_cache)
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config

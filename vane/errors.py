@@ -16,7 +16,9 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── SinkError                 (OSError)     output that cannot be written or committed
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
-    │   └── ActorDiedError                      a worker process died (exit code or signal)
+    │   ├── ActorDiedError                      a worker process died (exit code or signal)
+    │   └── ProviderError                       a model provider (an HTTP server, a local model)
+    │                                           failed a request, after its retries
     └── MissingDependencyError    (ImportError) an optional package that is not installed
 """
 
@@ -28,6 +30,7 @@ __all__ = [
     "ExecutionError",
     "MissingDependencyError",
     "PlanError",
+    "ProviderError",
     "SchemaError",
     "SchemaMismatchError",
     "SinkError",
@@ -86,3 +89,8 @@ class UDFError(ExecutionError):
 class ActorDiedError(ExecutionError):
     """A worker process running a UDF died (crash, ``os._exit``, killed for memory) more times
     than vane retries; the message gives its exit code or signal."""
+
+
+class ProviderError(ExecutionError):
+    """A model provider failed a request after its retries (an HTTP error, a timeout, an answer
+    that is not what was asked for); the message names the server and what it said."""

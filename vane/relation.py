@@ -331,6 +331,85 @@ class Relation:
         check_resources(spec, spec.name)  # before anything runs: fail with the counts
         return Relation(step)
 
+    # ---- AI functions: each adds one column and keeps the rest ---------------------------
+
+    def prompt(
+        self,
+        column: str | Expr | None = None,
+        *,
+        template: str | None = None,
+        output_column: str = "response",
+        provider: str = "openai",
+        model: str | None = None,
+        system: str | None = None,
+        return_format: Any = None,
+        **options: Any,
+    ) -> Relation:
+        """Ask an LLM about each row: ``column`` is the prompt, or ``template`` fills
+        ``{placeholders}`` from columns; the answer is added as ``output_column``. Takes
+        ``batch_size``, ``concurrency``, ``execution_backend``, ``gpus_per_actor``,
+        ``on_error``, and the provider's options (see docs/ai-functions.md)."""
+        from vane.ai import prompt
+
+        if column is None and template is None:
+            raise ConfigurationError("prompt() needs the prompt column, or template=")
+        call = prompt(
+            column if column is not None else "",
+            provider=provider,
+            model=model,
+            system=system,
+            return_format=return_format,
+            template=template,
+            **options,
+        )
+        return self.with_column(output_column, call)
+
+    def embed_text(
+        self,
+        column: str | Expr,
+        *,
+        output_column: str = "embedding",
+        provider: str = "sentence_transformers",
+        model: str | None = None,
+        **options: Any,
+    ) -> Relation:
+        """Add an embedding of each row's text as ``output_column``."""
+        from vane.ai import embed_text
+
+        call = embed_text(column, provider=provider, model=model, **options)
+        return self.with_column(output_column, call)
+
+    def embed_image(
+        self,
+        column: str | Expr,
+        *,
+        output_column: str = "embedding",
+        provider: str = "transformers",
+        model: str | None = None,
+        **options: Any,
+    ) -> Relation:
+        """Add an embedding of each row's image (bytes or a file path) as ``output_column``."""
+        from vane.ai import embed_image
+
+        call = embed_image(column, provider=provider, model=model, **options)
+        return self.with_column(output_column, call)
+
+    def classify_text(
+        self,
+        column: str | Expr,
+        labels: Sequence[str],
+        *,
+        output_column: str = "label",
+        provider: str = "sentence_transformers",
+        model: str | None = None,
+        **options: Any,
+    ) -> Relation:
+        """Add the label among ``labels`` that fits each row's text best as ``output_column``."""
+        from vane.ai import classify_text
+
+        call = classify_text(column, labels, provider=provider, model=model, **options)
+        return self.with_column(output_column, call)
+
     # ---- actions: these run the plan ---------------------------------------------------------
 
     def materialize(self) -> Relation:

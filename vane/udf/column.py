@@ -36,6 +36,7 @@ class UdfOptions:
     use_process: bool = False
     max_retries: int = 0
     on_error: str = "raise"
+    backend: str | None = None  # an execution_backend; overrides use_process
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:

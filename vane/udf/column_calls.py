@@ -19,9 +19,23 @@ import pyarrow as pa
 
 from vane.udf.batch_contract import ContractError
 from vane.udf.column import ClassInstance, ColumnUdf, Const, Slot
+from vane.udf.runtime import RowFailures
 
 # Rows in flight per actor for an async function that does not say (``max_concurrency``).
 DEFAULT_ASYNC_ROWS = 64
+
+
+@dataclass
+class RowResults:
+    """A batch call's answer row by row: ``values``, and for each row that failed on its own
+    (one request of many, say) its ``errors`` entry, None where the row succeeded. Returned
+    instead of raising, so one failure never fails, nulls or re-runs its neighbours."""
+
+    values: list[Any]
+    errors: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.values)
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,7 @@ class ColumnCalls:
             else:
                 rows = _row_values(call, batch)
                 out[call.output] = _plain([fn(*a, **k) for a, k in rows], call)
-        return out
+        return _settled(out)
 
 
 class AsyncColumnCalls(ColumnCalls):
@@ -95,7 +109,23 @@ class AsyncColumnCalls(ColumnCalls):
 
             rows = _row_values(call, batch)
             out[call.output] = _plain(await asyncio.gather(*(one(a, k) for a, k in rows)), call)
-        return out
+        return _settled(out)
+
+
+def _settled(out: dict[str, Any]) -> dict[str, Any]:
+    """The columns; if calls reported rows that failed on their own, ``RowFailures`` with all
+    of them, so the step's ``on_error`` applies to exactly those rows."""
+    failed: dict[int, str] = {}
+    for name, value in out.items():
+        if isinstance(value, RowResults):
+            out[name] = value.values
+            for row, error in enumerate(value.errors):
+                if error is not None:
+                    failed.setdefault(row, error)
+    if failed:
+        rows = sorted(failed)
+        raise RowFailures(out, rows, [failed[row] for row in rows])
+    return out
 
 
 def _plain(values: list[Any], call: CallPlan) -> list[Any]:

@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from vane.errors import UDFError
@@ -32,6 +33,18 @@ class BatchOutcome:
     # Positions (within the batch) of the input rows that on_error="skip" dropped: a
     # pass-through step drops the same rows from the columns it carries.
     dropped: list[int] = field(default_factory=list)
+
+
+class RowFailures(Exception):
+    """Raised by a UDF that answered a batch but some of its rows failed on their own:
+    ``output`` holds every row (nulls where they failed), ``rows`` the failing positions and
+    ``errors`` why, one per position."""
+
+    def __init__(self, output: Any, rows: list[int], errors: list[str]) -> None:
+        super().__init__(f"{len(rows)} row(s) failed; the first: {errors[0]}")
+        self.output = output
+        self.rows = rows
+        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,8 @@ class UdfRuntime:
                 return self._complete(await self.call(task.table))
             except ContractError:
                 raise  # the output does not fit the schema: retrying cannot help
+            except RowFailures as failures:
+                return self._some_rows_failed(task, failures)
             except Exception as exc:
                 error = exc
         assert error is not None
@@ -141,6 +156,33 @@ class UdfRuntime:
         pieces, dropped, nulled = await self._salvage(task.table, 0, error)
         table = pa.concat_tables(pieces) if pieces else self._empty()
         return BatchOutcome(table, len(dropped), nulled, describe_exception(error), dropped)
+
+    def _some_rows_failed(self, task: Task, failures: RowFailures) -> BatchOutcome:
+        """The UDF answered the batch but some rows failed on their own (one request of many):
+        ``on_error`` applies to those rows only; nothing is re-run, no neighbour is touched."""
+        first = failures.errors[0]
+        if self.spec.on_error == "raise":
+            row = task.offset + failures.rows[0]
+            raise UDFError(
+                f"{self.spec.verb} step `{self.step}` failed on input row {row}"
+                + (f" and {len(failures.rows) - 1} other(s)" if len(failures.rows) > 1 else "")
+                + f": {first}. Pass on_error='null' to keep such rows with a null, or "
+                "on_error='skip' to drop them"
+            )
+        where = f"{self.spec.verb} step `{self.step}`"
+        table = conform(failures.output, self.declared, where)
+        if table.num_rows != task.table.num_rows:
+            raise ContractError(f"{where} answered {table.num_rows} rows for {task.table.num_rows}")
+        if self.spec.on_error == "skip":
+            keep = np.ones(table.num_rows, dtype=bool)
+            keep[failures.rows] = False
+            kept = self._complete(table.filter(pa.array(keep))).table
+            return BatchOutcome(kept, len(failures.rows), 0, first, list(failures.rows))
+        texts: list[str | None] = [None] * table.num_rows
+        for row, text in zip(failures.rows, failures.errors, strict=True):
+            texts[row] = text
+        table = table.append_column(pa.field(self.spec.error_column, pa.string()), pa.array(texts))
+        return BatchOutcome(table, 0, len(failures.rows), first)
 
     def failure(self, task: Task, error: BaseException) -> UDFError:
         end = task.offset + task.table.num_rows - 1

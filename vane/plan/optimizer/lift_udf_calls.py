@@ -125,7 +125,7 @@ def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Na
         runner,
         kind="batch",
         batch_size=options.batch_size,
-        execution_backend="subprocess_actor" if options.use_process else None,
+        execution_backend=options.backend or ("subprocess_actor" if options.use_process else None),
         concurrency=(options.max_concurrency or 1) if is_class else 1,
         gpus=options.gpus,
         cpus=None,

@@ -1,0 +1,234 @@
+"""``prompt``, ``embed_text``, ``embed_image``, ``classify_text``: expressions over columns.
+
+Each builds a column UDF call whose class is a runner (``runners.py``) constructed once per
+actor from a provider's descriptor; the optimizer lifts it into a pass-through step like any
+other column UDF, so only the argument columns travel and every other column stays with its
+row. Execution options (``batch_size``, ``concurrency``, ``execution_backend``,
+``gpus_per_actor``, ``on_error``) are taken out of ``**options``; the rest go to the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from vane.ai import registry
+from vane.ai.runners import (
+    ClassifyByEmbeddingRunner,
+    EmbedImageRunner,
+    EmbedTextRunner,
+    PromptRunner,
+    RemoteEmbedTextRunner,
+    fields_of,
+)
+from vane.ai.structured import OutputFormat, output_format
+from vane.errors import ConfigurationError
+from vane.plan.expr import Expr, FunctionCall, Literal, col
+from vane.udf.column import ClassInstance, ClassUdf, UdfOptions, make_column_udf
+
+_EXECUTION = ("batch_size", "concurrency", "execution_backend", "gpus_per_actor", "on_error")
+DEFAULT_BATCH_SIZE = {"prompt": 256, "embed_text": 64, "embed_image": 32, "classify_text": 64}
+
+
+def _column(value: Any, where: str) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, str) and value:
+        return col(value)
+    raise ConfigurationError(f"{where}() takes a column name or an expression, got {value!r}")
+
+
+def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    execution = {k: v for k, v in options.items() if k in _EXECUTION}
+    provider = {k: v for k, v in options.items() if k not in _EXECUTION}
+    return execution, provider
+
+
+def _call(
+    task: str,
+    runner: type,
+    descriptor: Any,
+    args: Sequence[Expr],
+    *,
+    return_type: pa.DataType,
+    execution: Mapping[str, Any],
+    runner_options: Mapping[str, Any],
+) -> Expr:
+    """A column UDF call of ``runner``'s batch method ``run`` on ``args``."""
+    gpus = execution.get("gpus_per_actor") or descriptor.resources().get("gpus", 0)
+    options = UdfOptions(
+        batch_size=execution.get("batch_size") or DEFAULT_BATCH_SIZE[task],
+        max_concurrency=execution.get("concurrency") or 1,
+        gpus=gpus,
+        max_retries=0,  # providers retry each request themselves
+        on_error=execution.get("on_error", "raise"),
+        backend=execution.get("execution_backend"),
+    )
+    instance = ClassInstance(ClassUdf(runner, options), (descriptor,), dict(runner_options))
+    udf = make_column_udf(
+        runner.run,  # type: ignore[attr-defined]
+        name=f"{task}[{descriptor.provider} {descriptor.model}]",
+        return_dtype=return_type,
+        batch=True,
+        options=options,
+        owner=instance,
+        skip_self=True,
+    )
+    return udf(*args)
+
+
+def prompt(
+    expr: Expr | str,
+    *,
+    provider: str = "openai",
+    model: str | None = None,
+    system: str | None = None,
+    return_format: Any = None,
+    template: str | None = None,
+    **options: Any,
+) -> Expr:
+    """An LLM's answer to each row's text (null for a null row).
+
+    ``return_format`` (a pydantic model class or a JSON schema) asks for structured output and
+    makes the column a STRUCT of its fields. ``template`` (``"Summarize: {text}"``) fills its
+    placeholders from columns of those names instead of using ``expr``. Generation options
+    (``temperature``, ``max_tokens``, ...) and provider options (``base_url``,
+    ``max_concurrent_requests``, ``requests_per_minute``, ``cache``, ...) pass through.
+    """
+    execution, provider_options = _split(options)
+    if template is not None:
+        fields = fields_of(template)
+        args = [col(name) for name in fields]
+        if not args:
+            raise ConfigurationError(f"prompt(): template {template!r} names no column")
+    else:
+        fields, args = [], [_column(expr, "prompt")]
+    out: OutputFormat | None = None if return_format is None else output_format(return_format)
+    if execution.get("gpus_per_actor"):
+        provider_options.setdefault("tensor_parallel_size", execution["gpus_per_actor"])
+    descriptor = registry.descriptor("prompt", provider, model, provider_options)
+    if out is not None and not getattr(descriptor, "structured_output", True):
+        raise ConfigurationError(
+            f"prompt(): provider {provider!r} cannot hold a model to a JSON schema; for "
+            "return_format use an OpenAI-compatible server (vLLM serve, SGLang, ...) or 'vllm'"
+        )
+    return_type = pa.string() if out is None else out.arrow_type
+    runner_options = {"system": system, "template": template, "fields": fields, "output": out}
+    return _call(
+        "prompt",
+        PromptRunner,
+        descriptor,
+        args,
+        return_type=return_type,
+        execution=execution,
+        runner_options=runner_options,
+    )
+
+
+def embed_text(
+    expr: Expr | str,
+    *,
+    provider: str = "sentence_transformers",
+    model: str | None = None,
+    dimensions: int | None = None,
+    normalize: bool = False,
+    **options: Any,
+) -> Expr:
+    """An embedding of each row's text: ``FLOAT[n]`` when the model's size is known when the
+    plan is built, else ``FLOAT[]``."""
+    execution, provider_options = _split(options)
+    if dimensions is not None:
+        provider_options["dimensions"] = dimensions
+    descriptor = registry.descriptor("embed_text", provider, model, provider_options)
+    size = getattr(descriptor, "size", None) or dimensions
+    return_type = pa.list_(pa.float32(), size) if size else pa.list_(pa.float32())
+    remote = registry.PROVIDERS[provider][0].endswith(".openai")
+    runner = RemoteEmbedTextRunner if remote else EmbedTextRunner
+    args = [_column(expr, "embed_text")]
+    return _call(
+        "embed_text",
+        runner,
+        descriptor,
+        args,
+        return_type=return_type,
+        execution=execution,
+        runner_options={"normalize": normalize},
+    )
+
+
+def embed_image(
+    expr: Expr | str,
+    *,
+    provider: str = "transformers",
+    model: str | None = None,
+    normalize: bool = False,
+    **options: Any,
+) -> Expr:
+    """An embedding of each row's image, given as bytes or as a path to a file (a CLIP-style
+    model through transformers)."""
+    execution, provider_options = _split(options)
+    descriptor = registry.descriptor("embed_image", provider, model, provider_options)
+    size = getattr(descriptor, "size", None)
+    return_type = pa.list_(pa.float32(), size) if size else pa.list_(pa.float32())
+    args = [_column(expr, "embed_image")]
+    return _call(
+        "embed_image",
+        EmbedImageRunner,
+        descriptor,
+        args,
+        return_type=return_type,
+        execution=execution,
+        runner_options={"normalize": normalize},
+    )
+
+
+def classify_text(
+    expr: Expr | str,
+    labels: Sequence[str],
+    *,
+    provider: str = "sentence_transformers",
+    model: str | None = None,
+    method: str | None = None,
+    **options: Any,
+) -> Expr:
+    """The label that fits each row's text best. ``method="embedding"`` (the default for
+    ``sentence_transformers`` and ``transformers``) picks the label whose embedding is most like
+    the text's, zero-shot; ``method="prompt"`` (the default for servers and vLLM) asks an LLM to
+    choose, with the labels as a structured-output enum."""
+    if isinstance(labels, str) or not labels or not all(isinstance(x, str) for x in labels):
+        raise ConfigurationError(f"classify_text() takes a list of label strings, got {labels!r}")
+    labels = list(dict.fromkeys(labels))
+    local = provider in ("sentence_transformers", "transformers")
+    method = method or ("embedding" if local else "prompt")
+    if method == "prompt":
+        choice = {
+            "title": "label",
+            "type": "object",
+            "properties": {"label": {"type": "string", "enum": labels}},
+        }
+        system = (
+            f"Classify the text into exactly one of these labels: {', '.join(labels)}. "
+            "Answer with the label only."
+        )
+        answer = prompt(
+            expr, provider=provider, model=model, system=system, return_format=choice, **options
+        )
+        return FunctionCall("struct_extract", (answer, Literal("label")))
+    if method != "embedding":
+        raise ConfigurationError(
+            f"classify_text(): method={method!r} is not 'embedding' or 'prompt'"
+        )
+    execution, provider_options = _split(options)
+    descriptor = registry.descriptor("embed_text", provider, model, provider_options)
+    args = [_column(expr, "classify_text")]
+    return _call(
+        "classify_text",
+        ClassifyByEmbeddingRunner,
+        descriptor,
+        args,
+        return_type=pa.string(),
+        execution=execution,
+        runner_options={"labels": labels},
+    )

@@ -1,0 +1,84 @@
+"""What a provider offers, and what runs on the worker.
+
+A provider turns a model name and options into a small picklable *descriptor* in the driver
+(checking what it can there: the model name, the options, that its package is installed).
+The descriptor travels to each actor, where ``instantiate()`` builds the real thing once: an
+HTTP client, a loaded model. AI functions are column UDFs over these, so batching, actors,
+backends, retries and progress have one implementation.
+
+Worker-side objects answer a batch at a time. A prompter answers each row on its own: one
+failing request gives that row an ``Answer`` with an error and leaves its neighbours alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class Usage:
+    """What a step's requests cost and did, summed over its batches."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0
+    cache_hits: int = 0
+    failures: int = 0
+
+    def add(self, other: Usage) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+@dataclass
+class Answer:
+    """One row's answer: ``value`` (text, or a dict for structured output), or ``error``."""
+
+    value: Any = None
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """Everything that decides an answer (the cache key is built from it)."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Prompter(Protocol):
+    async def answer(self, requests: Sequence[PromptRequest], usage: Usage) -> list[Answer]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class TextEmbedder(Protocol):
+    def embed_text(self, texts: Sequence[str], usage: Usage) -> Sequence[Sequence[float]]: ...
+
+
+@runtime_checkable
+class ImageEmbedder(Protocol):
+    def embed_image(self, images: Sequence[bytes], usage: Usage) -> Sequence[Sequence[float]]: ...
+
+
+class Descriptor(Protocol):
+    """Picklable; built in the driver, instantiated once per actor."""
+
+    provider: str
+    model: str
+
+    def instantiate(self) -> Any: ...
+
+    def resources(self) -> Mapping[str, Any]:
+        """UDF settings the provider needs (``gpus`` for a local model, say)."""
+        ...
