@@ -23,7 +23,12 @@ def cursor() -> duckdb.DuckDBPyConnection:
     global _connection
     with _lock:
         if _connection is None:
-            _connection = duckdb.connect(":memory:")
+            # DuckDB would otherwise download and load extensions (httpfs for a URL, say) on
+            # first use: a hang on a machine without internet, and code nobody asked for.
+            _connection = duckdb.connect(
+                ":memory:",
+                config={"autoinstall_known_extensions": False, "autoload_known_extensions": False},
+            )
         return _connection.cursor()
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
 from vane.io.files import FileFormat, Paths, resolve_files
+from vane.io.readers import duckdb_options
 from vane.plan import nodes
 from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
@@ -27,49 +28,123 @@ _LISTING_ATTEMPTS = 3
 
 
 def _read(
-    fmt: FileFormat, path: Paths, caller: str, hive: bool | None, options: dict[str, object]
+    fmt: FileFormat,
+    path: Paths,
+    caller: str,
+    columns: Sequence[str] | str | None,
+    options: dict[str, object],
 ) -> Relation:
+    hive = options.pop("hive_partitioning", None)
+    settings = duckdb_options(fmt, options, caller)
+    keep = _keep(columns, caller)
     for attempt in builtins.range(_LISTING_ATTEMPTS):  # this module defines vane.range
         files, label, found_hive = resolve_files(path, fmt, caller)
-        opts = {k: v for k, v in options.items() if v is not None}
         # Always explicit: DuckDB's CSV and JSON readers would otherwise detect key=value
         # directories on their own, even when the user turned that off.
-        opts["hive_partitioning"] = found_hive if hive is None else bool(hive)
+        settings["hive_partitioning"] = found_hive if hive is None else bool(hive)
         try:
-            return Relation(nodes.FileScan(fmt, files, label, tuple(sorted(opts.items()))))
+            scan = nodes.FileScan(fmt, files, label, tuple(sorted(settings.items())), keep)
+            return Relation(scan)
         except SourceError:
-            replaced = any(not os.path.exists(f) for f in files if "://" not in f)
+            replaced = any(not os.path.exists(f) for f in files)
             if not replaced or attempt == _LISTING_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
 
 
-def read_parquet(path: Paths, *, hive_partitioning: bool | None = None) -> Relation:
+def _keep(columns: Sequence[str] | str | None, caller: str) -> tuple[str, ...] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        columns = [columns]
+    if not columns or not all(isinstance(c, str) for c in columns):
+        raise ConfigurationError(f"{caller}(): columns= takes a list of column names")
+    return tuple(columns)
+
+
+def read_parquet(
+    path: Paths,
+    *,
+    columns: Sequence[str] | None = None,
+    union_by_name: bool | None = None,
+    hive_partitioning: bool | None = None,
+    filename: bool | str | None = None,
+    **options: Any,
+) -> Relation:
     """Parquet files: a file, a directory (read recursively), a glob, or a list of them.
 
-    ``key=value`` directories become columns (hive partitioning) when found; pass
-    ``hive_partitioning=False`` to ignore them.
+    ``columns`` keeps only those; files whose columns differ are combined by name (a column a
+    file lacks is null there; types widen; types that cannot combine are an error naming the
+    files). ``key=value`` directories become columns when found (``hive_partitioning=False``
+    ignores them); ``filename=True`` (or a column name) adds each row's file.
 
     >>> import vane
-    >>> rel = vane.read_parquet("data/")  # doctest: +SKIP
+    >>> rel = vane.read_parquet("data/", columns=["id", "text"])  # doctest: +SKIP
     """
-    return _read("parquet", path, "read_parquet", hive_partitioning, {})
+    options.update(union_by_name=union_by_name, hive_partitioning=hive_partitioning)
+    options.update(filename=filename)
+    return _read("parquet", path, "read_parquet", columns, options)
 
 
 def read_csv(
     path: Paths,
     *,
+    columns: Sequence[str] | None = None,
     delimiter: str | None = None,
     header: bool | None = None,
+    null_values: Sequence[str] | str | None = None,
+    types: Mapping[str, Any] | None = None,
+    date_format: str | None = None,
+    timestamp_format: str | None = None,
+    ignore_errors: bool | None = None,
+    union_by_name: bool | None = None,
     hive_partitioning: bool | None = None,
+    filename: bool | str | None = None,
+    **options: Any,
 ) -> Relation:
-    """CSV files; the dialect and column types are detected unless given."""
-    return _read("csv", path, "read_csv", hive_partitioning, {"sep": delimiter, "header": header})
+    """CSV files; the dialect and column types are detected unless given.
+
+    ``null_values`` (such as ``["NA", ""]``) are read as nulls; ``types`` fixes some columns'
+    types (``{"score": "DOUBLE"}``); ``date_format`` / ``timestamp_format`` use strftime codes;
+    ``ignore_errors=True`` skips rows that do not parse. Also ``quote``, ``escape``,
+    ``skip_rows``, ``null_padding`` (rows with fewer fields get nulls), ``sample_size``,
+    ``all_varchar``, ``encoding``, ``compression``, and DuckDB's own names for these.
+    """
+    options.update(
+        delimiter=delimiter,
+        header=header,
+        null_values=null_values,
+        types=types,
+        date_format=date_format,
+        timestamp_format=timestamp_format,
+        ignore_errors=ignore_errors,
+        union_by_name=union_by_name,
+        hive_partitioning=hive_partitioning,
+        filename=filename,
+    )
+    return _read("csv", path, "read_csv", columns, options)
 
 
-def read_json(path: Paths, *, hive_partitioning: bool | None = None) -> Relation:
-    """Newline-delimited JSON files (one object per line); types are detected."""
-    return _read("json", path, "read_json", hive_partitioning, {})
+def read_json(
+    path: Paths,
+    *,
+    columns: Sequence[str] | None = None,
+    format: str | None = None,
+    union_by_name: bool | None = None,
+    hive_partitioning: bool | None = None,
+    filename: bool | str | None = None,
+    **options: Any,
+) -> Relation:
+    """JSON files: ``format="newline_delimited"`` (the default: one object per line),
+    ``"array"`` (one array of objects) or ``"auto"``; types are detected. Also ``types``,
+    ``date_format``, ``timestamp_format``, ``ignore_errors``, ``sample_size``."""
+    options.update(
+        format=format,
+        union_by_name=union_by_name,
+        hive_partitioning=hive_partitioning,
+        filename=filename,
+    )
+    return _read("json", path, "read_json", columns, options)
 
 
 def from_arrow(data: Any) -> Relation:

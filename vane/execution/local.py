@@ -15,6 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
+from vane._arrow import Rechunker
 from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
@@ -170,13 +171,15 @@ class LocalRunner:
             return int(rows[0][0])
 
     def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of up to ``batch_size`` rows, produced as they are read."""
+        """Record batches of exactly ``batch_size`` rows (the last may be shorter), produced as
+        they are read: DuckDB's and a UDF's batches have sizes of their own (a file's rows, a
+        row group's), so they are cut with zero-copy slices and joined at the seams."""
         plan = optimize(plan)
         with _action(plan) as execution:
-            for batch in execution.reader(plan, batch_size):
-                # A UDF's batches have the UDF's size: cut them (zero-copy) to the size asked.
-                for start in range(0, batch.num_rows, batch_size):
-                    yield batch.slice(start, batch_size)
+            rechunker = Rechunker(iter(execution.reader(plan, batch_size)))
+            while not rechunker.exhausted:
+                pieces = list(rechunker.take(batch_size))
+                yield pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
 
     def materialize(self, plan: PlanNode) -> MaterializedScan:
         """The plan's rows, computed now and kept for any number of later reads."""

@@ -75,11 +75,17 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
             raise ConfigurationError(f"{caller}(): paths must be strings, got {item!r}")
         text = os.fspath(item)
         if is_uri(text):
-            files.append(text)
-            continue
+            scheme = text.split("://", 1)[0]
+            raise ConfigurationError(
+                f"{caller}(): {text!r} is a remote path ({scheme}://), and this version of vane "
+                "reads local files only. Copy the files to a local directory first (for example "
+                "with `aws s3 sync` or `gcloud storage rsync`), then read that directory"
+            )
         text = text.removeprefix("file://")
         path = Path(text).expanduser()
-        if _GLOB_CHARS.search(text):
+        # A path that exists is read as itself, even if its name holds glob characters
+        # (`x[1].parquet`); only a path that does not exist is a glob.
+        if _GLOB_CHARS.search(text) and not path.exists():
             matched = sorted(
                 p
                 for p in glob.glob(str(path), recursive=True)
@@ -104,10 +110,10 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
                 f"{caller}(): the {what} {text!r} holds no {fmt} files "
                 f"(looked for names ending in {', '.join(EXTENSIONS[fmt])})"
             )
-        hive = hive or any(
-            any(_HIVE_DIR.match(part) for part in Path(m).parent.relative_to(base).parts)
-            for m in matched
-            if Path(m).is_relative_to(base)
+        hive = hive or any(  # each distinct directory once: a folder may hold many files
+            any(_HIVE_DIR.match(part) for part in Path(d).relative_to(base).parts)
+            for d in {os.path.dirname(m) for m in matched}
+            if Path(d).is_relative_to(base)
         )
         files.extend(os.path.abspath(m) for m in matched)
     label = ", ".join(os.fspath(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")

@@ -15,7 +15,7 @@ import itertools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import duckdb
 import pyarrow as pa
@@ -23,6 +23,7 @@ import pyarrow as pa
 from vane import _engine
 from vane._sql import duckdb_message, quote_ident, sql_list
 from vane.errors import PlanError, SourceError
+from vane.io import readers
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
 from vane.plan.expr import Alias, Column, Expr, SqlText
@@ -87,50 +88,67 @@ class Source(PlanNode):
 
 @dataclass(frozen=True, eq=False)
 class FileScan(Source):
-    """Files of one format, already resolved to a list of paths by the io layer."""
+    """Files of one format, already resolved to a list of paths by the io layer; ``options``
+    are DuckDB's reader parameters (``io/readers.py``), ``columns`` the ones to keep."""
 
     format: FileFormat
     files: tuple[str, ...]
     label: str
     options: tuple[tuple[str, object], ...] = ()
+    columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.files:
             raise SourceError(f"no {self.format} files to read for {self.label!r}")
-        object.__setattr__(self, "_restore", self._fixed_size_columns())
+        options = dict(self.options)
+        restore: dict[str, pa.DataType] = {}
+        if self.format == "parquet":
+            schemas = readers.parquet_schemas(self.files)
+            if schemas is not None:
+                differ = readers.check_combinable(self.files, schemas, self.label)
+                if differ:
+                    options.setdefault("union_by_name", True)
+                restore = readers.fixed_size_columns(schemas)
+        elif len(self.files) > 1:
+            options.setdefault("union_by_name", True)  # files are combined by column name
+        object.__setattr__(self, "options", tuple(sorted(options.items())))
+        object.__setattr__(self, "_restore", restore)
         self._derive_schema()
-
-    def _fixed_size_columns(self) -> tuple[tuple[str, str], ...]:
-        """Parquet has no fixed-size list, so ``FLOAT[384]`` is stored as a list; the Arrow
-        schema that pyarrow writes beside it says what it was, and reading casts it back."""
-        if self.format != "parquet" or "://" in self.files[0]:
-            return ()
-        import pyarrow.parquet as pq
-
-        from vane.types import arrow_to_duckdb
-
-        try:
-            stored = pq.read_schema(self.files[0])
-        except (OSError, pa.ArrowException):
-            return ()  # not readable by pyarrow: DuckDB reports the problem when it reads it
-        return tuple(
-            (f.name, arrow_to_duckdb(f.type)) for f in stored if pa.types.is_fixed_size_list(f.type)
-        )
+        self._check_ragged_csv()
 
     def to_duckdb(self, cursor: Cursor) -> Relation:
-        # DuckDB's stubs type each option separately; these were checked when the scan was built.
-        files: Any = list(self.files)
-        options: dict[str, Any] = dict(self.options)
-        if self.format == "parquet":
-            relation = cursor.read_parquet(files, **options)
-            restore: tuple[tuple[str, str], ...] = self.__dict__["_restore"]
-            if restore:
-                casts = ", ".join(f"{quote_ident(n)}::{t} AS {quote_ident(n)}" for n, t in restore)
-                relation = relation.project(f"* REPLACE ({casts})")
-            return relation
-        if self.format == "csv":
-            return cursor.read_csv(files, **options)
-        return cursor.read_json(files, format="newline_delimited", **options)
+        relation = cursor.sql(readers.scan_sql(self.format, self.files, dict(self.options)))
+        restore: dict[str, pa.DataType] = self.__dict__["_restore"]
+        present = {n: t for n, t in restore.items() if n in relation.columns}
+        if present:
+            from vane.types import arrow_to_duckdb
+
+            casts = sql_list(
+                f"{quote_ident(n)}::{arrow_to_duckdb(t)} AS {quote_ident(n)}"
+                for n, t in present.items()
+            )
+            relation = relation.project(f"* REPLACE ({casts})")
+        if self.columns is not None:
+            relation = relation.project(
+                readers.projection(self.columns, relation.columns, self.label)
+            )
+        return relation
+
+    def _check_ragged_csv(self) -> None:
+        """DuckDB reads a CSV whose rows have different numbers of fields as one text column
+        named by the whole header: say so, with the fixes, instead of returning that."""
+        names = self.schema.names
+        given = dict(self.options)
+        if self.format != "csv" or len(names) != 1 or "delim" in given or "null_padding" in given:
+            return
+        separators = [c for c in ",;\t|" if c in names[0]]
+        if separators:
+            raise SourceError(
+                f"`{self.describe()}`: the header {names[0]!r} looks like several columns, but "
+                "DuckDB could not find one delimiter that fits every row (rows with different "
+                "numbers of fields?). Pass null_padding=True to read missing fields as nulls, "
+                f"or delimiter={separators[0]!r} to say what separates the fields"
+            )
 
     def describe(self) -> str:
         count = len(self.files)

@@ -1,0 +1,173 @@
+"""Reading files: exactly the files listed (glob characters in names included), folders whose
+files differ combined by name or refused with the files named, and the reader options users of
+pandas, Daft and Ray Data bring."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import vane
+from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
+
+FORMATS = ["parquet", "csv", "json"]
+
+
+def write(rel: vane.Relation, fmt: str, path) -> None:  # type: ignore[no-untyped-def]
+    getattr(rel, f"write_{fmt}")(str(path))
+
+
+def read(fmt: str, path, **options):  # type: ignore[no-untyped-def]
+    return getattr(vane, f"read_{fmt}")(path, **options)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(("odd", "plain"), [("x[1]", "x1"), ("a*", "abc"), ("q?", "qq")])
+def test_files_with_glob_characters_are_read_literally(tmp_path, fmt, odd, plain):
+    suffix = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}[fmt]
+    write(vane.range(1), fmt, tmp_path / f"{odd}{suffix}")
+    write(vane.range(10), fmt, tmp_path / f"{plain}{suffix}")
+    assert read(fmt, tmp_path).count() == 11  # the folder: each file once
+    assert read(fmt, tmp_path / f"{odd}{suffix}").count() == 1  # the file itself, not a glob
+    assert read(fmt, [tmp_path / f"{odd}{suffix}", tmp_path / f"{plain}{suffix}"]).count() == 11
+
+
+def test_what_vane_writes_under_odd_names_reads_back(tmp_path):
+    for name in ("d[1]", "e*", "f?x", "g]"):
+        vane.range(3).write_parquet(tmp_path / name / "out", partition_by=None)
+        assert vane.read_parquet(tmp_path / name / "out").count() == 3
+        assert vane.read_parquet(tmp_path / name).count() == 3
+
+
+def test_the_filename_column_names_the_real_file(tmp_path):
+    vane.range(2).write_parquet(tmp_path / "x[1].parquet")
+    rows = vane.read_parquet(tmp_path, filename=True).to_pylist()
+    assert {r["filename"] for r in rows} == {str(tmp_path / "x[1].parquet")}
+    named = vane.read_parquet(tmp_path, filename="source").columns
+    assert named == ["id", "source"]
+
+
+# ---- folders whose files differ ----------------------------------------------------------------
+
+
+def _two_months(tmp_path, reverse=False):  # type: ignore[no-untyped-def]
+    first = pa.table({"id": pa.array([1], pa.int32()), "text": ["a"]})
+    second = pa.table({"id": pa.array([2], pa.int64()), "text": ["b"], "lang": ["en"]})
+    names = ("2024-01.parquet", "2024-02.parquet")
+    for name, table in zip(names, (second, first) if reverse else (first, second), strict=True):
+        pq.write_table(table, tmp_path / name)
+    return tmp_path
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_parquet_files_are_combined_by_name_with_widened_types(tmp_path, reverse):
+    rel = vane.read_parquet(_two_months(tmp_path, reverse))
+    assert sorted(rel.columns) == ["id", "lang", "text"]
+    assert rel.schema.field("id").type == pa.int64()
+    rows = {r["id"]: r for r in rel.to_pylist()}
+    assert rows[2]["lang"] == ("en" if not reverse else None) or rows[1]["lang"] is None
+    assert sum(r["lang"] is None for r in rows.values()) == 1
+
+
+def test_types_that_cannot_combine_are_an_error_naming_the_files(tmp_path):
+    pq.write_table(pa.table({"id": [1], "v": [1.5]}), tmp_path / "numbers.parquet")
+    pq.write_table(pa.table({"id": [2], "v": ["x"]}), tmp_path / "words.parquet")
+    with pytest.raises(SchemaError, match=r"column 'v'.*numbers.parquet.*words.parquet"):
+        vane.read_parquet(tmp_path)
+
+
+def test_csv_files_with_different_columns_are_combined_by_name(tmp_path):
+    (tmp_path / "a.csv").write_text("id,text\n1,x\n")
+    (tmp_path / "b.csv").write_text("text,id,lang\ny,2,en\n")
+    rows = vane.read_csv(tmp_path).order_by("id").to_pylist()
+    assert rows == [
+        {"id": 1, "text": "x", "lang": None},
+        {"id": 2, "text": "y", "lang": "en"},
+    ]
+
+
+def test_a_ragged_csv_is_an_error_with_the_fixes(tmp_path):
+    (tmp_path / "ragged.csv").write_text("a,b,c\n1,2,3\n4,5\n")
+    with pytest.raises(SourceError, match="null_padding=True"):
+        vane.read_csv(tmp_path / "ragged.csv")
+    padded = vane.read_csv(tmp_path / "ragged.csv", null_padding=True).to_pylist()
+    assert padded == [{"a": 1, "b": 2, "c": 3}, {"a": 4, "b": 5, "c": None}]
+
+
+# ---- options -------------------------------------------------------------------------------------
+
+
+def test_csv_options(tmp_path):
+    path = tmp_path / "scores.csv"
+    path.write_text("id;score;day;when\n1;NA;02/01/2024;2024-01-02 13:45\n2;3.5;03/01/2024;bad\n")
+    rel = vane.read_csv(
+        path,
+        delimiter=";",
+        null_values=["NA"],
+        date_format="%d/%m/%Y",
+        types={"when": "VARCHAR"},
+    )
+    assert rel.schema.field("score").type == pa.float64()
+    assert rel.to_pylist()[0] == {
+        "id": 1,
+        "score": None,
+        "day": dt.date(2024, 1, 2),
+        "when": "2024-01-02 13:45",
+    }
+    assert vane.read_csv(path, sep=";", nullstr="NA").schema.field("score").type == pa.float64()
+    skipped = vane.read_csv(path, delimiter=";", types={"when": "TIMESTAMP"}, ignore_errors=True)
+    assert [r["id"] for r in skipped.to_pylist()] == [1]  # the row whose `when` did not parse
+    assert vane.read_csv(path, delimiter=";", columns=["id", "day"]).columns == ["id", "day"]
+
+
+def test_json_formats_and_columns(tmp_path):
+    (tmp_path / "rows.json").write_text('[{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]')
+    rel = vane.read_json(tmp_path / "rows.json", format="array", columns=["b"])
+    assert rel.to_pylist() == [{"b": "x"}, {"b": "y"}]
+    assert vane.read_json(tmp_path / "rows.json", format="auto").count() == 2
+
+
+def test_columns_keeps_only_those_and_names_what_is_missing(tmp_path):
+    vane.range(3).select("id", "id * 2 AS x").write_parquet(tmp_path / "t.parquet")
+    assert vane.read_parquet(tmp_path / "t.parquet", columns=["x"]).to_pylist()[2] == {"x": 4}
+    with pytest.raises(ConfigurationError, match="has no column 'nope'; its columns are id, x"):
+        vane.read_parquet(tmp_path / "t.parquet", columns=["nope"])
+
+
+def test_unknown_options_list_the_valid_ones(tmp_path):
+    (tmp_path / "a.csv").write_text("a\n1\n")
+    with pytest.raises(ConfigurationError, match=r"unknown option\(s\) \['delimeter'\].*delimiter"):
+        vane.read_csv(tmp_path / "a.csv", delimeter=";")
+    with pytest.raises(ConfigurationError, match="format='lines' is not one of"):
+        vane.read_json(tmp_path / "a.csv", format="lines")
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/x.parquet", "gs://b/x.csv", "https://h/x.json"])
+def test_remote_paths_are_refused_clearly(url):
+    reader = {"parquet": vane.read_parquet, "csv": vane.read_csv, "json": vane.read_json}[
+        url.rsplit(".", 1)[1]
+    ]
+    with pytest.raises(ConfigurationError, match=r"remote path.*reads local files only"):
+        reader(url)
+
+
+def test_duckdb_never_fetches_extensions_from_the_network():
+    with pytest.raises(PlanError, match="requires the extension httpfs"):
+        vane.sql("SELECT * FROM read_csv('https://example.com/x.csv')")
+
+
+# ---- iteration ---------------------------------------------------------------------------------
+
+
+def test_iter_batches_yields_exactly_batch_size_rows(tmp_path):
+    for number in range(25):  # many small files: DuckDB's own batches follow them
+        vane.range(37).select(f"id + {number * 37} AS id").write_parquet(
+            tmp_path / f"{number}.parquet"
+        )
+    sizes = [b.num_rows for b in vane.read_parquet(tmp_path).iter_batches(batch_size=100)]
+    assert sizes == [100] * 9 + [25]
+    ids = [i for b in vane.read_parquet(tmp_path).iter_batches(100) for i in b["id"].to_pylist()]
+    assert sorted(ids) == list(range(925))
