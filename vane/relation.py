@@ -454,15 +454,14 @@ class Relation:
             yield from batch.to_pylist()
 
     def show(self, n: int = 10) -> None:
-        """Print the first ``n`` rows as a table."""
-        from vane import _engine
+        """Print the first ``n`` rows as a table; long values (vectors, text) are cut short,
+        and columns that do not fit the terminal are left out in the middle."""
+        from vane._display import render
 
         table = self.limit(n).to_arrow()
-        cursor = _engine.cursor()
-        try:
-            print(cursor.from_arrow(table))
-        finally:
-            cursor.close()
+        shown = table.num_rows
+        footer = f"first {shown} rows" if shown == n else f"{shown} row{'s' * (shown != 1)}"
+        print(render(table, footer=footer))
 
     def _write(
         self,

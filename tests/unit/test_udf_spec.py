@@ -102,9 +102,9 @@ def test_progress_display_draws_rows_rate_and_actors():
     display(StageStarted("Embedder", 2))
     display(BatchDone("Embedder", 100, 100, 2, 2))
     display(StageFinished("Embedder", 250, 249, 1, 0, 1.5))
-    text = stream.getvalue()
-    assert "Embedder: 100 rows in, 100 out" in text and "2/2 actors busy" in text
-    assert "250 rows in, 249 out" in text and "1 skipped" in text and text.endswith("\n")
+    text = stream.getvalue()  # not a terminal: only the final frame (the pty test sees more)
+    assert "Embedder:" in text and "250 rows in, 249 out" in text
+    assert "done in 1.5 s, 1 skipped" in text and text.endswith("\n")
 
 
 def test_progress_is_silent_when_disabled_or_not_a_terminal(capfd):

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 class StageStarted:
     step: str
     actors: int
+    # The rows the stage will read, when that is known without reading them (an in-memory
+    # table, a range, Parquet metadata); None when it is not: never a guess.
+    total_rows: int | None = None
 
 
 @dataclass(frozen=True)

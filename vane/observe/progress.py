@@ -1,53 +1,85 @@
-"""A progress line per UDF step on stderr: rows in and out, rows/s, actors busy. Shown only when
-stderr is a terminal and ``vane.configure(progress=...)`` allows it."""
+"""Progress of the UDF stages on stderr, drawn with rich: per step the rows in and out, rows/s,
+actors busy, and a bar with a percentage only when the stage knows its input's size (never a
+guessed total). Shown only when stderr is a terminal and ``vane.configure(progress=...)``
+allows it; rich is imported when the first stage starts, not at ``import vane``."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from vane.observe.events import BatchDone, StageFinished, StageStarted
 
-_REFRESH_SECONDS = 0.1
-
 
 class ProgressDisplay:
+    """An event subscriber that draws one line per running stage."""
+
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
+        self._progress: Any = None
+        self._tasks: dict[str, Any] = {}
+        self._rows: dict[str, list[int]] = {}
         self._started: dict[str, float] = {}
-        self._rows: dict[str, tuple[int, int]] = {}
-        self._last_draw = 0.0
 
     def __call__(self, event: object) -> None:
         if isinstance(event, StageStarted):
-            self._started[event.step] = time.perf_counter()
-            self._rows[event.step] = (0, 0)
-        elif isinstance(event, BatchDone):
-            rows_in, rows_out = self._rows.get(event.step, (0, 0))
-            self._rows[event.step] = (rows_in + event.rows_in, rows_out + event.rows_out)
-            now = time.perf_counter()
-            if now - self._last_draw >= _REFRESH_SECONDS:
-                self._last_draw = now
-                self._draw(event.step, f"{event.busy_actors}/{event.actors} actors busy", "\r")
-        elif isinstance(event, StageFinished):
-            extra = ""
-            if event.rows_skipped:
-                extra += f", {event.rows_skipped:,} skipped"
-            if event.rows_nulled:
-                extra += f", {event.rows_nulled:,} failed as nulls"
-            self._rows[event.step] = (event.rows_in, event.rows_out)
-            self._draw(event.step, f"done in {event.seconds:.1f} s{extra}", "\r", end="\n")
+            self._start(event)
+        elif isinstance(event, BatchDone) and event.step in self._tasks:
+            rows = self._rows[event.step]
+            rows[0] += event.rows_in
+            rows[1] += event.rows_out
+            self._progress.update(
+                self._tasks[event.step],
+                completed=rows[0],
+                info=self._info(event.step, f"{event.busy_actors}/{event.actors} actors busy"),
+            )
+        elif isinstance(event, StageFinished) and event.step in self._tasks:
+            self._finish(event)
 
-    def _draw(self, step: str, tail: str, start: str, end: str = "") -> None:
-        rows_in, rows_out = self._rows[step]
-        elapsed = max(time.perf_counter() - self._started.get(step, time.perf_counter()), 1e-9)
-        line = (
-            f"{step[:40]}: {rows_in:,} rows in, {rows_out:,} out, "
-            f"{rows_in / elapsed:,.0f} rows/s, {tail}"
+    def _start(self, event: StageStarted) -> None:
+        if self._progress is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                TextColumn("{task.fields[info]}"),
+                console=Console(file=self.stream),
+                transient=False,
+                refresh_per_second=10,
+            )
+            self._progress.start()
+        self._rows[event.step] = [0, 0]
+        self._started[event.step] = time.perf_counter()
+        self._tasks[event.step] = self._progress.add_task(
+            f"{event.step[:40]}:", total=event.total_rows, info=self._info(event.step, "starting")
         )
-        self.stream.write(f"{start}{line:<100}{end}")
-        self.stream.flush()
+
+    def _info(self, step: str, tail: str) -> str:
+        rows_in, rows_out = self._rows[step]
+        elapsed = max(time.perf_counter() - self._started[step], 1e-9)
+        return f"{rows_in:,} rows in, {rows_out:,} out, {rows_in / elapsed:,.0f} rows/s, {tail}"
+
+    def _finish(self, event: StageFinished) -> None:
+        self._rows[event.step] = [event.rows_in, event.rows_out]
+        extra = ""
+        if event.rows_skipped:
+            extra += f", {event.rows_skipped:,} skipped"
+        if event.rows_nulled:
+            extra += f", {event.rows_nulled:,} failed as nulls"
+        task = self._tasks.pop(event.step)
+        self._progress.update(
+            task,
+            completed=event.rows_in,
+            total=event.rows_in,
+            info=self._info(event.step, f"done in {event.seconds:.1f} s{extra}"),
+        )
+        if not self._tasks:
+            self._progress.stop()
+            self._progress = None
 
 
 def wants_progress(enabled: bool) -> bool:
