@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -37,12 +38,33 @@ def _spec(fn: object):  # type: ignore[no-untyped-def]
     )
 
 
-def test_an_actor_that_finishes_starting_after_teardown_is_stopped():
-    pool = ThreadPool(_spec(udfs.Chatty), pa.schema([("id", pa.int64())]), "Chatty")
+def _actor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("vane-actor-")]
+
+
+@pytest.mark.timeout(60)
+def test_an_actor_that_finishes_starting_after_teardown_is_stopped(release_hung):
+    before = set(_actor_threads())
+    pool = ThreadPool(_spec(udfs.SlowInit), pa.schema([("id", pa.int64())]), "SlowInit")
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            pool.start()
+        except BaseException as exc:
+            failed.append(exc)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    while not set(_actor_threads()) - before:  # the constructor is running
+        time.sleep(0.01)
     pool.teardown()
-    pool._add_actor()  # a start that was still loading the model when the pool closed
-    assert pool.actors == []
-    assert not [t for t in threading.enumerate() if t.name.startswith("vane-actor-")]
+    release_hung.set()  # the model finishes loading after the pool closed
+    starting.join()
+    for thread in set(_actor_threads()) - before:
+        thread.join(timeout=30)
+    assert failed and pool.actors == []
+    assert not set(_actor_threads()) - before
 
 
 @pytest.mark.timeout(60)
