@@ -317,7 +317,7 @@ class DiesFirstThenSlowDevices:
         if not self.marker.exists():
             self.marker.write_text("died")
             os._exit(3)
-        time.sleep(0.05)
+        time.sleep(0.1)
         return pa.table({"id": batch["id"], "devices": [self.devices] * batch.num_rows})
 
 

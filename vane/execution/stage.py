@@ -176,9 +176,10 @@ class UdfStage:
         )
         if self.rows_skipped or self.rows_nulled:
             what = (
-                f"skipped {self.rows_skipped:,} row(s)"
+                f"skipped {self.rows_skipped:,} row(s) on which the function failed"
                 if self.rows_skipped
-                else f"kept {self.rows_nulled:,} failing row(s) as nulls with the error text"
+                else f"kept {self.rows_nulled:,} failing row(s) as nulls, with the error text in "
+                f"column {self.spec.error_column!r}"
             )
             poisoned = ""
             if self.poisoned:
@@ -188,6 +189,6 @@ class UdfStage:
                     f"replaced: {shown}"
                 )
             self.warn(
-                f"{self.spec.verb} step `{self.step}` {what} on which the function failed; "
-                f"first error: {self.first_error}{poisoned}"
+                f"{self.spec.verb} step `{self.step}` {what}; first error: {self.first_error}"
+                f"{poisoned}"
             )

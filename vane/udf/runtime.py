@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -179,17 +178,36 @@ class UdfRuntime:
         """One attempt at ``table``, under the batch timeout: an async call is cancelled when it
         runs out of time; a plain one is watched by the actor body, which cannot stop it."""
         with watch(number):
-            if not (self.is_async and self.timeout is not None):
-                return self._complete(await self.call(table))
-            started = time.monotonic()
-            try:
-                return self._complete(await asyncio.wait_for(self.call(table), self.timeout))
-            except asyncio.TimeoutError:
-                if time.monotonic() - started < self.timeout:
-                    raise  # the function's own timeout, not ours
-                raise TimeoutError(
-                    f"the call did not finish within batch_timeout_s={self.timeout:g} s"
-                ) from None
+            if self.is_async and self.timeout is not None:
+                return self._complete(await self._call_within(table, self.timeout))
+            return self._complete(await self.call(table))
+
+    async def _call_within(self, table: pa.Table, seconds: float) -> pa.Table:
+        # Cancels the running task itself (as asyncio.timeout does on 3.11) rather than wrap
+        # the call in a task of its own: the actor body then knows which batch a blocked event
+        # loop is running.
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(seconds, expire)
+        try:
+            return await self.call(table)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            if hasattr(task, "uncancel"):  # Python 3.11+
+                task.uncancel()
+            raise TimeoutError(
+                f"the call did not finish within batch_timeout_s={seconds:g} s"
+            ) from None
+        finally:
+            timer.cancel()
 
     # ---- retries and on_error --------------------------------------------------------------
 

@@ -121,7 +121,7 @@ class ActorBody:
         self.ready: Future[None] = Future()
         self._loop = asyncio.new_event_loop() if spec.is_async else None
         self._queue: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], int] = {}  # an async UDF's batches, by token
         self._dropping = False  # stopped without grace: batches not started are dropped
         self._hung = False  # the watchdog gave up on this actor: deliver nothing more
         self._watchdog: _Watchdog | None = None
@@ -181,8 +181,8 @@ class ActorBody:
     def _spawn(self, token: int, task: Task) -> None:
         assert self._loop is not None
         running = self._loop.create_task(self._run_async(token, task))
-        self._tasks.add(running)
-        running.add_done_callback(self._tasks.discard)
+        self._tasks[running] = token
+        running.add_done_callback(self._tasks.pop)
 
     async def _run_async(self, token: int, task: Task) -> None:
         assert self.runtime is not None
@@ -218,24 +218,33 @@ class ActorBody:
             return lambda attempt: _UNWATCHED
         return functools.partial(self._watchdog.watch, token)
 
-    def _overran(self, token: int, attempt: int) -> None:
+    def _overran(self, running: list[tuple[int, int]]) -> None:
+        """``running``: the (token, attempt) of every attempt in flight, the first overdue. On
+        a blocked event loop the batch to blame is the one whose task the loop is running."""
         self._hung = True
+        token, attempt = running[0]
+        if self._loop is not None:
+            current = asyncio.current_task(self._loop)
+            blocked = self._tasks.get(current) if current is not None else None
+            token, attempt = next(((t, a) for t, a in running if t == blocked), (token, attempt))
         seconds = self.spec.batch_timeout_s or 0.0
         self._on_hang(Hang(token, attempt, seconds, self._stuck_at()))
 
     def _stuck_at(self) -> str:
-        """Where the body's thread is now: its innermost frames outside vane."""
+        """Where the body's thread is now: the user's call it is in, and the innermost frame."""
         frame = sys._current_frames().get(self._thread.ident or -1)
         if frame is None:
-            return "unknown"
+            return "an unknown place"
         stack = traceback.extract_stack(frame)
         inside_vane = [i for i, f in enumerate(stack) if f.filename.startswith(_VANE_DIR)]
         frames = stack[inside_vane[-1] + 1 :] if inside_vane else stack  # the user's calls
-        shown = [
-            f"{Path(f.filename).name}:{f.lineno} in {f.name}" + (f": {f.line}" if f.line else "")
-            for f in frames[-2:]
-        ]
-        return " <- ".join(reversed(shown)) or "inside vane"
+        if not frames:
+            return "a call inside vane"
+        shown = [frames[0], frames[-1]] if len(frames) > 1 else [frames[0]]
+        return " ... ".join(
+            f"{Path(f.filename).name}:{f.lineno} in {f.name}" + (f" ({f.line})" if f.line else "")
+            for f in shown
+        )
 
     # ---- what hosts call ---------------------------------------------------------------------
 
@@ -267,7 +276,7 @@ class ActorBody:
         assert self._loop is not None
         loop = self._loop
         if not graceful:
-            for task in self._tasks:
+            for task in list(self._tasks):
                 task.cancel()
 
         async def drain() -> None:
@@ -283,7 +292,7 @@ class ActorBody:
 class _Watchdog:
     """Times attempts and reports the first one that overruns ``limit`` seconds."""
 
-    def __init__(self, limit: float, on_overrun: Callable[[int, int], None]) -> None:
+    def __init__(self, limit: float, on_overrun: Callable[[list[tuple[int, int]]], None]) -> None:
         self._limit = limit
         self._on_overrun = on_overrun
         self._entries: dict[int, tuple[float, int, int]] = {}  # key -> deadline, token, attempt
@@ -314,17 +323,18 @@ class _Watchdog:
 
     def _run(self) -> None:
         with self._changed:
-            while True:
-                if self._closed:
-                    return
+            while not self._closed:
                 if not self._entries:
                     self._changed.wait()
                     continue
-                deadline, token, attempt = min(self._entries.values())
-                left = deadline - time.monotonic()
+                entries = sorted(self._entries.values())
+                left = entries[0][0] - time.monotonic()
                 if left > 0:
                     self._changed.wait(left)
                     continue
                 self._closed = True
+                running = [(token, attempt) for _, token, attempt in entries]
                 break
-        self._on_overrun(token, attempt)
+            else:
+                return
+        self._on_overrun(running)

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from queue import SimpleQueue
 from typing import IO, Any
 
@@ -34,6 +35,8 @@ from vane.execution.actors.body import concurrent_batches, settle
 from vane.udf.runtime import Task
 from vane.udf.shipping import pickled_spec
 from vane.udf.spec import UdfSpec
+
+_VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def exit_description(returncode: int | None) -> str:
@@ -92,7 +95,7 @@ _SPAWNER = _Spawner()
 
 
 class SubprocessActor(Actor):
-    abandon_note = "; its worker process was killed"
+    abandon_note = "; its worker process was ended"
 
     def __init__(self, pool: SubprocessPool, index: int, slot: int, env: dict[str, str]) -> None:
         super().__init__(pool, index, slot)
@@ -262,6 +265,10 @@ class SubprocessPool(ActorPool):
 
     def _start_actor(self, index: int, slot: int) -> Actor:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The worker imports the same vane as this process, wherever that one came from.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_VANE_ROOT, os.environ.get("PYTHONPATH")) if p
+        )
         if self.spec.cpus:
             # Math libraries (torch, numpy's BLAS) size their thread pools from these at import:
             # an actor then uses the cores it asked for instead of every core on the machine.
