@@ -379,3 +379,15 @@ def uses_asyncio_run(batch: pa.Table) -> pa.Table:
         return [2 * i for i in batch["id"].to_pylist()]
 
     return pa.table({"id": batch["id"], "v": asyncio.run(twice())})
+
+
+class HangAlways:
+    """Leaves a file named by its pid in ``pid_dir`` on its first batch, then hangs."""
+
+    def __init__(self, pid_dir: str) -> None:
+        self.pid_dir = Path(pid_dir)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        (self.pid_dir / str(os.getpid())).write_text("hanging")
+        RELEASE.wait()
+        return pa.table({"id": batch["id"]})
