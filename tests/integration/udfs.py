@@ -353,13 +353,11 @@ class TwoArgumentError(Exception):
         return f"[{self.code}] {self.reason}"
 
 
-class InsistentError(Exception):
-    """An exception whose ``__new__`` takes exactly its own arguments."""
+class SealedError(Exception):
+    """An exception class that refuses to be subclassed."""
 
-    def __new__(cls, code: int) -> InsistentError:
-        if not isinstance(code, int):
-            raise TypeError("code must be an int")
-        return super().__new__(cls, code)
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        raise TypeError("SealedError cannot be subclassed")
 
 
 class RaisesGiven:

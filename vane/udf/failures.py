@@ -4,15 +4,18 @@ that is both a ``vane.errors.UDFError`` and an instance of the user's own except
 with its ``RayTaskError(ValueError)`` classes).
 
 A class cannot always be used: a worker process may raise an exception whose class only it can
-import, and some classes cannot be combined with another base (a clash of instance layouts, a
-``__new__`` that insists on its own arguments). Then the error stays a plain ``UDFError``, and
-the cause keeps the class's name, its nearest builtin base and its text (a *stand-in*).
+import, and some classes cannot be combined with another base (``ExceptionGroup``, whose
+constructor insists on its own arguments; a class that refuses subclasses). Then the error
+stays a plain ``UDFError``, and the cause keeps the class's name, its nearest builtin base and
+its text (a *stand-in*).
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import traceback
+from types import GetSetDescriptorType, MemberDescriptorType
 from typing import Any
 
 from vane.errors import UDFError
@@ -71,13 +74,6 @@ def _catchable_class(cause: type[BaseException]) -> type[UDFError] | None:
         # The user's class may format itself from attributes this instance does not have.
         return str(self.args[0]) if self.args else ""
 
-    def __getattr__(self: UDFError, attribute: str) -> Any:
-        # Attributes of the user's exception (an errno, a status code) read through.
-        cause = self.__cause__
-        if cause is None or attribute.startswith("__"):
-            raise AttributeError(attribute)
-        return getattr(cause, attribute)
-
     def __reduce__(self: UDFError) -> tuple[Any, ...]:
         # The class is made here and cannot be imported elsewhere: it pickles as a UDFError.
         return (UDFError, self.args)
@@ -87,7 +83,6 @@ def _catchable_class(cause: type[BaseException]) -> type[UDFError] | None:
         "__qualname__": name,
         "__init__": UDFError.__init__,
         "__str__": __str__,
-        "__getattr__": __getattr__,
         "__reduce__": __reduce__,
     }
     try:
@@ -110,6 +105,21 @@ def catchable(error: UDFError) -> UDFError:
         upgraded = cls(*error.args)
     except Exception:  # a __new__ that insists on the user's own arguments
         return error
+    _copy_attributes(cause, upgraded)
     upgraded.__cause__ = cause
     upgraded.__traceback__ = error.__traceback__
     return upgraded
+
+
+def _copy_attributes(source: BaseException, target: BaseException) -> None:
+    """The user's exception's attributes (an errno, a filename, a status code) on ``target``:
+    those in its ``__dict__``, and the fields builtin exception classes keep in slots."""
+    for cls in type(source).__mro__:
+        if cls.__module__ != "builtins" or cls in (BaseException, object):
+            continue
+        for name, member in vars(cls).items():
+            if isinstance(member, (MemberDescriptorType, GetSetDescriptorType)):
+                with contextlib.suppress(AttributeError, TypeError, ValueError):
+                    setattr(target, name, getattr(source, name))
+    with contextlib.suppress(AttributeError, TypeError):
+        target.__dict__.update(vars(source))
