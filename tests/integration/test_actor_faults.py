@@ -105,19 +105,20 @@ def test_a_row_whose_output_breaks_the_schema_is_a_failing_row(on_error):
 
 @pytest.mark.timeout(180)
 def test_gpu_shares_come_back_when_an_actor_is_replaced(tmp_path, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    out = vane.range(1000).map_batches(
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    out = vane.range(600).map_batches(
         udfs.DiesFirstThenSlowDevices,
         schema={"id": "BIGINT", "devices": "VARCHAR"},
         batch_size=10,
         gpus=1,
-        concurrency=(1, 4),
+        concurrency=(1, 2),
         fn_constructor_args=(str(tmp_path / "died"),),
     )
     table = out.to_arrow()
-    assert table["id"].to_pylist() == list(range(1000))
-    # Four actors, one of them a replacement: the scale-ups after it got a GPU each too.
-    assert set(table["devices"].to_pylist()) == {"0", "1", "2", "3"}
+    assert table["id"].to_pylist() == list(range(600))
+    # The first actor died and was replaced on device 0; the scale-up after it gets device 1.
+    devices = table["devices"].to_pylist()
+    assert set(devices) == {"0", "1"}, sorted(set(devices))
 
 
 # ---- replies the driver cannot decode, and the pool's own threads -----------------------------

@@ -219,11 +219,15 @@ class ActorPool(ABC):
             done.set_result(None)
 
     def _add_actor(self) -> None:
+        """Start one more actor, unless the pool already has (or is starting) ``max`` actors:
+        a scale-up and a replacement may race for the last share."""
         with self._lock:
             if self._closed:
                 raise self._broken or RuntimeError("the actor pool is closed")
+            if not self._free_slots:
+                return
             index = next(self._indexes)
-            slot = heapq.heappop(self._free_slots) if self._free_slots else index
+            slot = heapq.heappop(self._free_slots)
         try:
             actor = self._start_actor(index, slot)
         except BaseException:
@@ -268,7 +272,7 @@ class ActorPool(ABC):
 
     def _release(self, slot: int) -> None:
         with self._lock:
-            if slot < self.spec.max_actors and slot not in self._free_slots:
+            if slot not in self._free_slots:
                 heapq.heappush(self._free_slots, slot)
 
     @abstractmethod
@@ -316,7 +320,8 @@ class ActorPool(ABC):
         return max(1, len(self.actors)) * self.slots_per_actor
 
     def can_scale_up(self) -> bool:
-        return len(self.actors) < self.spec.max_actors
+        with self._lock:
+            return bool(self._free_slots) and not self._closed
 
     def scale_up(self) -> None:
         if self.can_scale_up():

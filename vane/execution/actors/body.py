@@ -149,10 +149,14 @@ class ActorBody:
         if not settle(self.ready):
             self._close_loop()  # the host stopped waiting: nobody will send a batch
             return
-        if self._loop is None:
-            self._serve_queue()
-        else:
-            self._serve_loop(self._loop)
+        try:
+            if self._loop is None:
+                self._serve_queue()
+            else:
+                self._serve_loop(self._loop)
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.close()
 
     def _serve_queue(self) -> None:
         while (item := self._queue.get()) is not None:
@@ -263,8 +267,8 @@ class ActorBody:
             settle(self.ready, RuntimeError("the actor was stopped while it started"))
             while not self._queue.empty():
                 self._queue.get_nowait()
-        if self._watchdog is not None:
-            self._watchdog.close()
+            if self._watchdog is not None:
+                self._watchdog.close()
         if self._loop is None:
             self._queue.put(None)
             return
