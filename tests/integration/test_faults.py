@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -65,6 +66,32 @@ def test_an_actor_that_finishes_starting_after_teardown_is_stopped(release_hung)
         thread.join(timeout=30)
     assert failed and pool.actors == []
     assert not set(_actor_threads()) - before
+
+
+@pytest.mark.timeout(60)
+def test_thread_actors_stop_gracefully_or_at_once(tmp_path, release_hung):
+    from vane.udf.runtime import Task
+
+    schema = pa.schema([("id", pa.int64())])
+
+    def tasks() -> list[Task]:
+        return [Task(n, 10 * n, pa.table({"id": range(10 * n, 10 * n + 10)})) for n in range(4)]
+
+    pool = ThreadPool(_spec(udfs.RandomDelay), schema, "RandomDelay")
+    pool.start()
+    futures = [pool.submit(task) for task in tasks()]
+    pool.teardown(graceful=True)  # every batch submitted finishes first
+    assert [f.result(timeout=0).table["id"][0].as_py() for f in futures] == [0, 10, 20, 30]
+
+    spec = replace(_spec(udfs.HangAlways), constructor_args=(str(tmp_path),))
+    hung = ThreadPool(spec, schema, "HangAlways")
+    hung.start()
+    queued = [hung.submit(task) for task in tasks()]
+    while not os.listdir(tmp_path):  # the first batch is running, and hangs
+        time.sleep(0.01)
+    hung.teardown(graceful=False)  # returns although a call hangs, and drops the queued batches
+    release_hung.set()
+    assert not any(f.done() and not f.cancelled() for f in queued[1:])
 
 
 @pytest.mark.timeout(60)

@@ -48,7 +48,9 @@ print("the action returned", flush=True)
 ACTIONS = ["count", "to_arrow", "write_parquet", "write_parquet_partitioned", "write_json"]
 
 
-def _start_driver(tmp_path: Path, backend: str, action: str, concurrency: int = 1):  # type: ignore[no-untyped-def]
+def _start_driver(  # type: ignore[no-untyped-def]
+    tmp_path: Path, backend: str, action: str, concurrency: int = 1, group: bool = False
+):
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
     pids = tmp_path / "pids"
@@ -60,6 +62,7 @@ def _start_driver(tmp_path: Path, backend: str, action: str, concurrency: int = 
         stderr=subprocess.PIPE,
         text=True,
         env=dict(os.environ, PYTHONPATH=ROOT),
+        start_new_session=group,  # its own process group, as a job in a terminal has
     )
     deadline = time.monotonic() + 60
     while len(os.listdir(pids)) < concurrency:  # every actor is inside the hung call
@@ -100,6 +103,20 @@ def test_one_ctrl_c_stops_the_job_with_keyboard_interrupt(tmp_path, backend, act
     assert not (tmp_path / "out").exists()  # a write commits nothing
     if backend == "subprocess_actor":
         assert _gone(pids[0], within=10)
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_a_terminal_reaches_the_workers_too_and_nothing_restarts(tmp_path):
+    # A terminal sends SIGINT to the whole foreground process group, workers included.
+    driver, pids = _start_driver(tmp_path, "subprocess_actor", "count", concurrency=2, group=True)
+    os.killpg(driver.pid, signal.SIGINT)
+    try:
+        _, err = driver.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
+    assert "\nKeyboardInterrupt\n" in err and "starting a replacement" not in err, err
+    assert all(_gone(pid, within=10) for pid in pids)
 
 
 @pytest.mark.timeout(120)

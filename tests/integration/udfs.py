@@ -380,12 +380,13 @@ def uses_asyncio_run(batch: pa.Table) -> pa.Table:
 
 
 class HangAlways:
-    """Leaves a file named by its pid in ``pid_dir`` on its first batch, then hangs."""
+    """Hangs on every batch, after leaving a file named by its pid in ``pid_dir``."""
 
-    def __init__(self, pid_dir: str) -> None:
-        self.pid_dir = Path(pid_dir)
+    def __init__(self, pid_dir: str | None = None) -> None:
+        self.pid_dir = Path(pid_dir) if pid_dir else None
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        (self.pid_dir / str(os.getpid())).write_text("hanging")
+        if self.pid_dir is not None:
+            (self.pid_dir / str(os.getpid())).write_text("hanging")
         RELEASE.wait()
         return pa.table({"id": batch["id"]})

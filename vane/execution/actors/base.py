@@ -172,6 +172,7 @@ class ActorPool(ABC):
         self._indexes = itertools.count()
         # Shares of the GPUs, handed out lowest first and returned when an actor goes.
         self._free_slots = list(range(spec.max_actors))
+        # Batches submitted and not yet finished by an actor, for abort to fail.
         self._requests: set[Request] = set()
         self.slots_per_actor = batches_in_flight(spec)
 
@@ -341,15 +342,9 @@ class ActorPool(ABC):
     def submit(self, task: Task) -> Future[BatchOutcome]:
         """Send the batch to the least-loaded actor; the future holds its outcome."""
         request = Request(task)
-        with self._lock:
-            self._requests.add(request)
-        request.future.add_done_callback(lambda _: self._forget(request))
+        self._requests.add(request)  # a set's add and discard are atomic: no lock
         self._dispatch(request)
         return request.future
-
-    def _forget(self, request: Request) -> None:
-        with self._lock:
-            self._requests.discard(request)
 
     def _dispatch(self, request: Request) -> None:
         try:
@@ -377,6 +372,7 @@ class ActorPool(ABC):
 
     def _finished(self, actor: Actor, request: Request, result: Result) -> None:
         self._unload(actor)
+        self._requests.discard(request)  # (a stale one, cancelled or split, is harmless)
         if isinstance(result, BaseException):
             _resolve(request.future, error=result)
         else:

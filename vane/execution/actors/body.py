@@ -52,6 +52,10 @@ _VANE_DIR = str(Path(__file__).resolve().parents[2])
 _UNWATCHED: AbstractContextManager[None] = nullcontext()
 
 
+def _unwatched(attempt: int) -> AbstractContextManager[None]:
+    return _UNWATCHED
+
+
 def concurrent_batches(spec: UdfSpec) -> int:
     """Batches one actor runs at the same time."""
     return spec.max_concurrency_per_actor if spec.is_async else 1
@@ -219,7 +223,7 @@ class ActorBody:
 
     def _watch(self, token: int) -> Watch:
         if self._watchdog is None:
-            return lambda attempt: _UNWATCHED
+            return _unwatched
         return functools.partial(self._watchdog.watch, token)
 
     def _overran(self, running: list[tuple[int, int]]) -> None:
