@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from tests.integration import udfs
+from tests.integration.support import gone, udf_spec
 
 ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -73,19 +74,6 @@ def _start_driver(  # type: ignore[no-untyped-def]
     return driver, [int(name) for name in os.listdir(pids)]
 
 
-def _gone(pid: int, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):  # a zombie left for init to reap is gone too
-            return True
-        time.sleep(0.05)
-    return False
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("action", ACTIONS)
 @pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
@@ -102,7 +90,7 @@ def test_one_ctrl_c_stops_the_job_with_keyboard_interrupt(tmp_path, backend, act
     assert "starting a replacement" not in err  # nothing new starts while stopping
     assert not (tmp_path / "out").exists()  # a write commits nothing
     if backend == "subprocess_actor":
-        assert _gone(pids[0], within=10)
+        assert gone(pids[0], within=10)
 
 
 @pytest.mark.timeout(120)
@@ -116,7 +104,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_workers_too_and_nothing_restarts(tmp_p
         driver.kill()
         pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
     assert "\nKeyboardInterrupt\n" in err and "starting a replacement" not in err, err
-    assert all(_gone(pid, within=10) for pid in pids)
+    assert all(gone(pid, within=10) for pid in pids)
 
 
 @pytest.mark.timeout(120)
@@ -125,7 +113,7 @@ def test_workers_die_with_a_sigkilled_driver(tmp_path):
     assert os.getpid() not in pids and len(pids) == 2
     driver.kill()
     driver.wait()
-    assert all(_gone(pid, within=10) for pid in pids)
+    assert all(gone(pid, within=10) for pid in pids)
 
 
 @pytest.mark.timeout(120)
@@ -135,26 +123,8 @@ def test_a_worker_exits_when_its_request_pipe_closes_even_mid_batch(tmp_path):
     from vane.execution.actors import ipc
     from vane.udf.runtime import Task
     from vane.udf.shipping import pickled_spec
-    from vane.udf.spec import build_spec
 
-    spec = build_spec(
-        "map_batches",
-        udfs.HangAlways,
-        kind="batch",
-        batch_size=None,
-        execution_backend="subprocess_actor",
-        concurrency=1,
-        gpus=0,
-        cpus=None,
-        memory=None,
-        fn_constructor_args=(str(tmp_path),),
-        fn_constructor_kwargs=None,
-        fn_kwargs=None,
-        max_concurrency_per_actor=None,
-        max_retries=0,
-        on_error="raise",
-        preserve_order=True,
-    )
+    spec = udf_spec(udfs.HangAlways, backend="subprocess_actor", constructor_args=(str(tmp_path),))
     request_r, request_w = os.pipe()
     result_r, result_w = os.pipe()
     worker = subprocess.Popen(

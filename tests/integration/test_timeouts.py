@@ -4,29 +4,15 @@ retries and on_error) instead of hanging the job; a constructor that hangs fails
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
 
 import pytest
 
 import vane
 from tests.integration import udfs
+from tests.integration.support import gone
 from vane.errors import UDFError
 
 BACKENDS = ["thread", "subprocess_actor"]
-
-
-def _gone(pid: int, within: float = 10.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.timeout(120)
@@ -53,7 +39,7 @@ def test_a_hung_batch_fails_with_a_timeout_error_saying_where_it_was_stuck(
     if backend == "thread":
         assert "left running in the background" in message
     else:
-        assert _gone(int(marker.read_text()))  # the hung worker does not linger
+        assert gone(int(marker.read_text()), within=10)  # the hung worker does not linger
 
 
 @pytest.mark.timeout(120)
@@ -120,7 +106,7 @@ def test_a_constructor_that_hangs_fails_at_its_start_timeout(tmp_path, backend, 
     assert "raise actor_start_timeout_s" in str(info.value)
     if backend == "subprocess_actor":
         (pid,) = (int(name) for name in os.listdir(tmp_path))
-        assert _gone(pid)
+        assert gone(pid, within=10)
 
 
 def test_timeouts_are_checked_when_the_step_is_built():
