@@ -155,3 +155,34 @@ def test_a_worker_exits_when_its_request_pipe_closes_even_mid_batch(tmp_path):
     finally:
         worker.kill()
         os.close(result_r)
+
+
+def _signals_self(batch: pa.Table) -> pa.Table:
+    os.kill(os.getpid(), signal.SIGUSR1)
+    return batch
+
+
+def test_a_wakeup_fd_of_the_callers_still_hears_signals_during_an_action():
+    import vane
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    handler = signal.signal(signal.SIGUSR1, lambda *_: None)
+    theirs = signal.set_wakeup_fd(write_fd)
+    try:
+        assert vane.range(3).map_batches(_signals_self, schema={"id": "BIGINT"}).count() == 3
+        assert signal.set_wakeup_fd(write_fd) == write_fd  # restored after the action
+        deadline = time.monotonic() + 10
+        heard = b""
+        os.set_blocking(read_fd, False)
+        while signal.SIGUSR1 not in heard and time.monotonic() < deadline:
+            try:
+                heard += os.read(read_fd, 64)
+            except BlockingIOError:
+                time.sleep(0.01)
+        assert signal.SIGUSR1 in heard
+    finally:
+        signal.set_wakeup_fd(theirs)
+        signal.signal(signal.SIGUSR1, handler)
+        os.close(read_fd)
+        os.close(write_fd)

@@ -76,6 +76,11 @@ _previous = -1  # the wakeup fd to restore when the last of them ends
 def _watch(read_fd: int) -> None:
     while True:
         data = os.read(read_fd, 64)
+        if _previous >= 0:
+            # The wakeup fd this one stands in for (an asyncio loop's, say) still hears of every
+            # signal, as it would have without vane.
+            with contextlib.suppress(OSError):
+                os.write(_previous, data)
         if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             with _lock:
                 live = list(_live)
