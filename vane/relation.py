@@ -23,7 +23,7 @@ from vane.plan.explain import explain as explain_plan
 from vane.plan.expr import Expr, as_expr, col
 from vane.plan.parse import parse_sort_key
 from vane.types import SchemaSpec, describe_schema, to_arrow_schema
-from vane.udf.spec import Kind, build_spec
+from vane.udf.spec import DEFAULT_ACTOR_START_TIMEOUT_S, Kind, build_spec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -250,6 +250,8 @@ class Relation:
         max_retries: int = 0,
         on_error: str = "raise",
         preserve_order: bool = True,
+        batch_timeout_s: float | None = None,
+        actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     ) -> Relation:
         """Run a callable class (constructed once per actor, inside the worker) or a function
         over batches of ``batch_size`` rows, each a ``pa.Table``.
@@ -257,7 +259,8 @@ class Relation:
         It returns a ``pa.Table``, ``RecordBatch``, dict of columns or pandas DataFrame with
         exactly the columns of ``schema`` (``{"name": "DuckDB type"}`` or a ``pa.Schema``);
         the row count may change. See docs/map_batches.md for backends, concurrency, GPUs,
-        retries and ``on_error``.
+        retries, ``on_error`` and the timeouts (``batch_timeout_s`` per attempt at a batch,
+        ``actor_start_timeout_s`` for the constructor).
 
         >>> import vane, pyarrow as pa, pyarrow.compute as pc
         >>> class Double:
@@ -287,6 +290,8 @@ class Relation:
         max_retries: int = 0,
         on_error: str = "raise",
         preserve_order: bool = True,
+        batch_timeout_s: float | None = None,
+        actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     ) -> Relation:
         """Like ``map_batches``, one row at a time: ``fn`` takes a row dict and returns a row
         dict. An ``async`` function runs up to ``max_concurrency_per_actor`` rows at once."""
@@ -310,6 +315,8 @@ class Relation:
         max_retries: int = 0,
         on_error: str = "raise",
         preserve_order: bool = True,
+        batch_timeout_s: float | None = None,
+        actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     ) -> Relation:
         """Like ``map``, but ``fn`` returns a list of row dicts (none, one or many per row)."""
         return self._udf("flat_map", "flat", locals())

@@ -51,6 +51,27 @@ def repeat_row(row: dict) -> list[dict]:
     return [{"id": row["id"], "v": k} for k in range(row["id"] % 3)]
 
 
+async def _square(value: int) -> int:
+    await asyncio.sleep(0)
+    return value * value
+
+
+def square_row_with_asyncio_run(row: dict) -> dict:
+    # A plain function that runs its own event loop: it must not be called on the actor's.
+    return {"id": row["id"], "v": asyncio.run(_square(row["id"]))}
+
+
+def repeat_row_with_asyncio_run(row: dict) -> list[dict]:
+    return [{"id": row["id"], "v": asyncio.run(_square(k))} for k in range(row["id"] % 3)]
+
+
+def square_batch_with_asyncio_run(batch: pa.Table) -> pa.Table:
+    async def squares() -> list[int]:
+        return [await _square(i) for i in batch["id"].to_pylist()]
+
+    return pa.table({"id": batch["id"], "v": asyncio.run(squares())})
+
+
 SCHEMA = {"id": "BIGINT", "v": "BIGINT"}
 N = 40
 
@@ -87,6 +108,20 @@ CASES = {
     "flat_map_rows": Case(
         lambda r, b: r.flat_map(repeat_row, schema=SCHEMA, execution_backend=b),
         [{"id": i, "v": k} for i in range(N) for k in range(i % 3)],
+    ),
+    "map_rows_calling_asyncio_run": Case(
+        lambda r, b: r.map(square_row_with_asyncio_run, schema=SCHEMA, execution_backend=b),
+        [{"id": i, "v": i * i} for i in range(N)],
+    ),
+    "flat_map_rows_calling_asyncio_run": Case(
+        lambda r, b: r.flat_map(repeat_row_with_asyncio_run, schema=SCHEMA, execution_backend=b),
+        [{"id": i, "v": k * k} for i in range(N) for k in range(i % 3)],
+    ),
+    "batch_function_calling_asyncio_run": Case(
+        lambda r, b: r.map_batches(
+            square_batch_with_asyncio_run, schema=SCHEMA, batch_size=8, execution_backend=b
+        ),
+        [{"id": i, "v": i * i} for i in range(N)],
     ),
     "on_error_skip": Case(
         lambda r, b: r.map_batches(

@@ -5,44 +5,71 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pyarrow as pa
 import pytest
 
 import vane
 from tests.integration import udfs
+from tests.integration.support import udf_spec
 from vane.errors import ExecutionError, SchemaMismatchError, SinkError, UDFError
 from vane.execution.actors.thread import ThreadPool
-from vane.udf.spec import build_spec
 
 
-def _spec(fn: object):  # type: ignore[no-untyped-def]
-    return build_spec(
-        "map_batches",
-        fn,
-        kind="batch",
-        batch_size=None,
-        execution_backend="thread",
-        concurrency=1,
-        gpus=0,
-        cpus=None,
-        memory=None,
-        fn_constructor_args=(),
-        fn_constructor_kwargs=None,
-        fn_kwargs=None,
-        max_concurrency_per_actor=None,
-        max_retries=0,
-        on_error="raise",
-        preserve_order=True,
-    )
+def _actor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("vane-actor-")]
 
 
-def test_an_actor_that_finishes_starting_after_teardown_is_stopped():
-    pool = ThreadPool(_spec(udfs.Chatty), pa.schema([("id", pa.int64())]), "Chatty")
+@pytest.mark.timeout(60)
+def test_an_actor_that_finishes_starting_after_teardown_is_stopped(release_hung):
+    before = set(_actor_threads())
+    pool = ThreadPool(udf_spec(udfs.SlowInit), pa.schema([("id", pa.int64())]), "SlowInit")
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            pool.start()
+        except BaseException as exc:
+            failed.append(exc)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    while not set(_actor_threads()) - before:  # the constructor is running
+        time.sleep(0.01)
     pool.teardown()
-    pool._add_actor()  # a start that was still loading the model when the pool closed
-    assert pool.actors == []
-    assert not [t for t in threading.enumerate() if t.name.startswith("vane-actor-")]
+    release_hung.set()  # the model finishes loading after the pool closed
+    starting.join()
+    for thread in set(_actor_threads()) - before:
+        thread.join(timeout=30)
+    assert failed and pool.actors == []
+    assert not set(_actor_threads()) - before
+
+
+@pytest.mark.timeout(60)
+def test_thread_actors_stop_gracefully_or_at_once(tmp_path, release_hung):
+    from vane.udf.runtime import Task
+
+    schema = pa.schema([("id", pa.int64())])
+
+    def tasks() -> list[Task]:
+        return [Task(n, 10 * n, pa.table({"id": range(10 * n, 10 * n + 10)})) for n in range(4)]
+
+    pool = ThreadPool(udf_spec(udfs.RandomDelay), schema, "RandomDelay")
+    pool.start()
+    futures = [pool.submit(task) for task in tasks()]
+    pool.teardown(graceful=True)  # every batch submitted finishes first
+    assert [f.result(timeout=0).table["id"][0].as_py() for f in futures] == [0, 10, 20, 30]
+
+    spec = udf_spec(udfs.HangAlways, constructor_args=(str(tmp_path),))
+    hung = ThreadPool(spec, schema, "HangAlways")
+    hung.start()
+    queued = [hung.submit(task) for task in tasks()]
+    while not os.listdir(tmp_path):  # the first batch is running, and hangs
+        time.sleep(0.01)
+    hung.teardown(graceful=False)  # returns although a call hangs, and drops the queued batches
+    release_hung.set()
+    assert not any(f.done() and not f.cancelled() for f in queued[1:])
 
 
 @pytest.mark.timeout(60)

@@ -232,3 +232,161 @@ class ShoutFailsOnBad:
 
 def drop_first_row(batch: pa.Table) -> pa.Table:
     return pa.table({"shout": batch["text"].to_pylist()[1:]})
+
+
+# ---- faults of the actors themselves: hangs, deaths, exceptions the driver cannot load --------
+
+# Set when a test ends, so the threads of hung thread-backend UDFs can end too; a worker
+# process has its own copy, never set, so it hangs until it is killed.
+RELEASE = threading.Event()
+
+
+class HangOnRow:
+    """Hangs on any batch holding row ``row``; with a ``marker`` path, only the first time
+    (the marker remembers it across processes)."""
+
+    def __init__(self, row: int, marker: str | None = None) -> None:
+        self.row = row
+        self.marker = Path(marker) if marker else None
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        first = self.marker is None or not self.marker.exists()
+        if self.row in batch["id"].to_pylist() and first:
+            if self.marker is not None:
+                self.marker.write_text(str(os.getpid()))
+            RELEASE.wait()
+        return pa.table({"id": batch["id"]})
+
+
+class AsyncHangOnRow:
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.row in batch["id"].to_pylist():
+            await asyncio.sleep(3600)
+        return pa.table({"id": batch["id"]})
+
+
+class AsyncBlocksLoopOnRow:
+    """An async UDF that blocks its own event loop (a plain sleep) on row ``row``."""
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.row in batch["id"].to_pylist():
+            RELEASE.wait()
+        return pa.table({"id": batch["id"]})
+
+
+class SlowInit:
+    """A constructor that never finishes (until RELEASE, in a thread)."""
+
+    def __init__(self, pid_dir: str | None = None) -> None:
+        if pid_dir:
+            (Path(pid_dir) / str(os.getpid())).write_text("constructing")
+        RELEASE.wait()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return batch
+
+
+class ExitOnRows:
+    """Ends its own process, as a crash would, on any batch holding one of ``rows``."""
+
+    def __init__(self, rows: tuple[int, ...], code: int = 137) -> None:
+        self.rows = set(rows)
+        self.code = code
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.rows & set(batch["id"].to_pylist()):
+            os._exit(self.code)
+        return pa.table({"id": batch["id"]})
+
+
+class DiesFirstThenSlowDevices:
+    """Dies on its first batch (once: a marker file), then reports its devices, slowly enough
+    that an autoscaling pool grows."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = Path(marker)
+        self.devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if not self.marker.exists():
+            self.marker.write_text("died")
+            os._exit(3)
+        time.sleep(0.1)
+        return pa.table({"id": batch["id"], "devices": [self.devices] * batch.num_rows})
+
+
+WORKER_ONLY_MODULE = """
+class WorkerOnlyError(ValueError):
+    pass
+"""
+
+
+class RaisesWorkerOnlyError:
+    """Raises an exception whose class lives in a module only this worker process can import."""
+
+    def __init__(self, directory: str) -> None:
+        import sys
+
+        (Path(directory) / "vane_worker_only.py").write_text(WORKER_ONLY_MODULE)
+        sys.path.insert(0, directory)
+        import vane_worker_only
+
+        self.error = vane_worker_only.WorkerOnlyError
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        raise self.error(f"rows from {batch['id'][0]} are unreadable")
+
+
+class TwoArgumentError(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.reason}"
+
+
+class SealedError(Exception):
+    """An exception class that refuses to be subclassed."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        raise TypeError("SealedError cannot be subclassed")
+
+
+class RaisesGiven:
+    """Raises the exception its constructor was given (a class and its arguments)."""
+
+    def __init__(self, cls: type[Exception], *args: object) -> None:
+        self.cls = cls
+        self.args = args
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        raise self.cls(*self.args)
+
+
+def uses_asyncio_run(batch: pa.Table) -> pa.Table:
+    async def twice() -> list[int]:
+        await asyncio.sleep(0)
+        return [2 * i for i in batch["id"].to_pylist()]
+
+    return pa.table({"id": batch["id"], "v": asyncio.run(twice())})
+
+
+class HangAlways:
+    """Hangs on every batch, after leaving a file named by its pid in ``pid_dir``."""
+
+    def __init__(self, pid_dir: str | None = None) -> None:
+        self.pid_dir = Path(pid_dir) if pid_dir else None
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.pid_dir is not None:
+            (self.pid_dir / str(os.getpid())).write_text("hanging")
+        RELEASE.wait()
+        return pa.table({"id": batch["id"]})

@@ -8,8 +8,12 @@ pools; a UDF step's output feeds the action directly when nothing relational fol
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -19,6 +23,7 @@ from vane._arrow import Rechunker
 from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
+from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower
 from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
@@ -48,11 +53,29 @@ class Execution:
         # The first error a UDF stage raised: DuckDB reports errors from an Arrow stream it
         # reads as its own text, so the original (with its cause) is kept here to re-raise.
         self.failure: BaseException | None = None
+        # Ctrl-C: every stage aborts its pool and every cursor is interrupted.
+        self.cancellation = Cancellation()
+        self._caller = _user_code()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         cursor = _engine.cursor()
         self._cursors.append(cursor)
+        self.cancellation.on_cancel(cursor.interrupt)
         return cursor
+
+    def warn(self, message: str) -> None:
+        """A warning shown at the line of the user's code that started this action, wherever
+        the stage that raises it runs (often a thread of DuckDB's)."""
+        filename, lineno, module_globals = self._caller
+        warnings.warn_explicit(
+            message,
+            UserWarning,
+            filename,
+            lineno,
+            module=module_globals.get("__name__"),
+            registry=module_globals.setdefault("__warningregistry__", {}),
+            module_globals=module_globals,
+        )
 
     def relation(
         self, node: PlanNode, cursor: duckdb.DuckDBPyConnection | None = None
@@ -96,6 +119,8 @@ class Execution:
             step=spec.name,
             source=source,
             events=self.events,
+            cancellation=self.cancellation,
+            warn=self.warn,
         )
         return pa.RecordBatchReader.from_batches(node.schema, self._guard(stage.batches()))
 
@@ -134,15 +159,36 @@ class Execution:
 
 
 _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
+_VANE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+def _user_code() -> tuple[str, int, dict[str, Any]]:
+    """The file, line and globals of the innermost frame outside vane (and contextlib)."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and (
+        frame.f_code.co_filename.startswith(_VANE_DIR)
+        or frame.f_code.co_filename == contextmanager.__code__.co_filename
+    ):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
 
 
 @contextmanager
 def _action(plan: PlanNode) -> Iterator[Execution]:
-    """One action's execution; its errors are translated, its resources always released."""
+    """One action's execution: the single door for its errors, which are translated (a Ctrl-C
+    becomes ``KeyboardInterrupt``, whatever DuckDB or Arrow made of it), and its resources are
+    always released."""
     execution = Execution(plan)
     try:
-        yield execution
-    except _TRANSLATED as exc:
+        with cancelled_by_sigint(execution.cancellation):
+            yield execution
+    except GeneratorExit:
+        raise  # a stream closed early: no failure
+    except BaseException as exc:
+        if execution.cancellation.cancelled and not isinstance(exc, KeyboardInterrupt):
+            raise KeyboardInterrupt from None
+        if not isinstance(exc, _TRANSLATED):
+            raise
         error = execution.translate(exc)
         if error is exc:
             raise

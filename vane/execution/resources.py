@@ -83,7 +83,7 @@ def check_resources(spec: UdfSpec, step: str) -> list[str]:
         raise ConfigurationError(
             f"{spec.verb} step `{step}` asks for {needed} GPU(s) (concurrency {spec.max_actors} "
             f"x gpus {spec.gpus}), and this machine shows {len(visible)} (visible devices: "
-            f"{found}). Lower concurrency or gpus, set CUDA_VISIBLE_DEVICES, or use "
-            "vane.configure(runner='ray') on a cluster with enough GPUs"
+            f"{found}). Lower concurrency or gpus, or set CUDA_VISIBLE_DEVICES to the devices "
+            "this step may use"
         )
     return visible

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import duckdb
@@ -15,10 +15,12 @@ import pyarrow as pa
 
 from vane._arrow import Rechunker
 from vane._sql import duckdb_message
-from vane.errors import ExecutionError, VaneError
+from vane.errors import ExecutionError, UDFError, VaneError
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
+from vane.execution.interrupt import Cancellation, Interrupted
 from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
+from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
 
@@ -37,9 +39,13 @@ class UdfStage:
         step: str,
         source: pa.RecordBatchReader,
         events: EventBus,
+        cancellation: Cancellation | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         """``udf_schema`` is what the actors return; ``schema`` what the stage yields (the same,
-        or for a pass-through step the input columns followed by it)."""
+        or for a pass-through step the input columns followed by it). ``cancellation`` stops
+        the stage at once (Ctrl-C); ``warn`` reports rows that ``on_error`` handled, at the
+        user's line of code."""
         self.spec = spec
         self.udf_schema = udf_schema
         self.schema = schema
@@ -49,6 +55,9 @@ class UdfStage:
         self.batch_size = spec.rows_per_batch
         self.rows_in = self.rows_out = self.rows_skipped = self.rows_nulled = 0
         self.first_error: str | None = None
+        self.poisoned: list[str] = []
+        self.cancellation = cancellation or Cancellation()
+        self.warn = warn or (lambda message: warnings.warn(message, UserWarning, stacklevel=3))
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -66,8 +75,17 @@ class UdfStage:
             ) from exc
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._batches()
+        except UDFError as exc:  # catchable as the user's own exception class too
+            raise catchable(exc) from exc.__cause__
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
         started = time.perf_counter()
         pool = make_pool(self.spec, self.udf_schema, self.step)
+        self.cancellation.on_cancel(
+            lambda: pool.abort(Interrupted(f"{self.spec.verb} step `{self.step}` was interrupted"))
+        )
         # Batches in flight and their input rows, in submission order.
         inflight: dict[Future[BatchOutcome], pa.Table] = {}
         reads = self.spec.reads
@@ -123,6 +141,7 @@ class UdfStage:
         self.rows_skipped += outcome.rows_skipped
         self.rows_nulled += outcome.rows_nulled
         self.first_error = self.first_error or outcome.first_error
+        self.poisoned.extend(outcome.poisoned)
         self.rows_in += rows_in
         self.rows_out += outcome.table.num_rows
         self.events.emit(
@@ -157,13 +176,19 @@ class UdfStage:
         )
         if self.rows_skipped or self.rows_nulled:
             what = (
-                f"skipped {self.rows_skipped:,} row(s)"
+                f"skipped {self.rows_skipped:,} row(s) on which the function failed"
                 if self.rows_skipped
-                else f"kept {self.rows_nulled:,} failing row(s) as nulls with the error text"
+                else f"kept {self.rows_nulled:,} failing row(s) as nulls, with the error text in "
+                f"column {self.spec.error_column!r}"
             )
-            warnings.warn(
-                f"{self.spec.verb} step `{self.step}` {what} on which the function raised; "
-                f"first error: {self.first_error}",
-                UserWarning,
-                stacklevel=2,
+            poisoned = ""
+            if self.poisoned:
+                shown = "; ".join(self.poisoned[:3]) + ("; ..." if len(self.poisoned) > 3 else "")
+                poisoned = (
+                    f". {len(self.poisoned):,} of them killed or hung their actor, which was "
+                    f"replaced: {shown}"
+                )
+            self.warn(
+                f"{self.spec.verb} step `{self.step}` {what}; first error: {self.first_error}"
+                f"{poisoned}"
             )

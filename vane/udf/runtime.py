@@ -1,16 +1,19 @@
-"""What runs inside an actor: construct the UDF once, then run batches through it.
+"""What runs inside an actor for each batch: call the user's function, retry, apply ``on_error``,
+and conform the output to the declared schema. The same code serves every backend (a thread in
+the driver, a subprocess, a Ray actor); ``vane.execution.actors.body`` hosts it.
 
-The same code serves every backend (a thread in the driver, a subprocess, a Ray actor): call the
-user's function, retry, apply ``on_error``, and conform the output to the declared schema. It is
-written as coroutines so an ``async def __call__`` can run many batches at once on the actor's
-event loop; a plain function is simply called from the coroutine.
+The methods are coroutines so that an ``async def __call__`` runs many batches at once on the
+actor's event loop. For a plain function nothing here ever suspends, so the actor drives the
+coroutine to its end without any event loop: the user's code then runs on a plain thread, where
+it may call ``asyncio.run`` itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import traceback
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +22,11 @@ import pyarrow as pa
 
 from vane.errors import UDFError
 from vane.udf.batch_contract import ContractError, conform
+from vane.udf.failures import describe_exception
 from vane.udf.spec import UdfSpec
+
+# What the actor body wraps each attempt in (attempt number -> context): its batch timeout.
+Watch = Callable[[int], AbstractContextManager[None]]
 
 
 @dataclass
@@ -33,6 +40,19 @@ class BatchOutcome:
     # Positions (within the batch) of the input rows that on_error="skip" dropped: a
     # pass-through step drops the same rows from the columns it carries.
     dropped: list[int] = field(default_factory=list)
+    # Rows that killed or hung their actor, one line each ("input row 42: ..."), for the report.
+    poisoned: list[str] = field(default_factory=list)
+
+    def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
+        """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
+        return BatchOutcome(
+            pa.concat_tables([self.table, other.table]),
+            self.rows_skipped + other.rows_skipped,
+            self.rows_nulled + other.rows_nulled,
+            self.first_error or other.first_error,
+            self.dropped + [rows + i for i in other.dropped],
+            self.poisoned + other.poisoned,
+        )
 
 
 class RowFailures(Exception):
@@ -49,34 +69,64 @@ class RowFailures(Exception):
 
 @dataclass(frozen=True)
 class Task:
-    """A batch of input rows: ``offset`` is the position of its first row in the step's input."""
+    """A batch of input rows: ``offset`` is the position of its first row in the step's input;
+    ``attempts_done`` counts attempts already spent on it by an actor that hung."""
 
     seq: int
     offset: int
     table: pa.Table
+    attempts_done: int = 0
+
+    @property
+    def rows(self) -> str:
+        return f"{self.offset}..{self.offset + self.table.num_rows - 1}"
 
 
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+class RowCountError(ContractError):
+    """A pass-through step's function returned a different number of rows than it was given:
+    a fault of the step's shape, never of one row, so ``on_error`` does not apply to it."""
+
+
+def failed_rows(
+    spec: UdfSpec, schema: pa.Schema, rows: int, error: str, poisoned: Sequence[str] = ()
+) -> BatchOutcome:
+    """``rows`` failing input rows under ``on_error="skip"`` (dropped) or ``"null"`` (a row of
+    nulls each, with the error text); ``schema`` is the step's output, error column included."""
+    if spec.on_error == "skip":
+        return BatchOutcome(schema.empty_table(), rows, 0, error, list(range(rows)), list(poisoned))
+    columns = [
+        pa.array([error] * rows, pa.string())
+        if f.name == spec.error_column
+        else pa.nulls(rows, f.type)
+        for f in schema
+    ]
+    return BatchOutcome(
+        pa.Table.from_arrays(columns, schema=schema), 0, rows, error, [], list(poisoned)
+    )
 
 
 class UdfRuntime:
-    """A constructed UDF and the rules for calling it. Build it inside the worker."""
+    """A constructed UDF and the rules for calling it. Build it inside the actor."""
 
     def __init__(self, spec: UdfSpec, schema: pa.Schema, step: str) -> None:
         self.spec = spec
         self.step = step
+        self.schema = schema
         # The declared schema; with on_error="null" the step adds the error column itself.
         self.declared = (
             pa.schema([f for f in schema if f.name != spec.error_column])
             if spec.on_error == "null"
             else schema
         )
+        self.is_async = spec.is_async
+        self.timeout = spec.batch_timeout_s
         self.fn = (
             spec.fn(*spec.constructor_args, **spec.constructor_kwargs) if spec.is_class else spec.fn
         )
-        self._row_limit = asyncio.Semaphore(spec.max_concurrency_per_actor)
+        self._row_limit = (
+            asyncio.Semaphore(spec.max_concurrency_per_actor) if self.is_async else None
+        )
+        self._where = f"{spec.verb} step `{step}`"
 
     # ---- calling the user's code ----------------------------------------------------------
 
@@ -87,6 +137,7 @@ class UdfRuntime:
         return result
 
     async def _call_row(self, row: dict[str, Any]) -> Any:
+        assert self._row_limit is not None
         async with self._row_limit:
             return await self._call_one(row)
 
@@ -94,25 +145,26 @@ class UdfRuntime:
         """Run the UDF on ``table`` and conform its output; user errors propagate as they are."""
         out = await self._call_and_conform(table)
         if self.spec.passthrough and out.num_rows != table.num_rows:
-            raise ContractError(
-                f"{self.spec.verb} step `{self.step}` returned {out.num_rows} rows for "
-                f"{table.num_rows}; a step that keeps its input columns needs one output row "
-                "per input row, in order"
+            raise RowCountError(
+                f"{self._where} returned {out.num_rows} rows for {table.num_rows}; a step that "
+                "keeps its input columns needs one output row per input row, in order"
             )
         return out
 
     async def _call_and_conform(self, table: pa.Table) -> pa.Table:
-        where = f"{self.spec.verb} step `{self.step}`"
         if self.spec.kind == "batch":
-            return conform(await self._call_one(table), self.declared, where)
+            return conform(await self._call_one(table), self.declared, self._where)
         rows = table.to_pylist()
-        results = await asyncio.gather(*(self._call_row(row) for row in rows))
+        if self.is_async:
+            results = await asyncio.gather(*(self._call_row(row) for row in rows))
+        else:  # a plain row function: called in turn, with no event loop involved
+            results = [await self._call_one(row) for row in rows]
         if self.spec.kind == "flat":
             out_rows: list[Any] = []
             for row, result in zip(rows, results, strict=True):
                 if not isinstance(result, (list, tuple)):
                     raise ContractError(
-                        f"{where}: flat_map functions return a list of row dicts, got "
+                        f"{self._where}: flat_map functions return a list of row dicts, got "
                         f"{type(result).__name__} for row {row!r}"
                     )
                 out_rows.extend(result)
@@ -122,40 +174,80 @@ class UdfRuntime:
         expected = set(names)
         for number, row in enumerate(out_rows):
             if not isinstance(row, dict):
-                raise ContractError(f"{where}: rows must be dicts, got {type(row).__name__}")
+                raise ContractError(f"{self._where}: rows must be dicts, got {type(row).__name__}")
             if row.keys() != expected:
                 missing = sorted(expected - row.keys())
                 extra = sorted(row.keys() - expected)
                 raise ContractError(
-                    f"{where}: output row {number} ({row!r}) does not have exactly the declared "
-                    f"columns {names}: missing {missing}, extra {extra}. Return every declared "
-                    "key in every row (None for a null)"
+                    f"{self._where}: output row {number} ({row!r}) does not have exactly the "
+                    f"declared columns {names}: missing {missing}, extra {extra}. Return every "
+                    "declared key in every row (None for a null)"
                 )
         if not out_rows:
             return self.declared.empty_table()
-        return conform({n: [r[n] for r in out_rows] for n in names}, self.declared, where)
+        return conform({n: [r[n] for r in out_rows] for n in names}, self.declared, self._where)
+
+    async def _attempt(self, table: pa.Table, number: int, watch: Watch) -> BatchOutcome:
+        """One attempt at ``table``, under the batch timeout: an async call is cancelled when it
+        runs out of time; a plain one is watched by the actor body, which cannot stop it."""
+        with watch(number):
+            if self.is_async and self.timeout is not None:
+                return self._complete(await self._call_within(table, self.timeout))
+            return self._complete(await self.call(table))
+
+    async def _call_within(self, table: pa.Table, seconds: float) -> pa.Table:
+        # Cancels the running task itself (as asyncio.timeout does on 3.11) rather than wrap
+        # the call in a task of its own: the actor body then knows which batch a blocked event
+        # loop is running.
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(seconds, expire)
+        try:
+            return await self.call(table)
+        except asyncio.CancelledError:
+            if not expired:
+                raise
+            if hasattr(task, "uncancel"):  # Python 3.11+
+                task.uncancel()
+            raise TimeoutError(
+                f"the call did not finish within batch_timeout_s={seconds:g} s"
+            ) from None
+        finally:
+            timer.cancel()
 
     # ---- retries and on_error --------------------------------------------------------------
 
-    async def run(self, task: Task) -> BatchOutcome:
-        """The batch's output under the step's retry and ``on_error`` policy."""
-        attempts = self.spec.max_retries + 1
+    async def run(self, task: Task, watch: Watch) -> BatchOutcome:
+        """The batch's output under the step's retry and ``on_error`` policy. Under "skip" and
+        "null" an output that does not fit the schema is one more failure; under "raise" it is
+        reported as it is, since retrying cannot change it."""
+        last = self.spec.max_retries
         error: Exception | None = None
-        for _ in range(attempts):
+        for number in range(min(task.attempts_done, last), last + 1):
             try:
-                return self._complete(await self.call(task.table))
-            except ContractError:
-                raise  # the output does not fit the schema: retrying cannot help
-            except RowFailures as failures:
+                return await self._attempt(task.table, number, watch)
+            except RowFailures as failures:  # answered, with some rows failed on their own
                 return self._some_rows_failed(task, failures)
+            except RowCountError:
+                raise
+            except ContractError as exc:
+                if self.spec.on_error == "raise":
+                    raise
+                error = exc
+                break
             except Exception as exc:
                 error = exc
         assert error is not None
         if self.spec.on_error == "raise":
             raise self.failure(task, error) from error
-        pieces, dropped, nulled = await self._salvage(task.table, 0, error)
-        table = pa.concat_tables(pieces) if pieces else self._empty()
-        return BatchOutcome(table, len(dropped), nulled, describe_exception(error), dropped)
+        return await self._salvage(task.table, error, last, watch)
 
     def _some_rows_failed(self, task: Task, failures: RowFailures) -> BatchOutcome:
         """The UDF answered the batch but some rows failed on their own (one request of many):
@@ -185,12 +277,11 @@ class UdfRuntime:
         return BatchOutcome(table, 0, len(failures.rows), first)
 
     def failure(self, task: Task, error: BaseException) -> UDFError:
-        end = task.offset + task.table.num_rows - 1
         tries = self.spec.max_retries + 1
         return UDFError(
-            f"{self.spec.verb} step `{self.step}` raised on input rows {task.offset}..{end} "
-            f"(after {tries} attempt{'s' * (tries != 1)}): {describe_exception(error)}. "
-            "The traceback of the error is shown above. Fix the function, or pass "
+            f"{self._where} raised on input rows {task.rows} (after {tries} "
+            f"attempt{'s' * (tries != 1)}): {describe_exception(error)}. The function's own "
+            "exception, with its traceback, is this error's __cause__. Fix the function, or pass "
             "on_error='skip' to drop failing rows or on_error='null' to keep them as nulls"
         )
 
@@ -201,41 +292,21 @@ class UdfRuntime:
             )
         return BatchOutcome(table)
 
-    def _empty(self) -> pa.Table:
-        return self._complete(self.declared.empty_table()).table
-
     async def _salvage(
-        self, table: pa.Table, start: int, error: Exception
-    ) -> tuple[list[pa.Table], list[int], int]:
-        """Bisect a failing batch down to the rows that fail; keep the output of the others.
-        Failing rows are dropped ("skip": their positions, counted from ``start``, are
-        returned) or become one row of nulls with the error ("null")."""
+        self, table: pa.Table, error: Exception, number: int, watch: Watch
+    ) -> BatchOutcome:
+        """Bisect a failing batch down to the rows that fail; keep the output of the others."""
         if table.num_rows <= 1:
-            if self.spec.on_error == "skip":
-                return [], list(range(start, start + table.num_rows)), 0
-            row: dict[str, list[str | None]] = {name: [None] for name in self.declared.names}
-            row[self.spec.error_column] = [describe_exception(error)]
-            full = self.declared.append(pa.field(self.spec.error_column, pa.string()))
-            return [pa.table(row, schema=full)], [], 1
+            return failed_rows(self.spec, self.schema, table.num_rows, describe_exception(error))
         middle = table.num_rows // 2
-        pieces: list[pa.Table] = []
-        dropped: list[int] = []
-        nulled = 0
-        for part, offset in (
-            (table.slice(0, middle), start),
-            (table.slice(middle), start + middle),
-        ):
+        outcome: BatchOutcome | None = None
+        for part in (table.slice(0, middle), table.slice(middle)):
             try:
-                pieces.append(self._complete(await self.call(part)).table)
-            except ContractError:
+                piece = await self._attempt(part, number, watch)
+            except RowCountError:
                 raise
             except Exception as exc:
-                more, lost, n = await self._salvage(part, offset, exc)
-                pieces.extend(more)
-                dropped.extend(lost)
-                nulled += n
-        return pieces, dropped, nulled
-
-
-def format_traceback(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                piece = await self._salvage(part, exc, number, watch)
+            outcome = piece if outcome is None else outcome.then(piece, middle)
+        assert outcome is not None
+        return outcome

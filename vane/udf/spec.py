@@ -22,6 +22,9 @@ ERROR_COLUMN = "error"
 DEFAULT_MAX_CONCURRENCY_PER_ACTOR = 16
 # Rows per batch handed to a UDF when the step does not say (Ray Data's default too).
 DEFAULT_BATCH_SIZE = 1024
+# How long an actor may take to construct its UDF: generous, since loading a large model can
+# take minutes, but finite, so a constructor that hangs fails the job (Ray Data waits 10 min).
+DEFAULT_ACTOR_START_TIMEOUT_S = 600.0
 
 
 def _callable_name(fn: object) -> str:
@@ -65,6 +68,10 @@ class UdfSpec:
     # the UDF's columns: one output row per input row. Such a step is row-wise by contract,
     # which lets the optimizer move filters and projections on input columns below it.
     passthrough: bool = False
+    # Seconds one attempt at a batch may take (None: no limit); see docs/map_batches.md.
+    batch_timeout_s: float | None = None
+    # Seconds an actor may take to construct the UDF (None: no limit).
+    actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S
     # What explain() and messages call the step (default: the callable's name).
     label: str | None = None
     # The column on_error="null" adds with each failing row's error text.
@@ -92,6 +99,17 @@ def _positive_int(verb: str, label: str, value: object, *, allow_zero: bool = Fa
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigurationError(f"{verb}(): {label} must be an integer >= {low}, got {value!r}")
     return value
+
+
+def _seconds(verb: str, label: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(
+            f"{verb}(): {label} must be a number of seconds > 0, or None for no limit; got "
+            f"{value!r}"
+        )
+    return float(value)
 
 
 def _concurrency(verb: str, value: object) -> tuple[int, int]:
@@ -154,6 +172,8 @@ def build_spec(
     max_retries: int,
     on_error: str,
     preserve_order: bool,
+    batch_timeout_s: float | None = None,
+    actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     reads: tuple[str, ...] | None = None,
     passthrough: bool = False,
     label: str | None = None,
@@ -179,9 +199,9 @@ def build_spec(
         )
     if backend == "subprocess_task" and isinstance(fn, type):
         raise ConfigurationError(
-            f"{verb}(): execution_backend='subprocess_task' runs a plain function, one task per "
-            f"batch; {fn.__name__} is a class. Use execution_backend='subprocess_actor' to keep "
-            "one instance per worker process"
+            f"{verb}(): execution_backend='subprocess_task' runs a plain function in worker "
+            f"processes, any batch on any worker; {fn.__name__} is a class. Use "
+            "execution_backend='subprocess_actor' to keep one instance per worker process"
         )
     if on_error not in ON_ERROR:
         raise ConfigurationError(
@@ -206,7 +226,7 @@ def build_spec(
             raise ConfigurationError(f"{verb}(): {option} must be a dict, got {value!r}")
     if not isinstance(fn_constructor_args, tuple):
         fn_constructor_args = tuple(fn_constructor_args)
-    return UdfSpec(
+    spec = UdfSpec(
         fn=fn,
         verb=verb,
         kind=kind,
@@ -226,9 +246,15 @@ def build_spec(
         preserve_order=bool(preserve_order),
         reads=tuple(reads) if reads is not None else None,
         passthrough=passthrough,
+        batch_timeout_s=_seconds(verb, "batch_timeout_s", batch_timeout_s),
+        actor_start_timeout_s=_seconds(verb, "actor_start_timeout_s", actor_start_timeout_s),
         label=label,
         error_column=error_column,
     )
+    from vane.udf.shipping import check_shippable  # it imports this module
+
+    check_shippable(spec)
+    return spec
 
 
 def output_schema(spec: UdfSpec, declared: pa.Schema) -> pa.Schema:

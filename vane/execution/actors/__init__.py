@@ -1,4 +1,5 @@
-"""Actor pools: thread and subprocess backends behind one interface (``base.ActorPool``)."""
+"""Actor pools: thread and subprocess backends behind one interface (``base.ActorPool``), each
+hosting the same actor body (``body.ActorBody``)."""
 
 from __future__ import annotations
 

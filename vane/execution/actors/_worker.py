@@ -1,15 +1,22 @@
-"""The entry point of a subprocess actor: ``python -m vane.execution.actors._worker IN OUT``.
+"""The entry point of a subprocess actor: ``python -m vane.execution.actors._worker IN OUT DRIVER``.
 
-It reads the INIT frame (the cloudpickled UDF spec), constructs the UDF once, answers READY,
-then runs batches until STOP or until the driver's end of the pipe closes. Batches run as
-coroutines on one event loop, so an async UDF overlaps up to its concurrency limit.
+It reads the INIT frame (the cloudpickled UDF spec), hosts an ``ActorBody`` (which constructs
+the UDF on its own thread), answers READY, then hands each BATCH to the body and writes back each
+result, until STOP. A call that overruns ``batch_timeout_s`` cannot be stopped, so the worker
+reports it (HUNG) and exits; the driver replaces it.
+
+A worker never outlives its driver. On Linux it asks the kernel to SIGKILL it when the driver
+dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); everywhere, the main
+thread keeps reading requests while the UDF runs on the body's thread, so EOF without STOP (the
+driver's end of the pipe closed) ends the process at once, mid-batch. It ignores SIGINT: a
+Ctrl-C in a terminal reaches the whole process group, and the driver decides what stops.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import pickle
+import os
+import signal
 import sys
 import threading
 from typing import Any
@@ -17,100 +24,105 @@ from typing import Any
 import cloudpickle
 
 from vane.execution.actors import ipc
+from vane.execution.actors.body import ActorBody, Hang, Result
+
+# The exit code of a worker that gave up on a hung call (after its HUNG frame).
+EXIT_HUNG = 75
+_PR_SET_PDEATHSIG = 1
 
 
-def error_payload(error: BaseException) -> bytes:
-    """``error`` to raise in the driver, its ``__cause__`` (the user's exception) when it has
-    one, and the formatted traceback of the cause (or of the error itself)."""
-    from vane.udf.runtime import format_traceback
-
-    cause = error.__cause__
-    payload: dict[str, Any] = {"traceback": format_traceback(cause or error)}
-    for key, value in (("error", error), ("cause", cause)):
-        if value is None:
-            payload[key] = None
-            continue
+def follow_driver(driver: int) -> None:
+    """Die with the driver process ``driver``."""
+    if sys.platform.startswith("linux"):
         try:
-            payload[key] = cloudpickle.dumps(value)
-            pickle.loads(payload[key])  # some exceptions pickle but do not unpickle
-        except Exception:
-            payload[key] = cloudpickle.dumps(RuntimeError(f"{type(value).__name__}: {value}"))
-    data: bytes = cloudpickle.dumps(payload)
-    return data
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the pipe's EOF still ends this worker
+    if os.getppid() != driver:  # it died before the request above took effect
+        os._exit(1)
 
 
-def main(read_fd: int, write_fd: int) -> None:
-    kind, body = ipc.read_frame(read_fd)
+class _Replies:
+    """The worker's side of the result pipe, written from the body's thread."""
+
+    def __init__(self, write_fd: int) -> None:
+        self._fd = write_fd
+        self._lock = threading.Lock()
+
+    def send(self, kind: bytes, *parts: Any) -> None:
+        try:
+            with self._lock:
+                ipc.write_frame(self._fd, kind, *parts)
+        except OSError:
+            os._exit(1)  # the driver is gone
+
+    def deliver(self, token: int, result: Result) -> None:
+        if not isinstance(result, BaseException):
+            try:
+                parts = ipc.outcome_parts(token, result)
+            except Exception as exc:
+                result = exc
+            else:
+                self.send(ipc.RESULT, *parts)
+                return
+        self.failed(token, result)
+
+    def failed(self, token: int, error: BaseException) -> None:
+        self.send(ipc.FAILED, ipc.pack_ids(token), ipc.error_to_bytes(error))
+
+    def hung(self, hang: Hang) -> None:
+        where = json.dumps([hang.seconds, hang.where]).encode()
+        self.send(ipc.HUNG, ipc.pack_ids(hang.token, hang.attempt), where)
+        os._exit(EXIT_HUNG)
+
+    def answer(self, actor: ActorBody) -> None:
+        """READY or the constructor's error, once known. It runs on its own thread, so that the
+        main thread watches the pipe while the UDF is constructed."""
+        error = actor.ready.exception()
+        if error is None:
+            self.send(ipc.READY)
+        else:
+            self.failed(-1, error)
+
+
+def main(read_fd: int, write_fd: int, driver: int) -> None:
+    follow_driver(driver)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        kind, body = ipc.read_frame(read_fd)
+    except EOFError:
+        os._exit(1)
     assert kind == ipc.INIT, kind
     init = cloudpickle.loads(body)
     sys.path[:0] = [p for p in init["sys_path"] if p not in sys.path]
-    from vane.udf.runtime import Task, UdfRuntime
-
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    write_lock = threading.Lock()
-
-    def send(kind: bytes, *parts: Any) -> None:
-        with write_lock:
-            ipc.write_frame(write_fd, kind, *parts)
-
+    replies = _Replies(write_fd)
     try:
-        spec = cloudpickle.loads(init["spec"])
-        runtime = UdfRuntime(spec, init["schema"], init["step"])
-    except BaseException as exc:
-        send(ipc.FAILED, ipc.pack_ids(-1, 0), error_payload(exc))
+        actor = ActorBody(
+            cloudpickle.loads(init["spec"]),
+            init["schema"],
+            init["step"],
+            deliver=replies.deliver,
+            on_hang=replies.hung,
+            name="vane-actor",
+        )
+    except BaseException as exc:  # the spec does not unpickle here
+        replies.failed(-1, exc)
         return
-    send(ipc.READY)
-    slots = asyncio.Semaphore(spec.max_concurrency_per_actor if spec.is_async else 1)
-
-    async def run(seq: int, offset: int, table_body: memoryview) -> None:
-        async with slots:
-            task = Task(seq, offset, ipc.buffer_to_table(table_body))
-            try:
-                outcome = await runtime.run(task)
-            except Exception as exc:
-                send(ipc.FAILED, ipc.pack_ids(seq, 0), error_payload(exc))
-                return
-            except (KeyboardInterrupt, SystemExit) as exc:
-                # A UDF calling sys.exit() fails its batch; it does not take the worker down.
-                send(ipc.FAILED, ipc.pack_ids(seq, 0), error_payload(runtime.failure(task, exc)))
-                return
-            meta = json.dumps(
-                [outcome.rows_skipped, outcome.rows_nulled, outcome.first_error, outcome.dropped]
-            ).encode()
-            send(
-                ipc.RESULT,
-                ipc.pack_ids(seq, len(meta)),
-                meta,
-                ipc.table_to_buffer(outcome.table),
-            )
-
-    pending: set[asyncio.Future[None]] = set()
-
-    def reader() -> None:
-        # Requests are read on their own thread so a long batch never stops the next one from
-        # being received (hazard 1 in ipc.py, seen from the worker's side).
-        while True:
-            try:
-                kind, body = ipc.read_frame(read_fd)
-            except EOFError:
-                kind = ipc.STOP
-            if kind == ipc.STOP:
-                loop.call_soon_threadsafe(loop.stop)
-                return
-            seq, offset, rest = ipc.unpack_ids(body)
-            loop.call_soon_threadsafe(_spawn, seq, offset, rest)
-
-    def _spawn(seq: int, offset: int, rest: memoryview) -> None:
-        future = asyncio.ensure_future(run(seq, offset, rest))
-        pending.add(future)
-        future.add_done_callback(pending.discard)
-
-    threading.Thread(target=reader, name="vane-worker-reader", daemon=True).start()
-    loop.run_forever()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending))
+    threading.Thread(target=replies.answer, args=(actor,), name="vane-ready", daemon=True).start()
+    while True:
+        try:
+            kind, body = ipc.read_frame(read_fd)
+        except EOFError:
+            os._exit(1)  # the driver is gone: nobody will read what this batch returns
+        if kind == ipc.STOP:
+            break
+        actor.submit(*ipc.read_batch(body))
+    actor.stop(graceful=True)
+    actor.join()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -1,35 +1,156 @@
-"""The interface every actor pool shares, and the dispatch logic they have in common.
+"""What every actor pool shares: starting actors, sending each batch to the least-loaded one,
+replacing an actor that is lost, and what happens to the batches it held.
 
-A pool starts ``min`` actors (each constructs the UDF once, inside its own thread or process),
-takes batches with ``submit`` (returning a future of the batch's outcome), may grow towards
-``max`` actors with ``scale_up``, and tears everything down with ``teardown``.
+A pool starts ``min`` actors side by side (each constructs the UDF once, inside its thread or
+process, within ``actor_start_timeout_s``), takes batches with ``submit`` (a future of the
+batch's outcome), may grow towards ``max`` actors with ``scale_up``, and ends with ``teardown``
+(or ``abort``, which fails every unfinished batch and waits for nothing).
+
+An actor is *lost* when its process dies or a call overruns ``batch_timeout_s`` and cannot be
+stopped. The pool starts a replacement, sends the batches that never started elsewhere, and
+treats the batch that was running as follows:
+
+- ``on_error="raise"``: a batch whose worker died is sent again, up to ``MAX_DEATHS_PER_BATCH``
+  times (a process killed for memory may succeed next time); a batch that hung is an attempt
+  that failed, retried up to ``max_retries`` times. Then the step fails.
+- ``"skip"``/``"null"``: bisection, as for a function that raises: a batch of several rows is
+  split in halves that run on their own (a hang first uses up its retries); a single row that
+  kills or hangs its actor is a *poison row*: dropped, or kept as nulls with the error text, and
+  listed in the step's warning. One poison row among n costs about log2(n) + 1 lost actors.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
+import logging
 import threading
 from abc import ABC, abstractmethod
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError, wait
+from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 
-from vane.errors import UDFError, VaneError
-from vane.udf.runtime import BatchOutcome, Task, describe_exception
+from vane.errors import ActorDiedError, ExecutionError, UDFError, VaneError
+from vane.execution.actors.body import Result, batches_in_flight
+from vane.udf.failures import describe_exception
+from vane.udf.runtime import BatchOutcome, Task, failed_rows
 from vane.udf.spec import UdfSpec
+
+MAX_DEATHS_PER_BATCH = 3
+
+log = logging.getLogger("vane")
+
+
+@dataclass(frozen=True)
+class Loss:
+    """Why an actor lost the batch it was running: its process died, or the call hung."""
+
+    hung: bool
+    text: str  # "the worker process (pid 12) exited with code 137"
+    attempt: int = 0  # for a hang, the attempt that hung
+    where: str = ""  # for a hang, where the call was stuck
+
+    @property
+    def row_error(self) -> str:
+        return f"{'TimeoutError' if self.hung else 'ActorDiedError'}: {self.text}"
+
+
+class Request:
+    """A batch, or a piece of one being bisected, and the deaths it has survived."""
+
+    __slots__ = ("deaths", "future", "task")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.future: Future[BatchOutcome] = Future()
+        self.deaths = 0
+
+
+def _resolve(
+    future: Future[BatchOutcome], result: BatchOutcome | None = None, error: Any = None
+) -> None:
+    """Settle ``future`` unless it already is (cancelled by the stage, failed by an abort)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+    except InvalidStateError:
+        pass
+
+
+class StartTimeout(Exception):
+    """An actor's UDF was not constructed within ``actor_start_timeout_s``."""
+
+
+def wait_ready(ready: Future[Any], timeout: float | None) -> None:
+    """Wait for an actor's constructor: its error raises, and so does ``StartTimeout``."""
+    done, _ = wait([ready], timeout)
+    if not done:
+        raise StartTimeout
+    ready.result()
 
 
 class Actor(ABC):
-    """One constructed UDF instance, in a thread or a process."""
+    """The driver's handle on one actor: the batches it holds, by token, in the order sent."""
 
-    index: int
+    # Said of an actor given up on while its code still runs (a thread cannot be stopped).
+    abandon_note = ""
+
+    def __init__(self, pool: ActorPool, index: int, slot: int) -> None:
+        self.pool = pool
+        self.index = index
+        self.slot = slot  # which share of the pool's GPUs it holds
+        self._pending: dict[int, Request] = {}
+        self._tokens = itertools.count()
+        self._lock = threading.Lock()
+        self._dead = False
+        self.stopping = False
 
     @property
     def alive(self) -> bool:
-        """False once the actor is known to be gone (its process died); no batch goes to it."""
-        return True
+        """False once the actor is lost; no batch goes to it."""
+        return not self._dead
+
+    def submit(self, request: Request) -> None:
+        with self._lock:
+            dead = self._dead
+            if not dead:
+                token = next(self._tokens)
+                self._pending[token] = request
+        if dead:  # lost after the pool chose it
+            self.pool._redispatch(self, request)
+            return
+        self._send(token, request.task)
+
+    def _delivered(self, token: int, result: Result) -> None:
+        with self._lock:
+            request = self._pending.pop(token, None)
+        if request is not None:  # else the actor was already given up on
+            self.pool._finished(self, request, result)
+
+    def _lose(self, charge: Callable[[int, int], Loss | None]) -> None:
+        """The actor is gone: hand back its unfinished batches, each with the loss it is
+        charged, from ``charge(position in send order, token)`` (None: it never started)."""
+        with self._lock:
+            self._dead = True
+            orphans = list(self._pending.items())
+            self._pending.clear()
+        if not self.stopping:
+            self.pool._lost(
+                self, [(request, charge(n, token)) for n, (token, request) in enumerate(orphans)]
+            )
 
     @abstractmethod
-    def submit(self, task: Task) -> Future[BatchOutcome]: ...
+    def _send(self, token: int, task: Task) -> None: ...
+
+    @abstractmethod
+    def wait_ready(self, timeout: float | None) -> None:
+        """Return once the UDF is constructed; raise its constructor's error, or
+        ``StartTimeout``."""
 
     @abstractmethod
     def stop(self, *, graceful: bool = True) -> None: ...
@@ -41,27 +162,41 @@ class ActorPool(ABC):
         self.schema = schema
         self.step = step
         self.actors: list[Actor] = []
+        self._starting: set[Actor] = set()
         self._load: dict[int, int] = {}
         self._lock = threading.Lock()
-        # Signalled when an actor joins the pool (a replacement for a dead one, say).
+        # Signalled when an actor joins the pool (a replacement for a lost one, say).
         self._joined = threading.Condition(self._lock)
         self._broken: BaseException | None = None
         self._closed = False
-        self._next_index = 0
+        self._indexes = itertools.count()
+        # Shares of the GPUs, handed out lowest first and returned when an actor goes.
+        self._free_slots = list(range(spec.max_actors))
+        # Batches submitted and not yet finished by an actor, for abort to fail.
+        self._requests: set[Request] = set()
+        self.slots_per_actor = batches_in_flight(spec)
+
+    @property
+    def where(self) -> str:
+        return f"{self.spec.verb} step `{self.step}`"
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the minimum number of actors, side by side (each may take seconds to load a
         model); a UDF whose constructor raises fails here, and the others are stopped."""
-        ex = ThreadPoolExecutor(self.spec.min_actors, thread_name_prefix="vane-start")
+        starts: list[Future[None]] = []
+        for _ in range(self.spec.min_actors):
+            done: Future[None] = Future()
+            starts.append(done)
+            threading.Thread(
+                target=self._start_into, args=(done,), name="vane-start", daemon=True
+            ).start()
         try:
-            starts = [ex.submit(self._add_actor) for _ in range(self.spec.min_actors)]
-            ex.shutdown(wait=True)
+            wait(starts)
         except BaseException:
             # An interrupt while actors load: close the pool so that each start still running
             # stops its actor as soon as it is up, instead of leaving it behind.
-            ex.shutdown(wait=False, cancel_futures=True)
             self.teardown(graceful=False)
             raise
         errors = [e for e in (f.exception() for f in starts) if e is not None]
@@ -70,16 +205,60 @@ class ActorPool(ABC):
             if isinstance(errors[0], VaneError):
                 raise errors[0]
             raise UDFError(
-                f"{self.spec.verb} step `{self.step}`: constructing {self.spec.name} failed: "
-                f"{describe_exception(errors[0])}. Its traceback is shown above; the "
-                "constructor runs once per actor, inside the worker"
+                f"{self.where}: constructing {self.spec.name} failed: "
+                f"{describe_exception(errors[0])}. The constructor's exception, with its "
+                "traceback, is this error's __cause__; the constructor runs once per actor, "
+                "inside the worker"
             ) from errors[0]
 
+    def _start_into(self, done: Future[None]) -> None:
+        try:
+            self._add_actor()
+        except BaseException as exc:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
     def _add_actor(self) -> None:
+        """Start one more actor, unless the pool already has (or is starting) ``max`` actors:
+        a scale-up and a replacement may race for the last share."""
         with self._lock:
-            index = self._next_index
-            self._next_index += 1
-        self._join(self._start_actor(index))
+            if self._closed:
+                raise self._broken or RuntimeError("the actor pool is closed")
+            if not self._free_slots:
+                return
+            index = next(self._indexes)
+            slot = heapq.heappop(self._free_slots)
+        try:
+            actor = self._start_actor(index, slot)
+        except BaseException:
+            self._release(slot)
+            raise
+        with self._lock:
+            self._starting.add(actor)
+            closed = self._closed
+        try:
+            if closed:  # torn down while the actor was being created
+                raise self._broken or RuntimeError("the actor pool is closed")
+            actor.wait_ready(self.spec.actor_start_timeout_s)
+        except StartTimeout:
+            actor.stop(graceful=False)
+            self._release(slot)
+            seconds = self.spec.actor_start_timeout_s
+            raise UDFError(
+                f"{self.where}: constructing {self.spec.name} did not finish within "
+                f"actor_start_timeout_s={seconds:g} s{actor.abandon_note}. A constructor that "
+                "loads a large model may need longer: raise actor_start_timeout_s, or pass None "
+                "to wait as long as it takes"
+            ) from TimeoutError(f"the constructor ran for more than {seconds:g} s")
+        except BaseException:
+            actor.stop(graceful=False)
+            self._release(slot)
+            raise
+        finally:
+            with self._lock:
+                self._starting.discard(actor)
+        self._join(actor)
 
     def _join(self, actor: Actor) -> None:
         with self._lock:
@@ -90,41 +269,60 @@ class ActorPool(ABC):
                 self._joined.notify_all()
         if closed:  # it finished starting after teardown: nobody will use or stop it
             actor.stop(graceful=False)
+            self._release(actor.slot)
 
-    def _break(self, error: BaseException) -> None:
-        """No actor can be started any more: every later ``submit`` raises ``error``."""
+    def _release(self, slot: int) -> None:
         with self._lock:
-            self._broken = error
-            self._joined.notify_all()
+            if slot not in self._free_slots:
+                heapq.heappush(self._free_slots, slot)
 
     @abstractmethod
-    def _start_actor(self, index: int) -> Actor: ...
+    def _start_actor(self, index: int, slot: int) -> Actor:
+        """Create an actor and begin constructing its UDF; ``wait_ready`` waits for it."""
 
     def teardown(self, *, graceful: bool = True) -> None:
         """Stop every actor; ``graceful=False`` (after a failure) drops queued batches and does
-        not wait for running ones where the backend can avoid it. Actors that finish starting
-        later stop themselves (see ``_join``)."""
+        not wait for running ones. Actors that finish starting later stop themselves."""
         with self._lock:
             self._closed = True
-            actors, self.actors = list(self.actors), []
+            actors, starting = self.actors, list(self._starting)
+            self.actors = []
             self._joined.notify_all()
+        for actor in starting:  # nothing was sent to them: do not wait for their constructors
+            actor.stopping = True
+            actor.stop(graceful=False)
         for actor in actors:
+            actor.stopping = True
             actor.stop(graceful=graceful)
 
-    # ---- work --------------------------------------------------------------------------------
+    def abort(self, error: BaseException) -> None:
+        """Stop now: every unfinished batch fails with ``error``, every actor is stopped
+        without waiting for it, and nothing new starts."""
+        with self._lock:
+            self._broken = self._broken or error
+            requests = list(self._requests)
+        self.teardown(graceful=False)
+        for request in requests:
+            _resolve(request.future, error=error)
 
-    @property
-    def slots_per_actor(self) -> int:
-        """Batches worth keeping in flight on one actor: an async UDF overlaps up to its limit;
-        a sync one gets a second batch queued so it never waits for the next."""
-        return self.spec.max_concurrency_per_actor if self.spec.is_async else 2
+    def fail_internal(self, thread: str, exc: BaseException) -> None:
+        """One of the pool's own threads failed: stop the job with an error that says so."""
+        error = ExecutionError(
+            f"{self.where}: {thread} failed: {describe_exception(exc)}. This is a fault in vane, "
+            "not in the function; the job was stopped. Please report it with this message"
+        )
+        error.__cause__ = exc
+        self.abort(error)
+
+    # ---- work --------------------------------------------------------------------------------
 
     @property
     def capacity(self) -> int:
         return max(1, len(self.actors)) * self.slots_per_actor
 
     def can_scale_up(self) -> bool:
-        return len(self.actors) < self.spec.max_actors
+        with self._lock:
+            return bool(self._free_slots) and not self._closed
 
     def scale_up(self) -> None:
         if self.can_scale_up():
@@ -142,24 +340,160 @@ class ActorPool(ABC):
             )
 
     def submit(self, task: Task) -> Future[BatchOutcome]:
-        """Send the batch to the least-loaded actor."""
-        with self._lock:
-            while True:
-                if self._broken is not None:
-                    raise self._broken
-                if self._closed:
-                    raise RuntimeError("the actor pool is closed")
-                alive = [a for a in self.actors if a.alive]
-                if alive:
-                    break
-                self._joined.wait()  # only while a dead actor's replacement starts
-            actor = min(alive, key=lambda a: self._load[a.index])
-            self._load[actor.index] += 1
-        future = actor.submit(task)
-        future.add_done_callback(lambda _: self._done(actor.index))
-        return future
+        """Send the batch to the least-loaded actor; the future holds its outcome."""
+        request = Request(task)
+        self._requests.add(request)  # a set's add and discard are atomic: no lock
+        self._dispatch(request)
+        return request.future
 
-    def _done(self, index: int) -> None:
+    def _dispatch(self, request: Request) -> None:
+        try:
+            with self._lock:
+                while True:
+                    if self._broken is not None:
+                        raise self._broken
+                    if self._closed:
+                        raise RuntimeError("the actor pool is closed")
+                    alive = [a for a in self.actors if a.alive]
+                    if alive:
+                        break
+                    self._joined.wait()  # only while a lost actor's replacement starts
+                actor = min(alive, key=lambda a: self._load[a.index])
+                self._load[actor.index] += 1
+        except Exception as exc:
+            _resolve(request.future, error=exc)
+            return
+        actor.submit(request)
+
+    def _unload(self, actor: Actor) -> None:
         with self._lock:
-            if index in self._load:
-                self._load[index] -= 1
+            if actor.index in self._load:
+                self._load[actor.index] -= 1
+
+    def _finished(self, actor: Actor, request: Request, result: Result) -> None:
+        self._unload(actor)
+        self._requests.discard(request)  # (a stale one, cancelled or split, is harmless)
+        if isinstance(result, BaseException):
+            _resolve(request.future, error=result)
+        else:
+            _resolve(request.future, result)
+
+    def _redispatch(self, actor: Actor, request: Request) -> None:
+        self._unload(actor)
+        self._dispatch(request)
+
+    # ---- losing an actor ----------------------------------------------------------------------
+
+    def _lost(self, actor: Actor, orphans: list[tuple[Request, Loss | None]]) -> None:
+        """Called from the lost actor's own thread: replace it, then see to its batches."""
+        with self._lock:
+            if actor in self.actors:
+                self.actors.remove(actor)
+            self._load.pop(actor.index, None)
+            closed = self._closed
+        self._release(actor.slot)
+        if closed:
+            return
+        losses = [loss for _, loss in orphans if loss is not None]
+        log.warning(
+            "%s actor %d: %s; starting a replacement and sending its %d batch(es) again",
+            self.spec.name,
+            actor.index,
+            losses[0].text if losses else "was lost",
+            len(orphans),
+        )
+        threading.Thread(target=self._replace, name="vane-replace", daemon=True).start()
+        for request, loss in orphans:
+            if request.future.done():
+                continue  # cancelled, or failed meanwhile
+            if loss is None:
+                self._dispatch(request)
+            else:
+                self._after_loss(request, loss, actor)
+
+    def _replace(self) -> None:
+        try:
+            self._add_actor()
+        except BaseException as exc:
+            with self._lock:
+                alone = not self.actors and not self._closed
+            if alone:
+                self._break(exc)
+            else:
+                log.warning("%s: a replacement actor failed to start: %s", self.where, exc)
+
+    def _break(self, error: BaseException) -> None:
+        """No actor can be started any more: every waiting and later batch fails with it."""
+        with self._lock:
+            self._broken = self._broken or error
+            requests = list(self._requests)
+            self._joined.notify_all()
+        for request in requests:
+            _resolve(request.future, error=error)
+
+    def _after_loss(self, request: Request, loss: Loss, actor: Actor) -> None:
+        spec, task = self.spec, request.task
+        if loss.hung:
+            attempts = loss.attempt + 1
+            if attempts <= spec.max_retries:
+                request.task = replace(task, attempts_done=attempts)
+                self._dispatch(request)
+                return
+        else:
+            request.deaths += 1
+            if spec.on_error == "raise" and request.deaths <= MAX_DEATHS_PER_BATCH:
+                self._dispatch(request)
+                return
+        if spec.on_error == "raise":
+            _resolve(request.future, error=self._loss_error(request, loss, actor))
+        elif task.table.num_rows > 1:
+            self._split(request, loss)
+        else:
+            poisoned = [f"input row {task.offset}: {loss.text}"]
+            outcome = failed_rows(spec, self.schema, task.table.num_rows, loss.row_error, poisoned)
+            _resolve(request.future, outcome)
+
+    def _split(self, request: Request, loss: Loss) -> None:
+        task = request.task
+        middle = task.table.num_rows // 2
+        # A hang used up the batch's retries; a death did not touch them.
+        attempts = self.spec.max_retries if loss.hung else task.attempts_done
+        halves = (
+            Request(Task(task.seq, task.offset, task.table.slice(0, middle), attempts)),
+            Request(Task(task.seq, task.offset + middle, task.table.slice(middle), attempts)),
+        )
+
+        def settle(_: Future[BatchOutcome]) -> None:
+            if not all(half.future.done() for half in halves):
+                return
+            for half in halves:
+                error = half.future.exception()
+                if error is not None:
+                    _resolve(request.future, error=error)
+                    return
+            first, second = (half.future.result() for half in halves)
+            _resolve(request.future, first.then(second, middle))
+
+        for half in halves:
+            half.future.add_done_callback(settle)
+            self._dispatch(half)
+
+    def _loss_error(self, request: Request, loss: Loss, actor: Actor) -> ExecutionError:
+        rows = request.task.rows
+        if not loss.hung:
+            return ActorDiedError(
+                f"{self.where}: {loss.text} while running input rows {rows}, {request.deaths} "
+                f"times; vane retries a batch {MAX_DEATHS_PER_BATCH} times. Check the worker's "
+                "output above, and its memory use (a process killed by SIGKILL is often out of "
+                "memory); on_error='skip' drops the rows that kill their worker"
+            )
+        tries = self.spec.max_retries + 1
+        error = UDFError(
+            f"{self.where}: input rows {rows} did not finish within batch_timeout_s="
+            f"{self.spec.batch_timeout_s:g} s (after {tries} attempt{'s' * (tries != 1)}); "
+            f"the call was stuck at {loss.where}{actor.abandon_note}. Raise batch_timeout_s, "
+            "or pass on_error='skip' to drop rows that hang or on_error='null' to keep them "
+            "as nulls"
+        )
+        error.__cause__ = TimeoutError(loss.text)
+        return error

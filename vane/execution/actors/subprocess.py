@@ -1,63 +1,42 @@
-"""Subprocess actors: each actor is its own OS process (own GIL), started with the spawn method,
-built from the cloudpickled UDF (so classes from ``__main__``, notebooks and test modules work).
-Batches cross as Arrow IPC over pipes (framing and its hazards: ``ipc.py``).
+"""Subprocess actors: each actor is an ``ActorBody`` in its own OS process (own GIL), started
+with the spawn method and built from the cloudpickled UDF (so classes from ``__main__``,
+notebooks and test modules work). Batches cross as Arrow IPC over pipes (``ipc.py``; the
+worker's side is ``_worker.py``).
 
-An actor that dies (a crash, ``os._exit``, the OOM killer) is replaced and its in-flight batches
-are sent again, up to ``MAX_DEATHS_PER_BATCH`` times per batch; then the step fails with the
-process's exit code or signal.
+A worker that dies (a crash, ``os._exit``, the OOM killer) or hangs past ``batch_timeout_s``
+(it reports HUNG and exits) is lost: ``base.py`` says what becomes of its batches. The driver's
+own threads for a worker (a sender and a receiver) report their own failure as the job's
+(``ActorPool.fail_internal``), never as the worker's death.
+
+Workers are forked by one long-lived thread: Linux sends the parent-death signal that ends a
+worker with its driver when the *thread* that forked it ends, not the process.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
-import pickle
-import queue
 import signal
 import subprocess
 import sys
 import threading
 from concurrent.futures import Future
+from pathlib import Path
+from queue import SimpleQueue
 from typing import IO, Any
 
-import cloudpickle
 import pyarrow as pa
 
 from vane.errors import ActorDiedError
 from vane.execution.actors import ipc
-from vane.execution.actors.base import Actor, ActorPool
-from vane.udf.runtime import BatchOutcome, Task
+from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
+from vane.execution.actors.body import concurrent_batches, settle
+from vane.udf.runtime import Task
+from vane.udf.shipping import pickled_spec
 from vane.udf.spec import UdfSpec
 
-MAX_DEATHS_PER_BATCH = 3
-
-log = logging.getLogger("vane")
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an error raised in a worker process, shown as the error's cause."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return f'\n"""\n{self.text}"""'
-
-
-def rebuild_error(body: memoryview | bytes) -> BaseException:
-    payload = pickle.loads(body)
-    error: BaseException = pickle.loads(payload["error"])
-    remote = RemoteTraceback(payload["traceback"])
-    if payload["cause"] is not None:
-        cause: BaseException = pickle.loads(payload["cause"])
-        cause.__cause__ = remote
-        error.__cause__ = cause
-    else:
-        error.__cause__ = remote
-    return error
+_VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def exit_description(returncode: int | None) -> str:
@@ -73,132 +52,189 @@ def exit_description(returncode: int | None) -> str:
 
 
 def _forward(stream: IO[bytes], target: IO[str], prefix: str) -> None:
+    # Whatever happens to the target, keep reading: a worker whose output pipe fills up blocks
+    # on its next print (hazard 2 in ipc.py).
+    writable = True
     for raw in iter(stream.readline, b""):
-        target.write(prefix + raw.decode(errors="replace"))
-        target.flush()
+        if writable:
+            try:
+                target.write(prefix + raw.decode(errors="replace"))
+                target.flush()
+            except Exception:
+                writable = False
     stream.close()
 
 
+class _Spawner:
+    """The one thread that starts worker processes, alive as long as the driver."""
+
+    def __init__(self) -> None:
+        self._requests: SimpleQueue[tuple[list[str], dict[str, Any], Future[Any]]] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="vane-spawner", daemon=True)
+                self._thread.start()
+        started: Future[subprocess.Popen[bytes]] = Future()
+        self._requests.put((args, kwargs, started))
+        return started.result()
+
+    def _run(self) -> None:
+        while True:
+            args, kwargs, started = self._requests.get()
+            try:
+                started.set_result(subprocess.Popen(args, **kwargs))
+            except BaseException as exc:
+                started.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
+
+
 class SubprocessActor(Actor):
-    def __init__(
-        self,
-        index: int,
-        init: bytes,
-        env: dict[str, str],
-        label: str,
-        on_death: Any,
-    ) -> None:
-        self.index = index
-        self._on_death = on_death
+    abandon_note = "; its worker process was ended"
+
+    def __init__(self, pool: SubprocessPool, index: int, slot: int, env: dict[str, str]) -> None:
+        super().__init__(pool, index, slot)
+        self.label = f"{pool.spec.name} actor {index}"
         request_r, request_w = os.pipe()
         result_r, result_w = os.pipe()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "vane.execution.actors._worker", str(request_r), str(result_w)],
-            pass_fds=(request_r, result_w),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        os.close(request_r)
-        os.close(result_w)
+        try:
+            self.process = _SPAWNER.popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "vane.execution.actors._worker",
+                    str(request_r),
+                    str(result_w),
+                    str(os.getpid()),
+                ],
+                pass_fds=(request_r, result_w),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+            )
+        except BaseException:
+            os.close(request_w)
+            os.close(result_r)
+            raise
+        finally:
+            os.close(request_r)
+            os.close(result_w)
         self._write_fd, self._read_fd = request_w, result_r
-        prefix = f"({label} pid={self.process.pid}) "
-        for stream, target in (
-            (self.process.stdout, sys.stdout),
-            (self.process.stderr, sys.stderr),
-        ):
+        prefix = f"({self.label} pid={self.process.pid}) "
+        outputs = ((self.process.stdout, sys.stdout), (self.process.stderr, sys.stderr))
+        for stream, target in outputs:
             assert stream is not None
             threading.Thread(
                 target=_forward, args=(stream, target, prefix), daemon=True, name="vane-forward"
             ).start()
-        self._pending: dict[int, tuple[Task, Future[BatchOutcome]]] = {}
-        self._lock = threading.Lock()
-        self._outbox: queue.Queue[Task | None] = queue.Queue()
-        self._stopping = False
-        self._dead = False
-        try:
-            ipc.write_frame(self._write_fd, ipc.INIT, init)
-            kind, body = ipc.read_frame(self._read_fd)
-        except (EOFError, OSError):
-            kind, body = b"", memoryview(b"")
-        if kind != ipc.READY:
-            os.close(self._write_fd)
-            os.close(self._read_fd)
-            if kind == ipc.FAILED:
-                _, _, rest = ipc.unpack_ids(body)
-                raise rebuild_error(rest)
-            returncode = self.process.wait()
-            raise ActorDiedError(
-                f"the worker process for {label} {exit_description(returncode)} while "
-                "constructing the UDF"
-            )
-        threading.Thread(target=self._send_loop, daemon=True, name="vane-send").start()
+        self._ready: Future[None] = Future()
+        self._started = False  # the UDF was constructed: from then on, an exit is a loss
+        self._outbox: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
+        self._hangs: dict[int, tuple[int, float, str]] = {}  # token -> attempt, seconds, where
+        threading.Thread(
+            target=self._send_loop, args=(pool.init,), daemon=True, name="vane-send"
+        ).start()
         threading.Thread(target=self._receive_loop, daemon=True, name="vane-receive").start()
 
-    @property
-    def alive(self) -> bool:
-        return not self._dead
+    def wait_ready(self, timeout: float | None) -> None:
+        wait_ready(self._ready, timeout)
 
-    def submit(self, task: Task) -> Future[BatchOutcome]:
-        future: Future[BatchOutcome] = Future()
-        with self._lock:
-            if self._dead:
-                # Died after the pool chose it: the pool sends the batch to another actor.
-                future.set_exception(_Redispatch())
-                return future
-            self._pending[task.seq] = (task, future)
-        self._outbox.put(task)
-        return future
+    def _send(self, token: int, task: Task) -> None:
+        self._outbox.put((token, task))
 
-    def _send_loop(self) -> None:
+    def _send_loop(self, init: bytes) -> None:
         # This thread owns the write end: it alone closes it, so its number cannot be reused
         # by another actor's pipe while a write here is still possible.
         try:
-            while (task := self._outbox.get()) is not None:
-                ipc.write_frame(
-                    self._write_fd,
-                    ipc.BATCH,
-                    ipc.pack_ids(task.seq, task.offset),
-                    ipc.table_to_buffer(task.table),
-                )
+            ipc.write_frame(self._write_fd, ipc.INIT, init)
+            while (item := self._outbox.get()) is not None:
+                ipc.write_frame(self._write_fd, ipc.BATCH, *ipc.batch_parts(*item))
             if not self._dead:
                 ipc.write_frame(self._write_fd, ipc.STOP)
         except OSError:
             pass  # the worker is gone; the receiver reports it
+        except BaseException as exc:
+            self.process.kill()
+            self.pool.fail_internal(f"the thread sending batches to {self.label}", exc)
         finally:
             os.close(self._write_fd)
 
     def _receive_loop(self) -> None:
+        try:
+            if self._handshake():
+                self._receive()
+        except BaseException as exc:
+            self.process.kill()
+            self.pool.fail_internal(f"the thread receiving results from {self.label}", exc)
+        finally:
+            # This thread owns the read end (see _send_loop).
+            os.close(self._read_fd)
+            self._ended()
+
+    def _handshake(self) -> bool:
+        try:
+            kind, body = ipc.read_frame(self._read_fd)
+        except (EOFError, OSError):
+            kind, body = b"", memoryview(b"")
+        if kind == ipc.READY:
+            self._started = settle(self._ready)
+            return self._started
+        if kind == ipc.FAILED:
+            error = ipc.error_from_bytes(ipc.unpack_ids(body)[3])
+        else:
+            error = ActorDiedError(
+                f"the worker process for {self.label} {exit_description(self.process.wait())} "
+                "while constructing the UDF"
+            )
+        settle(self._ready, error)
+        return False
+
+    def _receive(self) -> None:
         while True:
             try:
                 kind, body = ipc.read_frame(self._read_fd)
             except (EOFError, OSError):
-                break
-            seq, extra, rest = ipc.unpack_ids(body)
-            with self._lock:
-                _, future = self._pending.pop(seq)
+                return
+            token, a, _, rest = ipc.unpack_ids(body)
             if kind == ipc.RESULT:
-                skipped, nulled, first_error, dropped = json.loads(bytes(rest[:extra]))
-                table = ipc.buffer_to_table(rest[extra:])
-                future.set_result(BatchOutcome(table, skipped, nulled, first_error, dropped))
+                self._delivered(token, ipc.read_outcome(rest, a))
+            elif kind == ipc.FAILED:
+                self._delivered(token, ipc.error_from_bytes(rest))
+            elif kind == ipc.HUNG:
+                seconds, where = json.loads(bytes(rest))
+                self._hangs[token] = (a, seconds, where)  # the worker exits next
             else:
-                future.set_exception(rebuild_error(rest))
-        # This thread owns the read end (see _send_loop).
-        os.close(self._read_fd)
-        with self._lock:
-            # From here on submit() refuses batches, so none can slip in after the orphans
-            # below are collected.
-            self._dead = True
-            orphans = list(self._pending.values())
-            self._pending.clear()
+                raise ValueError(f"unexpected frame kind {kind!r}")
+
+    def _ended(self) -> None:
         self._outbox.put(None)  # let the sender thread end too
         returncode = self.process.wait()
-        if not self._stopping:
-            self._on_death(self, orphans, returncode)
+        if not self._started:
+            return  # never joined the pool: wait_ready reports it
+        how = f"the worker process (pid {self.process.pid}) {exit_description(returncode)}"
+        running = concurrent_batches(self.pool.spec)
+        hangs = dict(self._hangs)
+
+        def charge(position: int, token: int) -> Loss | None:
+            if token in hangs:
+                attempt, seconds, where = hangs[token]
+                text = f"the call did not finish within batch_timeout_s={seconds:g} s"
+                return Loss(True, text, attempt, where)
+            if hangs or position >= running:
+                return None  # queued behind the batch that ended the worker: never started
+            return Loss(False, how)
+
+        self._lose(charge)
 
     def stop(self, *, graceful: bool = True) -> None:
-        self._stopping = True
+        self.stopping = True
+        settle(self._ready, RuntimeError(f"{self.label} was stopped while starting"))
         if not graceful:
             # After a failure nothing queued here matters: end the worker now rather than let
             # it finish batches whose results nobody will read.
@@ -212,8 +248,8 @@ class SubprocessActor(Actor):
 
 
 def gpu_slots(spec: UdfSpec, visible: list[str], slot: int) -> list[str]:
-    """The devices of actor ``slot``: ``gpus`` whole devices each, or a shared one when
-    ``gpus`` is a fraction."""
+    """The devices of the actor holding ``slot``: ``gpus`` whole devices each, or a shared one
+    when ``gpus`` is a fraction."""
     start = math.floor(slot * spec.gpus)
     end = max(start + 1, math.ceil((slot + 1) * spec.gpus))
     return visible[start:end]
@@ -225,21 +261,14 @@ class SubprocessPool(ActorPool):
     ) -> None:
         super().__init__(spec, schema, step)
         self._visible_gpus = visible_gpus
-        self._init = cloudpickle.dumps(
-            {
-                "spec": cloudpickle.dumps(spec),
-                "schema": schema,
-                "step": step,
-                "sys_path": list(sys.path),
-            }
-        )
-        self._slots: dict[int, int] = {}
-        self._deaths: dict[int, int] = {}
-        self._outer: dict[int, Future[BatchOutcome]] = {}  # by task seq, across re-dispatches
+        self.init = pickled_spec(spec, {"schema": schema, "step": step, "sys_path": list(sys.path)})
 
-    def _start_actor(self, index: int, slot: int | None = None) -> Actor:
-        slot = index if slot is None else slot
+    def _start_actor(self, index: int, slot: int) -> Actor:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # The worker imports the same vane as this process, wherever that one came from.
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_VANE_ROOT, os.environ.get("PYTHONPATH")) if p
+        )
         if self.spec.cpus:
             # Math libraries (torch, numpy's BLAS) size their thread pools from these at import:
             # an actor then uses the cores it asked for instead of every core on the machine.
@@ -248,107 +277,4 @@ class SubprocessPool(ActorPool):
                 env[name] = threads
         if self.spec.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_slots(self.spec, self._visible_gpus, slot))
-        actor = SubprocessActor(
-            index, self._init, env, f"{self.spec.name} actor {index}", self._actor_died
-        )
-        self._slots[index] = slot
-        return actor
-
-    def submit(self, task: Task) -> Future[BatchOutcome]:
-        outer: Future[BatchOutcome] = Future()
-        self._dispatch(task, outer)
-        return outer
-
-    def _dispatch(self, task: Task, outer: Future[BatchOutcome]) -> None:
-        with self._lock:
-            self._outer[task.seq] = outer
-
-        def relay(done: Future[BatchOutcome]) -> None:
-            exc = done.exception()
-            if isinstance(exc, _Redispatch) and not outer.done():
-                self._dispatch(task, outer)
-                return
-            if isinstance(exc, _Orphaned) or outer.done():
-                return  # its actor died: _actor_died sent the batch elsewhere or failed it
-            with self._lock:
-                self._outer.pop(task.seq, None)
-            if exc is not None:
-                outer.set_exception(exc)
-            else:
-                outer.set_result(done.result())
-
-        try:
-            inner = super().submit(task)
-        except BaseException as exc:  # the pool closed or broke meanwhile
-            if not outer.done():
-                outer.set_exception(exc)
-            return
-        inner.add_done_callback(relay)
-
-    def _actor_died(
-        self,
-        actor: SubprocessActor,
-        orphans: list[tuple[Task, Future[BatchOutcome]]],
-        returncode: int | None,
-    ) -> None:
-        with self._lock:
-            if actor in self.actors:
-                self.actors.remove(actor)
-            self._load.pop(actor.index, None)
-            closed = self._closed
-        how = exit_description(returncode)
-        retry: list[tuple[Task, Future[BatchOutcome]]] = []
-        for task, inner in orphans:
-            with self._lock:
-                outer = self._outer.pop(task.seq, None)
-                deaths = self._deaths.get(task.seq, 0) + 1
-                self._deaths[task.seq] = deaths
-            if outer is None or outer.done():
-                continue
-            inner.set_exception(_Orphaned())
-            if deaths > MAX_DEATHS_PER_BATCH or closed:
-                end = task.offset + task.table.num_rows - 1
-                outer.set_exception(
-                    ActorDiedError(
-                        f"{self.spec.verb} step `{self.step}`: the worker process "
-                        f"(pid {actor.process.pid}) {how} while running input rows "
-                        f"{task.offset}..{end}, {deaths} times; vane retries a batch "
-                        f"{MAX_DEATHS_PER_BATCH} times. Check the worker's output above, and "
-                        "its memory use (a process killed by SIGKILL is often out of memory)"
-                    )
-                )
-            else:
-                retry.append((task, outer))
-        if closed:
-            return
-        log.warning(
-            "%s actor %d (pid %d) %s; starting a replacement and retrying its %d batch(es)",
-            self.spec.name,
-            actor.index,
-            actor.process.pid,
-            how,
-            len(retry),
-        )
-        try:
-            with self._lock:
-                index = self._next_index
-                self._next_index += 1
-            replacement = self._start_actor(index, self._slots.get(actor.index))
-        except BaseException as exc:
-            if not self.actors:
-                self._break(exc)
-            for _, outer in retry:
-                if not outer.done():
-                    outer.set_exception(exc)
-            return
-        self._join(replacement)
-        for task, outer in retry:
-            self._dispatch(task, outer)
-
-
-class _Orphaned(Exception):
-    """Marks an attempt whose actor died; the batch was sent to another actor."""
-
-
-class _Redispatch(Exception):
-    """Marks a batch given to an actor that had just died; it goes to another actor."""
+        return SubprocessActor(self, index, slot, env)

@@ -1,0 +1,188 @@
+"""Signals to a real driver process: one Ctrl-C stops a job over a hung UDF within seconds and
+raises KeyboardInterrupt, whatever the action; a SIGKILLed driver takes its workers with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.integration import udfs
+from tests.integration.support import gone, udf_spec
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+DRIVER = """
+import sys
+import vane
+from tests.integration import udfs
+
+vane.configure(progress=False)
+backend, action, pid_dir, concurrency = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+rel = vane.range(100).map_batches(
+    udfs.HangAlways,
+    schema={"id": "BIGINT"},
+    batch_size=10,
+    execution_backend=backend,
+    concurrency=concurrency,
+    fn_constructor_args=(pid_dir,),
+)
+if action == "count":
+    rel.count()
+elif action == "to_arrow":
+    rel.to_arrow()
+elif action == "write_parquet":
+    rel.write_parquet("out")
+elif action == "write_parquet_partitioned":
+    rel.with_column("p", "id % 2").write_parquet("out", partition_by="p")
+elif action == "write_json":
+    rel.write_json("out")
+print("the action returned", flush=True)
+"""
+
+ACTIONS = ["count", "to_arrow", "write_parquet", "write_parquet_partitioned", "write_json"]
+
+
+def _start_driver(  # type: ignore[no-untyped-def]
+    tmp_path: Path, backend: str, action: str, concurrency: int = 1, group: bool = False
+):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    driver = subprocess.Popen(
+        [sys.executable, str(script), backend, action, str(pids), str(concurrency)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        start_new_session=group,  # its own process group, as a job in a terminal has
+    )
+    deadline = time.monotonic() + 60
+    while len(os.listdir(pids)) < concurrency:  # every actor is inside the hung call
+        if driver.poll() is not None or time.monotonic() > deadline:
+            driver.kill()
+            pytest.fail(f"the driver never reached the UDF:\n{driver.communicate()[1]}")
+        time.sleep(0.05)
+    return driver, [int(name) for name in os.listdir(pids)]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("action", ACTIONS)
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_one_ctrl_c_stops_the_job_with_keyboard_interrupt(tmp_path, backend, action):
+    driver, pids = _start_driver(tmp_path, backend, action)
+    driver.send_signal(signal.SIGINT)
+    try:
+        out, err = driver.communicate(timeout=20)  # catches a hang, measures nothing
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
+    assert "\nKeyboardInterrupt\n" in err, err
+    assert "Query interrupted" not in err and "the action returned" not in out
+    assert "starting a replacement" not in err  # nothing new starts while stopping
+    assert not (tmp_path / "out").exists()  # a write commits nothing
+    if backend == "subprocess_actor":
+        assert gone(pids[0], within=10)
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_in_a_terminal_reaches_the_workers_too_and_nothing_restarts(tmp_path):
+    # A terminal sends SIGINT to the whole foreground process group, workers included.
+    driver, pids = _start_driver(tmp_path, "subprocess_actor", "count", concurrency=2, group=True)
+    os.killpg(driver.pid, signal.SIGINT)
+    try:
+        _, err = driver.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
+    assert "\nKeyboardInterrupt\n" in err and "starting a replacement" not in err, err
+    assert all(gone(pid, within=10) for pid in pids)
+
+
+@pytest.mark.timeout(120)
+def test_workers_die_with_a_sigkilled_driver(tmp_path):
+    driver, pids = _start_driver(tmp_path, "subprocess_actor", "count", concurrency=2)
+    assert os.getpid() not in pids and len(pids) == 2
+    driver.kill()
+    driver.wait()
+    assert all(gone(pid, within=10) for pid in pids)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_exits_when_its_request_pipe_closes_even_mid_batch(tmp_path):
+    # The portable path, without the parent-death signal: this test process stays alive and
+    # only closes its end of the worker's request pipe while the UDF hangs.
+    from vane.execution.actors import ipc
+    from vane.udf.runtime import Task
+    from vane.udf.shipping import pickled_spec
+
+    spec = udf_spec(udfs.HangAlways, backend="subprocess_actor", constructor_args=(str(tmp_path),))
+    request_r, request_w = os.pipe()
+    result_r, result_w = os.pipe()
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vane.execution.actors._worker",
+            str(request_r),
+            str(result_w),
+            str(os.getpid()),
+        ],
+        pass_fds=(request_r, result_w),
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
+    os.close(request_r)
+    os.close(result_w)
+    schema = pa.schema([("id", pa.int64())])
+    init = {"schema": schema, "step": "HangAlways", "sys_path": sys.path}
+    ipc.write_frame(request_w, ipc.INIT, pickled_spec(spec, init))
+    assert ipc.read_frame(result_r)[0] == ipc.READY
+    task = Task(0, 0, pa.table({"id": [1, 2, 3]}, schema=schema))
+    ipc.write_frame(request_w, ipc.BATCH, *ipc.batch_parts(0, task))
+    while not os.listdir(tmp_path):  # the batch is running, and hangs
+        time.sleep(0.05)
+    os.close(request_w)
+    try:
+        assert worker.wait(timeout=10) != 0
+    finally:
+        worker.kill()
+        os.close(result_r)
+
+
+def _signals_self(batch: pa.Table) -> pa.Table:
+    os.kill(os.getpid(), signal.SIGUSR1)
+    return batch
+
+
+def test_a_wakeup_fd_of_the_callers_still_hears_signals_during_an_action():
+    import vane
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    handler = signal.signal(signal.SIGUSR1, lambda *_: None)
+    theirs = signal.set_wakeup_fd(write_fd)
+    try:
+        assert vane.range(3).map_batches(_signals_self, schema={"id": "BIGINT"}).count() == 3
+        assert signal.set_wakeup_fd(write_fd) == write_fd  # restored after the action
+        deadline = time.monotonic() + 10
+        heard = b""
+        os.set_blocking(read_fd, False)
+        while signal.SIGUSR1 not in heard and time.monotonic() < deadline:
+            try:
+                heard += os.read(read_fd, 64)
+            except BlockingIOError:
+                time.sleep(0.01)
+        assert signal.SIGUSR1 in heard
+    finally:
+        signal.set_wakeup_fd(theirs)
+        signal.signal(signal.SIGUSR1, handler)
+        os.close(read_fd)
+        os.close(write_fd)

@@ -1,0 +1,153 @@
+"""What a user sees when a UDF fails: an error catchable by the user's own exception class, a
+build-time error naming what cannot be sent to worker processes, warnings at the user's own
+line, and advice that works today."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import warnings
+
+import pytest
+
+import vane
+from tests.integration import udfs
+from vane.errors import ConfigurationError, UDFError
+
+BACKENDS = ["thread", "subprocess_actor"]
+
+# ---- a user's exception is catchable by its own class -----------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_udf_error_is_also_the_users_exception(backend):
+    out = vane.range(30).map_batches(
+        udfs.FailOnRow,
+        schema={"id": "BIGINT", "score": "BIGINT"},
+        batch_size=10,
+        execution_backend=backend,
+        fn_constructor_args=(12,),
+    )
+    with pytest.raises(ValueError, match=r"rows 10\.\.19") as info:
+        out.to_arrow()
+    error = info.value
+    assert isinstance(error, UDFError) and type(error).__name__ == "UDFError(ValueError)"
+    assert isinstance(error.__cause__, ValueError) and str(error.__cause__) == "cannot score row 12"
+    assert "shown above" not in str(error) and "__cause__" in str(error)
+    copy = pickle.loads(pickle.dumps(error))  # the made-up class pickles as a plain UDFError
+    assert type(copy) is UDFError and str(copy) == str(error)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_classes_with_their_own_constructor_and_attributes_are_catchable(backend):
+    out = vane.range(5).map_batches(
+        udfs.RaisesGiven,
+        schema={"id": "BIGINT"},
+        execution_backend=backend,
+        fn_constructor_args=(udfs.TwoArgumentError, 503, "model server overloaded"),
+    )
+    with pytest.raises(udfs.TwoArgumentError) as info:
+        out.to_arrow()
+    assert isinstance(info.value, UDFError)
+    assert info.value.code == 503  # the user's attributes read through
+    assert "TwoArgumentError: [503] model server overloaded" in str(info.value)
+
+    missing = vane.range(5).map_batches(
+        udfs.RaisesGiven,
+        schema={"id": "BIGINT"},
+        execution_backend=backend,
+        fn_constructor_args=(FileNotFoundError, 2, "No such file", "/models/x"),
+    )
+    with pytest.raises(FileNotFoundError) as caught:
+        missing.to_arrow()
+    assert caught.value.filename == "/models/x" and isinstance(caught.value, UDFError)
+
+
+def test_a_class_that_cannot_be_combined_keeps_its_name_and_text():
+    out = vane.range(5).map_batches(
+        udfs.RaisesGiven, schema={"id": "BIGINT"}, fn_constructor_args=(udfs.SealedError, "x")
+    )
+    with pytest.raises(UDFError, match=r"SealedError: x") as info:
+        out.to_arrow()
+    assert type(info.value) is UDFError and isinstance(info.value.__cause__, udfs.SealedError)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failing_constructor_is_catchable_by_its_class(backend):
+    out = vane.range(5).map_batches(
+        udfs.BrokenInit, schema={"id": "BIGINT"}, execution_backend=backend
+    )
+    with pytest.raises(FileNotFoundError, match="constructing BrokenInit failed") as info:
+        out.to_arrow()
+    assert isinstance(info.value, UDFError) and "shown above" not in str(info.value)
+
+
+# ---- what cannot be pickled fails when the step is built ---------------------------------------
+
+
+def test_an_unpicklable_closure_variable_is_named_when_the_step_is_built():
+    guard = threading.Lock()
+
+    def locked(batch):  # type: ignore[no-untyped-def]
+        with guard:
+            return batch
+
+    for backend in ("subprocess_actor", "subprocess_task"):
+        with pytest.raises(ConfigurationError) as info:
+            vane.range(3).map_batches(locked, schema={"id": "BIGINT"}, execution_backend=backend)
+        message = str(info.value)
+        assert "map_batches step `" in message and "locked" in message
+        assert "the variable 'guard' captured from the enclosing scope (lock)" in message
+        assert "cannot pickle '_thread.lock'" in message and "__init__" in message
+    assert vane.range(3).map_batches(locked, schema={"id": "BIGINT"}).count() == 3  # threads
+
+
+def test_unpicklable_arguments_are_named_when_the_step_is_built(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"fn_constructor_args\[1\] \(lock\)"):
+        vane.range(3).map_batches(
+            udfs.RaisesGiven,
+            schema={"id": "BIGINT"},
+            execution_backend="subprocess_actor",
+            fn_constructor_args=(ValueError, threading.Lock()),
+        )
+    with (
+        open(tmp_path / "log.txt", "w") as log,
+        pytest.raises(ConfigurationError, match=r"fn_kwargs\['log'\] \(TextIOWrapper\)"),
+    ):
+        vane.range(3).map(
+            udfs.noop,
+            schema={"id": "BIGINT"},
+            execution_backend="subprocess_task",
+            fn_kwargs={"log": log},
+        )
+
+
+# ---- messages ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_on_error_warnings_point_at_the_users_line(backend):
+    kept = vane.range(40).map_batches(
+        udfs.FailOnRow,
+        schema={"id": "BIGINT", "score": "BIGINT"},
+        batch_size=8,
+        execution_backend=backend,
+        fn_constructor_args=(20,),
+        on_error="null",
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kept.to_arrow()  # the stage feeds the action directly
+        kept.filter("id > 3").count()  # the stage runs under DuckDB, on one of its threads
+    assert len(caught) == 2
+    for warning in caught:
+        assert warning.filename == __file__, warning.filename
+        assert "kept 1 failing row(s) as nulls" in str(warning.message)
+
+
+def test_too_few_gpus_advises_only_what_works(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ConfigurationError) as info:
+        vane.range(3).map_batches(udfs.noop, schema={"id": "BIGINT"}, gpus=1, concurrency=2)
+    message = str(info.value)
+    assert "runner='ray'" not in message and "CUDA_VISIBLE_DEVICES" in message

@@ -1,0 +1,348 @@
+"""The actor body: one constructed UDF and everything that runs around it inside an actor,
+whatever hosts it. A thread actor (``thread.py``) wraps it in futures, a worker process
+(``_worker.py``) in frames on pipes, and a Ray actor will wrap it in an actor method.
+
+- The UDF is constructed on the body's own thread, which then runs every batch. A plain UDF's
+  batches come from a queue, one at a time, with no event loop: its code runs on an ordinary
+  thread (where it may call ``asyncio.run``), and a batch costs a queue hand-off instead of an
+  event loop's cross-thread round trip (measured: 42 vs 120 microseconds). An ``async`` UDF's
+  batches run on an event loop that the thread runs, up to ``max_concurrency_per_actor`` at once.
+- Every batch delivers exactly one result, whatever the user's code raised: an ``Exception`` is
+  the batch's error, and ``SystemExit``/``KeyboardInterrupt`` become a ``UDFError`` too (raised
+  out of the thread they would end the actor and leave its batches waiting forever).
+- With ``batch_timeout_s``, an async attempt is cancelled at its deadline and fails like any
+  other. A plain call cannot be stopped from outside in Python: a watchdog notices the overrun,
+  the body delivers nothing more and reports a ``Hang``, and the host replaces the actor (a
+  process host kills its process; a thread host abandons the thread, which is a daemon). The
+  watchdog also covers an async call that blocks its event loop, after a grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import Future, InvalidStateError
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from queue import SimpleQueue
+from typing import Any
+
+import pyarrow as pa
+
+from vane.errors import ConfigurationError
+from vane.udf.runtime import BatchOutcome, Task, UdfRuntime, Watch
+from vane.udf.spec import UdfSpec
+
+Result = BatchOutcome | BaseException
+Deliver = Callable[[int, Result], None]
+
+# How long past its batch timeout an async call may keep its event loop blocked before the
+# actor counts as hung (a cancelled call normally ends at once).
+ASYNC_GRACE_SECONDS = 2.0
+
+_VANE_DIR = str(Path(__file__).resolve().parents[2])
+_UNWATCHED: AbstractContextManager[None] = nullcontext()
+
+
+def _unwatched(attempt: int) -> AbstractContextManager[None]:
+    return _UNWATCHED
+
+
+def concurrent_batches(spec: UdfSpec) -> int:
+    """Batches one actor runs at the same time."""
+    return spec.max_concurrency_per_actor if spec.is_async else 1
+
+
+def batches_in_flight(spec: UdfSpec) -> int:
+    """Batches worth sending to one actor: what it runs at once, and for a plain UDF one more
+    queued behind it, so it never waits for its next batch."""
+    return spec.max_concurrency_per_actor if spec.is_async else 2
+
+
+@dataclass(frozen=True)
+class Hang:
+    """An attempt that overran ``batch_timeout_s`` and could not be stopped."""
+
+    token: int
+    attempt: int
+    seconds: float
+    where: str  # the innermost frames of the stuck call, for the error message
+
+
+def run_to_completion(coroutine: Coroutine[Any, Any, BatchOutcome]) -> BatchOutcome:
+    """The result of a coroutine that never suspends, with no event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: BatchOutcome = done.value
+        return result
+    coroutine.close()
+    raise ConfigurationError(
+        "a UDF whose __call__ is a plain function returned an awaitable that waits on an event "
+        "loop; declare it `async def __call__` so vane runs it on one"
+    )
+
+
+def settle(future: Future[None], error: BaseException | None = None) -> bool:
+    """Resolve ``future`` unless it was already resolved or cancelled; whether this did it."""
+    try:
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:
+        return False
+    return True
+
+
+class ActorBody:
+    """Construct the UDF on a new thread, then run the batches ``submit`` hands in; each result
+    goes to ``deliver(token, outcome or error)``, on the body's thread."""
+
+    def __init__(
+        self,
+        spec: UdfSpec,
+        schema: pa.Schema,
+        step: str,
+        *,
+        deliver: Deliver,
+        on_hang: Callable[[Hang], None],
+        name: str,
+    ) -> None:
+        self.spec = spec
+        self._deliver = deliver
+        self._on_hang = on_hang
+        # Resolved once the UDF is constructed (or its constructor raised); a host that stops
+        # waiting fails it, and a constructor that finishes later then discards the actor.
+        self.ready: Future[None] = Future()
+        self._loop = asyncio.new_event_loop() if spec.is_async else None
+        self._queue: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
+        self._tasks: dict[asyncio.Task[None], int] = {}  # an async UDF's batches, by token
+        self._dropping = False  # stopped without grace: batches not started are dropped
+        self._hung = False  # the watchdog gave up on this actor: deliver nothing more
+        self._watchdog: _Watchdog | None = None
+        timeout = spec.batch_timeout_s
+        if timeout is not None:
+            limit = timeout + (ASYNC_GRACE_SECONDS if spec.is_async else 0.0)
+            self._watchdog = _Watchdog(limit, self._overran)
+        self.runtime: UdfRuntime | None = None
+        self._thread = threading.Thread(
+            target=self._main, args=(schema, step), name=name, daemon=True
+        )
+        self._thread.start()
+
+    # ---- the body's thread --------------------------------------------------------------------
+
+    def _main(self, schema: pa.Schema, step: str) -> None:
+        if self._loop is not None:
+            asyncio.set_event_loop(self._loop)
+        try:
+            self.runtime = UdfRuntime(self.spec, schema, step)
+        except BaseException as exc:
+            settle(self.ready, exc)
+            self._close_loop()
+            return
+        if not settle(self.ready):
+            self._close_loop()  # the host stopped waiting: nobody will send a batch
+            return
+        try:
+            if self._loop is None:
+                self._serve_queue()
+            else:
+                self._serve_loop(self._loop)
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.close()
+
+    def _serve_queue(self) -> None:
+        while (item := self._queue.get()) is not None:
+            token, task = item
+            result = self._run_plain(token, task)
+            if self._hung:
+                return  # its host has given up on this thread and moved on
+            self._deliver(token, result)
+
+    def _run_plain(self, token: int, task: Task) -> Result:
+        assert self.runtime is not None
+        try:
+            return run_to_completion(self.runtime.run(task, self._watch(token)))
+        except Exception as exc:
+            return exc
+        except BaseException as exc:
+            return self._failure(task, exc)
+
+    def _serve_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._slots = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
+        try:
+            loop.run_forever()
+        finally:
+            self._close_loop()
+
+    def _spawn(self, token: int, task: Task) -> None:
+        assert self._loop is not None
+        running = self._loop.create_task(self._run_async(token, task))
+        self._tasks[running] = token
+        running.add_done_callback(self._tasks.pop)
+
+    async def _run_async(self, token: int, task: Task) -> None:
+        assert self.runtime is not None
+        result: Result
+        async with self._slots:
+            try:
+                result = await self.runtime.run(task, self._watch(token))
+            except Exception as exc:
+                result = exc
+            except asyncio.CancelledError as exc:
+                if self._dropping:
+                    return
+                result = self._failure(task, exc)  # the function's own cancellation
+            except BaseException as exc:
+                result = self._failure(task, exc)
+        if not self._hung:
+            self._deliver(token, result)
+
+    def _failure(self, task: Task, exc: BaseException) -> BaseException:
+        assert self.runtime is not None
+        error = self.runtime.failure(task, exc)
+        error.__cause__ = exc
+        return error
+
+    def _close_loop(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()
+
+    # ---- timeouts --------------------------------------------------------------------------
+
+    def _watch(self, token: int) -> Watch:
+        if self._watchdog is None:
+            return _unwatched
+        return functools.partial(self._watchdog.watch, token)
+
+    def _overran(self, running: list[tuple[int, int]]) -> None:
+        """``running``: the (token, attempt) of every attempt in flight, the first overdue. On
+        a blocked event loop the batch to blame is the one whose task the loop is running."""
+        self._hung = True
+        token, attempt = running[0]
+        if self._loop is not None:
+            current = asyncio.current_task(self._loop)
+            blocked = self._tasks.get(current) if current is not None else None
+            token, attempt = next(((t, a) for t, a in running if t == blocked), (token, attempt))
+        seconds = self.spec.batch_timeout_s or 0.0
+        self._on_hang(Hang(token, attempt, seconds, self._stuck_at()))
+
+    def _stuck_at(self) -> str:
+        """Where the body's thread is now: the user's call it is in, and the innermost frame."""
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        if frame is None:
+            return "an unknown place"
+        stack = traceback.extract_stack(frame)
+        inside_vane = [i for i, f in enumerate(stack) if f.filename.startswith(_VANE_DIR)]
+        frames = stack[inside_vane[-1] + 1 :] if inside_vane else stack  # the user's calls
+        if not frames:
+            return "a call inside vane"
+        shown = [frames[0], frames[-1]] if len(frames) > 1 else [frames[0]]
+        return " ... ".join(
+            f"{Path(f.filename).name}:{f.lineno} in {f.name}" + (f" ({f.line})" if f.line else "")
+            for f in shown
+        )
+
+    # ---- what hosts call ---------------------------------------------------------------------
+
+    def submit(self, token: int, task: Task) -> None:
+        if self._loop is None:
+            self._queue.put((token, task))
+        else:
+            self._loop.call_soon_threadsafe(self._spawn, token, task)
+
+    def stop(self, *, graceful: bool) -> None:
+        """With ``graceful``, finish every batch submitted, then end. Without, drop the batches
+        not started and end once the running call returns (which may be never: nothing waits
+        for the thread, a daemon)."""
+        if not graceful:
+            self._dropping = True
+            settle(self.ready, RuntimeError("the actor was stopped while it started"))
+            while not self._queue.empty():
+                self._queue.get_nowait()
+            if self._watchdog is not None:
+                self._watchdog.close()
+        if self._loop is None:
+            self._queue.put(None)
+            return
+        # A closed loop: the constructor failed, or the actor already ended.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._shutdown, graceful)
+
+    def _shutdown(self, graceful: bool) -> None:
+        assert self._loop is not None
+        loop = self._loop
+        if not graceful:
+            for task in list(self._tasks):
+                task.cancel()
+
+        async def drain() -> None:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            loop.stop()
+
+        loop.create_task(drain())
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+
+class _Watchdog:
+    """Times attempts and reports the first one that overruns ``limit`` seconds."""
+
+    def __init__(self, limit: float, on_overrun: Callable[[list[tuple[int, int]]], None]) -> None:
+        self._limit = limit
+        self._on_overrun = on_overrun
+        self._entries: dict[int, tuple[float, int, int]] = {}  # key -> deadline, token, attempt
+        self._keys = itertools.count()
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watch(self, token: int, attempt: int) -> Iterator[None]:
+        key = next(self._keys)
+        with self._changed:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="vane-watchdog", daemon=True)
+                self._thread.start()
+            self._entries[key] = (time.monotonic() + self._limit, token, attempt)
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._entries.pop(key, None)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+
+    def _run(self) -> None:
+        with self._changed:
+            while not self._closed:
+                if not self._entries:
+                    self._changed.wait()
+                    continue
+                entries = sorted(self._entries.values())
+                left = entries[0][0] - time.monotonic()
+                if left > 0:
+                    self._changed.wait(left)
+                    continue
+                self._closed = True
+                running = [(token, attempt) for _, token, attempt in entries]
+                break
+            else:
+                return
+        self._on_overrun(running)
