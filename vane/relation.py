@@ -238,6 +238,7 @@ class Relation:
         *,
         schema: SchemaSpec,
         batch_size: int | None = None,
+        batch_format: str = "pyarrow",
         execution_backend: str | None = None,
         concurrency: int | tuple[int, int] = 1,
         gpus: float = 0,
@@ -245,6 +246,7 @@ class Relation:
         memory: int | None = None,
         fn_constructor_args: tuple[Any, ...] = (),
         fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        fn_args: tuple[Any, ...] = (),
         fn_kwargs: Mapping[str, Any] | None = None,
         max_concurrency_per_actor: int | None = None,
         max_retries: int = 0,
@@ -254,13 +256,16 @@ class Relation:
         actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     ) -> Relation:
         """Run a callable class (constructed once per actor, inside the worker) or a function
-        over batches of ``batch_size`` rows, each a ``pa.Table``.
+        over batches of ``batch_size`` rows, each a ``pa.Table`` (``batch_format="pandas"``: a
+        DataFrame; ``"numpy"``: a dict of arrays). ``functools.partial`` binds arguments;
+        ``fn_args``/``fn_kwargs`` are passed after the batch.
 
-        It returns a ``pa.Table``, ``RecordBatch``, dict of columns or pandas DataFrame with
-        exactly the columns of ``schema`` (``{"name": "DuckDB type"}`` or a ``pa.Schema``);
-        the row count may change. See docs/map_batches.md for backends, concurrency, GPUs,
-        retries, ``on_error`` and the timeouts (``batch_timeout_s`` per attempt at a batch,
-        ``actor_start_timeout_s`` for the constructor).
+        It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of
+        columns or pandas DataFrame with exactly the columns of ``schema`` (``{"name": "DuckDB
+        type"}`` or a ``pa.Schema``); the row count may change. See docs/map_batches.md for
+        backends, concurrency, GPUs, retries, ``on_error`` and the timeouts
+        (``batch_timeout_s`` per attempt at a batch, ``actor_start_timeout_s`` for the
+        constructor).
 
         >>> import vane, pyarrow as pa, pyarrow.compute as pc
         >>> class Double:
@@ -285,6 +290,7 @@ class Relation:
         memory: int | None = None,
         fn_constructor_args: tuple[Any, ...] = (),
         fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        fn_args: tuple[Any, ...] = (),
         fn_kwargs: Mapping[str, Any] | None = None,
         max_concurrency_per_actor: int | None = None,
         max_retries: int = 0,
@@ -310,6 +316,7 @@ class Relation:
         memory: int | None = None,
         fn_constructor_args: tuple[Any, ...] = (),
         fn_constructor_kwargs: Mapping[str, Any] | None = None,
+        fn_args: tuple[Any, ...] = (),
         fn_kwargs: Mapping[str, Any] | None = None,
         max_concurrency_per_actor: int | None = None,
         max_retries: int = 0,
@@ -318,7 +325,8 @@ class Relation:
         batch_timeout_s: float | None = None,
         actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     ) -> Relation:
-        """Like ``map``, but ``fn`` returns a list of row dicts (none, one or many per row)."""
+        """Like ``map``, but ``fn`` returns a list of row dicts (none, one or many per row), or
+        yields them as a generator."""
         return self._udf("flat_map", "flat", locals())
 
     def _udf(self, verb: str, kind: Kind, arguments: dict[str, Any]) -> Relation:

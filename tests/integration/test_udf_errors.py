@@ -4,6 +4,7 @@ line, and advice that works today."""
 
 from __future__ import annotations
 
+import functools
 import pickle
 import threading
 import warnings
@@ -110,16 +111,17 @@ def test_unpicklable_arguments_are_named_when_the_step_is_built(tmp_path):
             execution_backend="subprocess_actor",
             fn_constructor_args=(ValueError, threading.Lock()),
         )
-    with (
-        open(tmp_path / "log.txt", "w") as log,
-        pytest.raises(ConfigurationError, match=r"fn_kwargs\['log'\] \(TextIOWrapper\)"),
-    ):
-        vane.range(3).map(
-            udfs.noop,
-            schema={"id": "BIGINT"},
-            execution_backend="subprocess_task",
-            fn_kwargs={"log": log},
-        )
+    with open(tmp_path / "log.txt", "w") as log:
+        for how, named in (
+            ({"fn_kwargs": {"log": log}}, r"fn_kwargs\['log'\] \(TextIOWrapper\)"),
+            ({"fn_args": (None, log)}, r"fn_args\[1\] \(TextIOWrapper\)"),
+            ({"fn": functools.partial(udfs.noop_logged, log=log)}, r"partial's argument 'log'"),
+        ):
+            options = {"fn": udfs.noop_logged, **how}
+            with pytest.raises(ConfigurationError, match=named):
+                vane.range(3).map(
+                    schema={"id": "BIGINT"}, execution_backend="subprocess_task", **options
+                )
 
 
 # ---- messages ------------------------------------------------------------------------------------

@@ -153,6 +153,10 @@ def noop(batch: pa.Table) -> pa.Table:
     return batch
 
 
+def noop_logged(row: dict, log: object = None, *rest: object) -> dict:
+    return row
+
+
 def wrong_type(batch: pa.Table) -> dict[str, object]:
     return {"id": batch["id"], "output": [f"{i}" for i in batch["id"].to_pylist()]}
 

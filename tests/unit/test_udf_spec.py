@@ -32,7 +32,7 @@ def test_an_instance_is_refused_with_the_fix():
         vane.range(3).map_batches(Model(), schema=SCHEMA)
     message = str(info.value)
     assert "instance of Model" in message
-    assert "Pass Model instead of Model(...)" in message
+    assert "Pass the class Model instead of Model(...)" in message
     assert "fn_constructor_args" in message
 
 

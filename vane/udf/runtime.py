@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from vane.errors import UDFError
-from vane.udf.batch_contract import ContractError, conform
+from vane.udf.batch_contract import ContractError, conform, shorten
+from vane.udf.batch_format import to_format
 from vane.udf.failures import describe_exception
 from vane.udf.spec import UdfSpec
 
@@ -53,6 +54,10 @@ class BatchOutcome:
             self.dropped + [rows + i for i in other.dropped],
             self.poisoned + other.poisoned,
         )
+
+
+class Yielded(list[Any]):
+    """What a generator UDF yielded for one input (a batch's output batches, a row's rows)."""
 
 
 class RowFailures(Exception):
@@ -88,18 +93,23 @@ class RowCountError(ContractError):
 
 
 def failed_rows(
-    spec: UdfSpec, schema: pa.Schema, rows: int, error: str, poisoned: Sequence[str] = ()
+    spec: UdfSpec, schema: pa.Schema, inputs: pa.Table, error: str, poisoned: Sequence[str] = ()
 ) -> BatchOutcome:
-    """``rows`` failing input rows under ``on_error="skip"`` (dropped) or ``"null"`` (a row of
-    nulls each, with the error text); ``schema`` is the step's output, error column included."""
+    """The failing input rows ``inputs`` under ``on_error="skip"`` (dropped) or ``"null"`` (one
+    row each, with the error text); ``schema`` is the step's output, error column included.
+    Under "null" an output column that is also an input column of the same type (an id, a key)
+    keeps the input's values, so that a failing row can be traced; the others are null."""
+    rows = inputs.num_rows
     if spec.on_error == "skip":
         return BatchOutcome(schema.empty_table(), rows, 0, error, list(range(rows)), list(poisoned))
-    columns = [
-        pa.array([error] * rows, pa.string())
-        if f.name == spec.error_column
-        else pa.nulls(rows, f.type)
-        for f in schema
-    ]
+    columns = []
+    for f in schema:
+        if f.name == spec.error_column:
+            columns.append(pa.array([error] * rows, pa.string()))
+        elif f.name in inputs.column_names and inputs.schema.field(f.name).type == f.type:
+            columns.append(inputs.column(f.name))
+        else:
+            columns.append(pa.nulls(rows, f.type))
     return BatchOutcome(
         pa.Table.from_arrays(columns, schema=schema), 0, rows, error, [], list(poisoned)
     )
@@ -131,9 +141,15 @@ class UdfRuntime:
     # ---- calling the user's code ----------------------------------------------------------
 
     async def _call_one(self, value: Any) -> Any:
-        result = self.fn(value, **self.spec.fn_kwargs)
+        """The function's answer for ``value``; a generator's yields, collected in a list
+        marked ``Yielded``."""
+        result = self.fn(value, *self.spec.fn_args, **self.spec.fn_kwargs)
         if inspect.isawaitable(result):
             result = await result
+        elif inspect.isgenerator(result):
+            result = Yielded(result)
+        elif inspect.isasyncgen(result):
+            result = Yielded([item async for item in result])
         return result
 
     async def _call_row(self, row: dict[str, Any]) -> Any:
@@ -153,7 +169,11 @@ class UdfRuntime:
 
     async def _call_and_conform(self, table: pa.Table) -> pa.Table:
         if self.spec.kind == "batch":
-            return conform(await self._call_one(table), self.declared, self._where)
+            result = await self._call_one(to_format(table, self.spec.batch_format))
+            if not isinstance(result, Yielded):
+                return conform(result, self.declared, self._where)
+            pieces = [conform(piece, self.declared, self._where) for piece in result]
+            return pa.concat_tables(pieces) if pieces else self.declared.empty_table()
         rows = table.to_pylist()
         if self.is_async:
             results = await asyncio.gather(*(self._call_row(row) for row in rows))
@@ -164,11 +184,18 @@ class UdfRuntime:
             for row, result in zip(rows, results, strict=True):
                 if not isinstance(result, (list, tuple)):
                     raise ContractError(
-                        f"{self._where}: flat_map functions return a list of row dicts, got "
-                        f"{type(result).__name__} for row {row!r}"
+                        f"{self._where}: flat_map functions return a list of row dicts (or "
+                        f"yield them), got {type(result).__name__} for row {shorten(row)}"
                     )
                 out_rows.extend(result)
         else:
+            for row, result in zip(rows, results, strict=True):
+                if isinstance(result, Yielded):
+                    raise ContractError(
+                        f"{self._where}: a map function returns one row dict per row, and "
+                        f"this one yields rows (for row {shorten(row)}). Use flat_map for a "
+                        "function that yields any number of rows"
+                    )
             out_rows = list(results)
         names = self.declared.names
         expected = set(names)
@@ -297,7 +324,7 @@ class UdfRuntime:
     ) -> BatchOutcome:
         """Bisect a failing batch down to the rows that fail; keep the output of the others."""
         if table.num_rows <= 1:
-            return failed_rows(self.spec, self.schema, table.num_rows, describe_exception(error))
+            return failed_rows(self.spec, self.schema, table, describe_exception(error))
         middle = table.num_rows // 2
         outcome: BatchOutcome | None = None
         for part in (table.slice(0, middle), table.slice(middle)):

@@ -7,6 +7,7 @@ rather than later with pickle's bare ``cannot pickle '_thread.lock' object``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -84,9 +85,17 @@ def _parts(spec: UdfSpec) -> Iterator[tuple[str, Any]]:
         yield f"fn_constructor_args[{i}]", value
     for key, value in spec.constructor_kwargs.items():
         yield f"fn_constructor_kwargs[{key!r}]", value
+    for i, value in enumerate(spec.fn_args):
+        yield f"fn_args[{i}]", value
     for key, value in spec.fn_kwargs.items():
         yield f"fn_kwargs[{key!r}]", value
     fn = spec.fn
+    if isinstance(fn, functools.partial):
+        for i, value in enumerate(fn.args):
+            yield f"the partial's argument {i}", value
+        for key, value in fn.keywords.items():
+            yield f"the partial's argument {key!r}", value
+        fn = fn.func
     functions = [("", fn)]
     if inspect.isclass(fn):
         for name, value in vars(fn).items():

@@ -3,6 +3,7 @@ fault policy. Everything is checked when the step is built, before anything runs
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ BACKENDS: tuple[str, ...] = ("thread", "subprocess_actor", "subprocess_task", "r
 OnError = Literal["raise", "skip", "null"]
 ON_ERROR: tuple[str, ...] = ("raise", "skip", "null")
 Kind = Literal["batch", "row", "flat"]
+BatchFormat = Literal["pyarrow", "pandas", "numpy"]
+BATCH_FORMATS: tuple[str, ...] = ("pyarrow", "pandas", "numpy")
 
 ERROR_COLUMN = "error"
 DEFAULT_MAX_CONCURRENCY_PER_ACTOR = 16
@@ -28,12 +31,16 @@ DEFAULT_ACTOR_START_TIMEOUT_S = 600.0
 
 
 def _callable_name(fn: object) -> str:
+    if isinstance(fn, functools.partial):
+        return _callable_name(fn.func)
     return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def is_async_callable(fn: Any) -> bool:
+    """Whether calling ``fn`` (a function, or a class's ``__call__``) gives a coroutine or an
+    async generator: such a UDF runs on the actor's event loop."""
     target = fn.__call__ if isinstance(fn, type) else fn
-    return inspect.iscoroutinefunction(target)
+    return inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target)
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,7 +64,10 @@ class UdfSpec:
     memory: int | None = None
     constructor_args: tuple[Any, ...] = ()
     constructor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    fn_args: tuple[Any, ...] = ()
     fn_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # What a batch UDF is given: a pa.Table, a pandas DataFrame or a dict of numpy arrays.
+    batch_format: BatchFormat = "pyarrow"
     max_concurrency_per_actor: int = DEFAULT_MAX_CONCURRENCY_PER_ACTOR
     max_retries: int = 0
     on_error: OnError = "raise"
@@ -130,6 +140,11 @@ def _concurrency(verb: str, value: object) -> tuple[int, int]:
 
 
 def _check_callable(verb: str, fn: object, has_constructor_args: bool) -> None:
+    if isinstance(fn, functools.partial):
+        if isinstance(fn.func, type):  # unwrapped by build_spec; here only a partial of a partial
+            return
+        _check_callable(verb, fn.func, has_constructor_args)
+        return
     if isinstance(fn, type):
         if fn.__call__ is type.__call__:
             raise ConfigurationError(f"{verb}(): class {fn.__name__} has no __call__ method")
@@ -145,13 +160,60 @@ def _check_callable(verb: str, fn: object, has_constructor_args: bool) -> None:
         cls = type(fn).__name__
         raise ConfigurationError(
             f"{verb}(): got an instance of {cls}, but vane needs the class itself so that each "
-            f"actor constructs its own copy inside the worker that runs it. Pass {cls} instead "
-            f"of {cls}(...), with constructor arguments as fn_constructor_args=(...) or "
-            "fn_constructor_kwargs={...}"
+            f"actor constructs its own copy inside the worker that runs it. Pass the class "
+            f"{cls} instead of {cls}(...), with its constructor arguments as "
+            "fn_constructor_args=(...) or fn_constructor_kwargs={...}"
         )
     raise ConfigurationError(
         f"{verb}(): fn must be a callable class or a function, got {type(fn).__name__}"
     )
+
+
+def _bind_partial(
+    fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """A ``functools.partial`` of a class binds constructor arguments: the class, with those
+    arguments in front of (positional) or under (keyword) the step's own."""
+    if isinstance(fn, functools.partial) and isinstance(fn.func, type):
+        return fn.func, (*fn.args, *args), {**fn.keywords, **(kwargs or {})}
+    return fn, args, dict(kwargs or {})
+
+
+def _signature(target: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin or extension type without one: not checked
+        return None
+
+
+def _check_arguments(
+    verb: str,
+    fn: Any,
+    constructor: tuple[tuple[Any, ...], Mapping[str, Any]],
+    call: tuple[tuple[Any, ...], Mapping[str, Any]],
+) -> None:
+    """Constructor and call arguments fit the signatures: checked when the step is built, not
+    in an actor later. Each check is (what, callable, leading arguments vane supplies, the
+    user's arguments, the options to fix)."""
+    name = _callable_name(fn)
+    if isinstance(fn, type):
+        checks = [
+            (f"{name}(...)", fn, 0, constructor, "fn_constructor_args/fn_constructor_kwargs"),
+            (f"{name}.__call__", fn.__call__, 2, call, "fn_args/fn_kwargs"),  # self, the batch
+        ]
+    else:
+        checks = [(name, fn, 1, call, "fn_args/fn_kwargs")]  # the batch or row
+    for what, target, supplied, (args, kwargs), options in checks:
+        signature = _signature(target)
+        if signature is None:
+            continue
+        try:
+            signature.bind(*(None,) * supplied, *args, **kwargs)
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"{verb}(): {what} cannot take the arguments given: {exc}. Its signature is "
+                f"{signature}; fix {options}"
+            ) from None
 
 
 def build_spec(
@@ -172,6 +234,8 @@ def build_spec(
     max_retries: int,
     on_error: str,
     preserve_order: bool,
+    fn_args: tuple[Any, ...] = (),
+    batch_format: str = "pyarrow",
     batch_timeout_s: float | None = None,
     actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
     reads: tuple[str, ...] | None = None,
@@ -180,7 +244,32 @@ def build_spec(
     error_column: str = ERROR_COLUMN,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
-    _check_callable(verb, fn, bool(fn_constructor_args or fn_constructor_kwargs))
+    for option, value in (
+        ("fn_constructor_kwargs", fn_constructor_kwargs),
+        ("fn_kwargs", fn_kwargs),
+    ):
+        if value is not None and not isinstance(value, Mapping):
+            raise ConfigurationError(f"{verb}(): {option} must be a dict, got {value!r}")
+    for option, positional in (("fn_constructor_args", fn_constructor_args), ("fn_args", fn_args)):
+        if not isinstance(positional, (tuple, list)):
+            raise ConfigurationError(
+                f"{verb}(): {option} must be a tuple of positional arguments, got {positional!r}"
+            )
+    fn, constructor_args, constructor_kwargs = _bind_partial(
+        fn, tuple(fn_constructor_args), fn_constructor_kwargs
+    )
+    _check_callable(verb, fn, bool(constructor_args or constructor_kwargs))
+    _check_arguments(
+        verb, fn, (constructor_args, constructor_kwargs), (tuple(fn_args), dict(fn_kwargs or {}))
+    )
+    if batch_format not in BATCH_FORMATS:
+        raise ConfigurationError(
+            f"{verb}(): batch_format={batch_format!r} is not one of {', '.join(BATCH_FORMATS)}"
+        )
+    if batch_format == "pandas":
+        from vane._deps import require
+
+        require("pandas", extra="pandas")
     if batch_size is not None:
         _positive_int(verb, "batch_size", batch_size)
     low, high = _concurrency(verb, concurrency)
@@ -218,14 +307,12 @@ def build_spec(
         if max_concurrency_per_actor is None
         else _positive_int(verb, "max_concurrency_per_actor", max_concurrency_per_actor)
     )
-    for option, value in (
-        ("fn_constructor_kwargs", fn_constructor_kwargs),
-        ("fn_kwargs", fn_kwargs),
-    ):
-        if value is not None and not isinstance(value, Mapping):
-            raise ConfigurationError(f"{verb}(): {option} must be a dict, got {value!r}")
-    if not isinstance(fn_constructor_args, tuple):
-        fn_constructor_args = tuple(fn_constructor_args)
+    if max_concurrency_per_actor is not None and not is_async_callable(fn):
+        raise ConfigurationError(
+            f"{verb}(): max_concurrency_per_actor={max_concurrency_per_actor} sets how many "
+            f"calls an async UDF runs at once, and {_callable_name(fn)} is synchronous. Use "
+            f"concurrency=N to run N actors, or make the function `async def`"
+        )
     spec = UdfSpec(
         fn=fn,
         verb=verb,
@@ -237,9 +324,11 @@ def build_spec(
         gpus=gpus,
         cpus=cpus,
         memory=memory,
-        constructor_args=fn_constructor_args,
-        constructor_kwargs=dict(fn_constructor_kwargs or {}),
+        constructor_args=constructor_args,
+        constructor_kwargs=constructor_kwargs,
+        fn_args=tuple(fn_args),
         fn_kwargs=dict(fn_kwargs or {}),
+        batch_format=batch_format,  # type: ignore[arg-type]
         max_concurrency_per_actor=per_actor,
         max_retries=max_retries,
         on_error=on_error,  # type: ignore[arg-type]

@@ -450,7 +450,7 @@ class ActorPool(ABC):
             self._split(request, loss)
         else:
             poisoned = [f"input row {task.offset}: {loss.text}"]
-            outcome = failed_rows(spec, self.schema, task.table.num_rows, loss.row_error, poisoned)
+            outcome = failed_rows(spec, self.schema, task.table, loss.row_error, poisoned)
             _resolve(request.future, outcome)
 
     def _split(self, request: Request, loss: Loss) -> None:
