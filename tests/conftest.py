@@ -26,3 +26,29 @@ def _quiet_progress():
     import vane
 
     vane.configure(progress=False)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster for the session, sized by logical resources (4 CPUs and 4 GPUs on
+    a 2-core machine without a GPU), its workers able to import the tests' modules."""
+    ray = pytest.importorskip("ray")
+    root = str(Path(__file__).resolve().parents[1])
+    ray.init(
+        num_cpus=4,
+        num_gpus=4,
+        include_dashboard=False,
+        runtime_env={"env_vars": {"PYTHONPATH": root, "HF_HUB_OFFLINE": "1"}},
+    )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture
+def on_ray(ray_cluster):
+    """Run the test's actions on the Ray runner, then switch back to the local one."""
+    import vane
+
+    vane.configure(runner="ray")
+    yield ray_cluster
+    vane.configure(runner="local")

@@ -19,6 +19,14 @@ def examples():
 
 
 @pytest.mark.parametrize("code", list(examples()))
-def test_example_runs(code, tmp_path, monkeypatch):
+def test_example_runs(code, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "<docs example>", "exec"), {"__name__": "__docs__"})
+    if 'runner="ray"' in code:
+        # the session's Ray cluster (4 logical GPUs), which configure(runner="ray") then uses
+        request.getfixturevalue("ray_cluster")
+    try:
+        exec(compile(code, "<docs example>", "exec"), {"__name__": "__docs__"})
+    finally:
+        import vane
+
+        vane.configure(runner="local")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -47,3 +47,12 @@ class Rechunker:
                 self._pending = batch.slice(remaining)
                 yield batch.slice(0, remaining)
                 remaining = 0
+
+
+def exact_batches(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` re-cut into batches of exactly ``size`` rows (the last may be shorter), as
+    they are read: zero-copy slices, joined at the seams."""
+    rechunker = Rechunker(iter(batches))
+    while not rechunker.exhausted:
+        pieces = list(rechunker.take(size))
+        yield pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)

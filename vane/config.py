@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from typing import Any
 
 from vane.errors import ConfigurationError
 
-RUNNERS = ("local",)
+RUNNERS = ("local", "ray")
 
 
 def _default_memory_budget() -> int:
@@ -54,12 +55,20 @@ def configure(
     memory_budget: int | None = None,
     spill_directory: str | os.PathLike[str] | None = None,
     ai_cache: str | os.PathLike[str] | None = None,
+    address: str | None = None,
+    **ray_init_kwargs: Any,
 ) -> Config:
     """Change process-wide settings; returns the settings now in force.
 
     ``memory_budget`` (bytes) is how much of a materialized result vane keeps in memory before
     it spills the result to Parquet files in ``spill_directory``. ``ai_cache`` is a directory
     where AI functions keep every answer they receive, so a rerun pays only for new requests.
+
+    ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
+    process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
+    else a new local one; other keyword arguments go to ``ray.init``. ``runner="local"``
+    switches back. Call it before building the pipeline: steps are checked against the
+    runner's resources when they are built.
 
     >>> import vane
     >>> vane.configure(progress=False).progress
@@ -74,6 +83,17 @@ def configure(
                 f"{', '.join(map(repr, RUNNERS))}"
             )
         changes["runner"] = runner
+    if (address is not None or ray_init_kwargs) and runner != "ray":
+        given = ", ".join(sorted([*ray_init_kwargs, *(["address"] if address else [])]))
+        raise ConfigurationError(
+            f"configure() got {given}, which only apply with runner='ray' (they are passed to "
+            "ray.init); other settings are runner, progress, batch_size, memory_budget, "
+            "spill_directory and ai_cache"
+        )
+    if runner == "ray":
+        from vane.execution.ray.cluster import connect  # needs the `ray` extra
+
+        connect(address, ray_init_kwargs)
     if progress is not None:
         changes["progress"] = bool(progress)
     if batch_size is not None:

@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
-from vane.execution.resources import check_resources
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
@@ -79,7 +78,8 @@ class Relation:
         ``optimized=True``, the plan as it will run, after the optimizer's rewrites."""
         from vane.plan.optimizer import optimize
 
-        return explain_plan(optimize(self._plan) if optimized else self._plan)
+        plan = optimize(self._plan) if optimized else self._plan
+        return explain_plan(plan, current_runner().placement(plan))
 
     def __repr__(self) -> str:
         return f"Relation[{describe_schema(self.schema)}]\n{self.explain()}"
@@ -343,7 +343,7 @@ class Relation:
             )
         declared = to_arrow_schema(schema)
         step = nodes.UdfStep(self._plan, spec, declared)
-        check_resources(spec, spec.name)  # before anything runs: fail with the counts
+        current_runner().check(step)  # before anything runs: fail with the counts
         return Relation(step)
 
     # ---- AI functions: each adds one column and keeps the rest ---------------------------

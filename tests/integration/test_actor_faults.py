@@ -96,7 +96,9 @@ def test_a_row_whose_output_breaks_the_schema_is_a_failing_row(on_error):
     if on_error == "skip":
         assert [r["id"] for r in rows] == [0, 1, 2, 4, 5]
     else:
-        assert rows[3]["id"] == 3 and rows[3]["label"] is None and "column 'label'" in rows[3]["error"]
+        assert (
+            rows[3]["id"] == 3 and rows[3]["label"] is None and "column 'label'" in rows[3]["error"]
+        )
         assert rows[4] == {"id": 4, "label": 8, "error": None}
 
 

@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
-from vane._arrow import Rechunker
+from vane._arrow import exact_batches
 from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
@@ -202,6 +202,17 @@ class LocalRunner:
 
     name = "local"
 
+    def check(self, plan: PlanNode) -> None:
+        """Every UDF step's GPUs, cores and memory against this machine, before anything runs."""
+        from vane.execution.resources import check_resources
+
+        for node in walk(plan):
+            if isinstance(node, UdfStep):
+                check_resources(node.udf, node.udf.name)
+
+    def placement(self, plan: PlanNode) -> dict[int, str]:
+        return {}  # everything runs here: explain() shows the plan as it is
+
     def to_arrow(self, plan: PlanNode) -> pa.Table:
         plan = optimize(plan)
         with _action(plan) as execution:
@@ -222,20 +233,18 @@ class LocalRunner:
         row group's), so they are cut with zero-copy slices and joined at the seams."""
         plan = optimize(plan)
         with _action(plan) as execution:
-            rechunker = Rechunker(iter(execution.reader(plan, batch_size)))
-            while not rechunker.exhausted:
-                pieces = list(rechunker.take(batch_size))
-                yield pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+            yield from exact_batches(execution.reader(plan, batch_size), batch_size)
 
     def materialize(self, plan: PlanNode) -> MaterializedScan:
-        """The plan's rows, computed now and kept for any number of later reads."""
-        batches = self.stream(plan, get_config().batch_size)
-        return MaterializedScan(
-            Spool.collect(pa.RecordBatchReader.from_batches(plan.schema, batches))
-        )
+        return materialized(plan, self.stream(plan, get_config().batch_size))
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         with _action(plan) as execution:
             return write_to(sink, execution.reader(plan, get_config().batch_size))
+
+
+def materialized(plan: PlanNode, batches: Iterator[pa.RecordBatch]) -> MaterializedScan:
+    """``plan``'s rows (``batches``, streamed by a runner), kept for any number of later reads."""
+    return MaterializedScan(Spool.collect(pa.RecordBatchReader.from_batches(plan.schema, batches)))

@@ -12,15 +12,21 @@ import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import FileScan, MaterializedScan, PlanNode, Source, SqlStep, UdfStep
+from vane.plan.nodes import FileScan, PlanNode, Source, SqlStep, UdfStep
 from vane.plan.traverse import walk
 
 Cursor = duckdb.DuckDBPyConnection
 
 
+class Scannable(Protocol):
+    """Rows kept or streamed for a node, which DuckDB reads instead of computing the node."""
+
+    def to_duckdb(self, cursor: Cursor) -> duckdb.DuckDBPyRelation: ...
+
+
 class UdfStreams(Protocol):
     def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader: ...
-    def spooled(self, node: PlanNode) -> MaterializedScan | None: ...
+    def spooled(self, node: PlanNode) -> Scannable | None: ...
 
 
 def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBPyRelation:

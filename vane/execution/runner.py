@@ -1,15 +1,52 @@
-"""Which runner executes a plan: chosen by ``vane.configure(runner=...)``."""
+"""Which runner executes a plan, chosen by ``vane.configure(runner=...)``: ``"local"`` (this
+process and its subprocess actors, on the embedded DuckDB) or ``"ray"`` (the same plan lowered
+onto Ray Data). Runners load lazily: ``import vane`` never imports Ray."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+import pyarrow as pa
+
 from vane.config import get_config
-from vane.execution.local import LocalRunner
 
-_LOCAL = LocalRunner()
+if TYPE_CHECKING:
+    from vane.io.sinks import FileSink, WriteResult
+    from vane.plan.nodes import MaterializedScan, PlanNode
 
 
-def current_runner() -> LocalRunner:
-    name = get_config().runner
-    if name == "local":
-        return _LOCAL
-    raise AssertionError(f"configure() admitted an unknown runner {name!r}")
+class Runner(Protocol):
+    """What every runner does with a plan. ``check`` fails before anything runs when the
+    runner's machine or cluster cannot give a step what it asks for; ``placement`` says, for
+    ``explain()``, where each step runs (by node identity)."""
+
+    name: str
+
+    def check(self, plan: PlanNode) -> None: ...
+    def placement(self, plan: PlanNode) -> dict[int, str]: ...
+    def to_arrow(self, plan: PlanNode) -> pa.Table: ...
+    def count(self, plan: PlanNode) -> int: ...
+    def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]: ...
+    def materialize(self, plan: PlanNode) -> MaterializedScan: ...
+    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult: ...
+
+
+# name -> (module, class); imported the first time the runner is used.
+_REGISTRY = {
+    "local": ("vane.execution.local", "LocalRunner"),
+    "ray": ("vane.execution.ray", "RayRunner"),
+}
+_instances: dict[str, Runner] = {}
+
+
+def runner_named(name: str) -> Runner:
+    if name not in _instances:
+        module, cls = _REGISTRY[name]
+        _instances[name] = getattr(importlib.import_module(module), cls)()
+    return _instances[name]
+
+
+def current_runner() -> Runner:
+    return runner_named(get_config().runner)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from vane.plan.nodes import PlanNode
 
 
-def explain(node: PlanNode) -> str:
-    """Each step on its own line, inputs indented under the step that reads them."""
+def explain(node: PlanNode, placement: Mapping[int, str] | None = None) -> str:
+    """Each step on its own line, inputs indented under the step that reads them; with a
+    runner's ``placement`` (by node identity), each line ends with where the step runs."""
     lines: list[str] = []
+    where = placement or {}
 
     def visit(current: PlanNode, depth: int) -> None:
-        lines.append("  " * depth + current.describe())
+        place = where.get(id(current))
+        lines.append("  " * depth + current.describe() + (f"  @ {place}" if place else ""))
         for child in current.inputs:
             visit(child, depth + 1)
 

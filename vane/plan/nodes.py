@@ -60,6 +60,15 @@ class PlanNode:
             )
         object.__setattr__(self, "_schema", schema)
 
+    @property
+    def row_local(self) -> bool:
+        """Whether each output row depends on one input row (or one batch of them) alone, so
+        the step can run on any split of its input (a Ray block, a batch) and give the same
+        rows: select, filter, with_column, drop, rename and UDF steps whose expressions hold no
+        aggregate, window or subquery. Joins, aggregates, sorts, limits, unions, distinct
+        and SQL queries need all rows."""
+        return False
+
     def describe(self) -> str:
         """One line: the step's kind and its key fields."""
         raise NotImplementedError
@@ -294,6 +303,15 @@ class SqlStep(PlanNode):
         return [name for node in self.inputs for name in node.schema.names]
 
 
+class _RowLocalStep(SqlStep):
+    """A SQL step computed row by row: row-local unless an expression aggregates, uses a
+    window or a subquery."""
+
+    @property
+    def row_local(self) -> bool:
+        return all(expr.is_row_local() for expr in self.expressions())
+
+
 def _need(step: str, what: str, values: Sequence[object]) -> None:
     if not values:
         raise PlanError(f"{step}() needs at least one {what}")
@@ -317,7 +335,7 @@ def _show_item(expr: Expr) -> str:
 
 
 @dataclass(frozen=True, eq=False)
-class Select(SqlStep):
+class Select(_RowLocalStep):
     input: PlanNode
     exprs: tuple[Expr, ...]
 
@@ -340,7 +358,7 @@ class Select(SqlStep):
 
 
 @dataclass(frozen=True, eq=False)
-class Filter(SqlStep):
+class Filter(_RowLocalStep):
     input: PlanNode
     predicate: Expr
 
@@ -362,7 +380,7 @@ class Filter(SqlStep):
 
 
 @dataclass(frozen=True, eq=False)
-class WithColumns(SqlStep):
+class WithColumns(_RowLocalStep):
     """Add columns computed from the input (all from the input as it was), or replace the
     columns of those names in place."""
 
@@ -415,7 +433,7 @@ def _check_columns(step: str, names: Sequence[str], node: PlanNode) -> None:
 
 
 @dataclass(frozen=True, eq=False)
-class Drop(SqlStep):
+class Drop(_RowLocalStep):
     input: PlanNode
     names: tuple[str, ...]
 
@@ -438,7 +456,7 @@ class Drop(SqlStep):
 
 
 @dataclass(frozen=True, eq=False)
-class Rename(SqlStep):
+class Rename(_RowLocalStep):
     input: PlanNode
     mapping: tuple[tuple[str, str], ...]
 
@@ -816,6 +834,10 @@ class UdfStep(PlanNode):
     @property
     def inputs(self) -> tuple[PlanNode, ...]:
         return (self.input,)
+
+    @property
+    def row_local(self) -> bool:
+        return True  # each batch is answered on its own
 
     def describe(self) -> str:
         spec = self.udf

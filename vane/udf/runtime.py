@@ -74,17 +74,27 @@ class RowFailures(Exception):
 
 @dataclass(frozen=True)
 class Task:
-    """A batch of input rows: ``offset`` is the position of its first row in the step's input;
-    ``attempts_done`` counts attempts already spent on it by an actor that hung."""
+    """A batch of input rows: ``offset`` is the position of its first row in the step's input
+    (None where the host does not know it: a Ray block's place in the whole is not known to the
+    actor that runs it); ``attempts_done`` counts attempts already spent on it by an actor that
+    hung."""
 
     seq: int
-    offset: int
+    offset: int | None
     table: pa.Table
     attempts_done: int = 0
 
     @property
     def rows(self) -> str:
+        if self.offset is None:
+            return f"0..{self.table.num_rows - 1} of a batch of {self.table.num_rows}"
         return f"{self.offset}..{self.offset + self.table.num_rows - 1}"
+
+    def row(self, position: int) -> str:
+        """How a message names the batch's row at ``position``."""
+        if self.offset is None:
+            return f"{position} of a batch of {self.table.num_rows}"
+        return str(self.offset + position)
 
 
 class RowCountError(ContractError):
@@ -281,9 +291,9 @@ class UdfRuntime:
         ``on_error`` applies to those rows only; nothing is re-run, no neighbour is touched."""
         first = failures.errors[0]
         if self.spec.on_error == "raise":
-            row = task.offset + failures.rows[0]
             raise UDFError(
-                f"{self.spec.verb} step `{self.step}` failed on input row {row}"
+                f"{self.spec.verb} step `{self.step}` failed on input row "
+                f"{task.row(failures.rows[0])}"
                 + (f" and {len(failures.rows) - 1} other(s)" if len(failures.rows) > 1 else "")
                 + f": {first}. Pass on_error='null' to keep such rows with a null, or "
                 "on_error='skip' to drop them"

@@ -281,7 +281,14 @@ def build_spec(
         raise ConfigurationError(f"{verb}(): cpus must be > 0, got {cpus!r}")
     if memory is not None:
         _positive_int(verb, "memory (bytes)", memory)
-    backend = execution_backend or ("subprocess_actor" if gpus else "thread")
+    from vane.config import get_config
+
+    if execution_backend is not None:
+        backend = execution_backend
+    elif get_config().runner == "ray":
+        backend = "ray_actor"
+    else:
+        backend = "subprocess_actor" if gpus else "thread"
     if backend not in BACKENDS:
         raise ConfigurationError(
             f"{verb}(): execution_backend={backend!r} is not one of {', '.join(BACKENDS)}"

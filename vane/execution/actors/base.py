@@ -449,7 +449,7 @@ class ActorPool(ABC):
         elif task.table.num_rows > 1:
             self._split(request, loss)
         else:
-            poisoned = [f"input row {task.offset}: {loss.text}"]
+            poisoned = [f"input row {task.row(0)}: {loss.text}"]
             outcome = failed_rows(spec, self.schema, task.table, loss.row_error, poisoned)
             _resolve(request.future, outcome)
 
@@ -460,7 +460,9 @@ class ActorPool(ABC):
         attempts = self.spec.max_retries if loss.hung else task.attempts_done
         halves = (
             Request(Task(task.seq, task.offset, task.table.slice(0, middle), attempts)),
-            Request(Task(task.seq, task.offset + middle, task.table.slice(middle), attempts)),
+            Request(
+                Task(task.seq, _later(task.offset, middle), task.table.slice(middle), attempts)
+            ),
         )
 
         def settle(_: Future[BatchOutcome]) -> None:
@@ -497,3 +499,7 @@ class ActorPool(ABC):
         )
         error.__cause__ = TimeoutError(loss.text)
         return error
+
+
+def _later(offset: int | None, rows: int) -> int | None:
+    return None if offset is None else offset + rows

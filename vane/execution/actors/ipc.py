@@ -113,6 +113,7 @@ def buffer_to_table(body: memoryview) -> pa.Table:
 
 
 def batch_parts(token: int, task: Task) -> tuple[bytes, pa.Buffer]:
+    assert task.offset is not None  # the local pools always know it
     return pack_ids(token, task.offset, task.attempts_done), table_to_buffer(task.table)
 
 

@@ -31,7 +31,7 @@ def pushdown_filters(node: PlanNode) -> PlanNode | None:
     if isinstance(below, WithColumns):
         reads = node.predicate.columns()
         added = {name.lower() for name, _ in below.items}
-        if reads is None or {c.lower() for c in reads} & added or not _row_local(below):
+        if reads is None or {c.lower() for c in reads} & added or not below.row_local:
             return None
         return WithColumns(Filter(below.input, node.predicate), below.items)
     if isinstance(below, UdfStep) and below.udf.passthrough:
@@ -53,12 +53,8 @@ def _below_select(node: Filter, select: Select) -> PlanNode | None:
         for e in select.exprs
         if isinstance(e, Column)  # passed through as it is, under its own name
     }
-    if not reads or any(c.lower() not in kept for c in reads) or not _row_local(select):
+    # Fewer input rows would change a window function's or an aggregate's values: a filter
+    # stays above a step that computes one.
+    if not reads or any(c.lower() not in kept for c in reads) or not select.row_local:
         return None
     return Select(Filter(select.input, node.predicate), select.exprs)
-
-
-def _row_local(step: Select | WithColumns) -> bool:
-    """Fewer input rows would change a window function's or an aggregate's values: a filter
-    stays above a step that computes one."""
-    return all(expr.is_row_local() for expr in step.expressions())

@@ -1,0 +1,233 @@
+"""One suite, both runners: every conformance pipeline (map_batches, map, flat_map, on_error,
+SQL around UDF steps, column UDFs, writes) must give the same rows on the local runner and on
+a local Ray cluster."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import vane
+from tests.conformance.test_backends import CASES, N, double
+
+pytestmark = pytest.mark.ray
+
+
+def _rows(build):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # on_error cases warn by design
+        return build().to_pylist()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_udf_pipelines_give_the_local_rows_on_ray(name, on_ray):
+    case = CASES[name]
+    rows = _rows(lambda: case.build(vane.range(N), None))
+    if case.ordered:
+        assert rows == case.expected
+    else:
+        assert sorted(rows, key=lambda r: r["id"]) == case.expected
+
+
+def gpu_of_actor(batch):
+    import os
+
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return {"pid": [os.getpid()] * batch.num_rows, "gpu": [devices] * batch.num_rows}
+
+
+def relational(source: vane.Relation, other: vane.Relation) -> dict[str, list[dict]]:
+    """Pipelines mixing UDF steps with steps that need all rows, by name."""
+    udf = source.map_batches(double, schema={"id": "BIGINT", "v": "BIGINT"}, batch_size=7)
+    return {
+        "filter_select_around_udf": udf.filter("v % 3 = 0").select("id", "v + 1 AS w").to_pylist(),
+        "join": udf.join(other, on="id").order_by("id").to_pylist(),
+        "aggregate": udf.aggregate("sum(v) AS s", group_by="id % 4").order_by("s").to_pylist(),
+        "limit": udf.limit(5, offset=3).to_pylist(),
+        "self_union": udf.union(udf).order_by("id", "v").to_pylist(),
+        "sql": udf.sql("SELECT max(v) AS m FROM rel").to_pylist(),
+        "udf_after_aggregate": source.aggregate("count(*) AS id")
+        .map_batches(double, schema={"id": "BIGINT", "v": "BIGINT"})
+        .to_pylist(),
+        "count": [{"n": udf.filter("v > 10").count()}],
+        "materialized": udf.materialize().filter("v < 6").to_pylist(),
+        "iter_batches": [{"sizes": [b.num_rows for b in udf.iter_batches(16)]}],
+    }
+
+
+def test_relational_steps_around_udf_steps_give_the_local_rows(on_ray):
+    other = vane.from_pydict({"id": list(range(0, N, 5)), "tag": [f"t{i}" for i in range(0, N, 5)]})
+    on_ray_rows = relational(vane.range(N), other)
+    vane.configure(runner="local")
+    assert on_ray_rows == relational(vane.range(N), other)
+
+
+def test_files_in_and_out_on_ray(tmp_path, on_ray):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for part in range(4):  # files whose schemas differ: the union, as locally
+        table = pa.table({"id": list(range(part * 10, part * 10 + 10))})
+        if part % 2:
+            table = table.append_column("lang", pa.array(["en"] * 10))
+        pq.write_table(table, source / f"{part}.parquet")
+    rel = vane.read_parquet(source).map_batches(
+        lambda b: {"id": b["id"], "lang": b["lang"]},
+        schema={"id": "BIGINT", "lang": "VARCHAR"},
+        batch_size=8,
+    )
+    result = rel.write_parquet(tmp_path / "out", partition_by="lang")
+    assert result.rows == 40
+    back = vane.read_parquet(tmp_path / "out").order_by("id").to_pylist()
+    assert [r["id"] for r in back] == list(range(40))
+    assert [r["lang"] for r in back][:12] == [None] * 10 + ["en"] * 2
+    plain = rel.write_parquet(tmp_path / "plain")
+    assert plain.rows == 40 and plain.files >= 1
+    assert [r["id"] for r in vane.read_parquet(tmp_path / "plain").to_pylist()] == list(range(40))
+
+
+def test_four_gpu_actors_see_four_different_devices(on_ray):
+    out = vane.range(400).map_batches(
+        gpu_of_actor,
+        schema={"pid": "BIGINT", "gpu": "VARCHAR"},
+        batch_size=10,
+        concurrency=4,
+        gpus=1,
+    )
+    assert "4 actor(s) x 0 CPU + 1 GPU" in out.explain()
+    devices = {}
+    for row in out.to_pylist():
+        devices.setdefault(row["pid"], set()).add(row["gpu"])
+    assert all(len(seen) == 1 for seen in devices.values())  # one device per actor, always
+    owned = [next(iter(seen)) for seen in devices.values()]
+    assert len(owned) == len(set(owned))  # no two actors share one
+    assert set(owned) <= {"0", "1", "2", "3"}
+
+
+def test_a_request_the_cluster_cannot_meet_fails_when_the_step_is_built(on_ray):
+    from vane.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"needs GPU for 5 actor\(s\).*\(5 vs 4\)"):
+        vane.range(3).map_batches(
+            double, schema={"id": "BIGINT", "v": "BIGINT"}, concurrency=5, gpus=1
+        )
+    with pytest.raises(ConfigurationError, match=r"needs CPU.*\(12 vs 4\)"):
+        vane.range(3).map_batches(
+            double, schema={"id": "BIGINT", "v": "BIGINT"}, concurrency=3, cpus=4
+        )
+    # an autoscaling step fits if its minimum does
+    vane.range(3).map_batches(
+        double, schema={"id": "BIGINT", "v": "BIGINT"}, concurrency=(1, 8), gpus=1
+    )
+
+
+def raises_on_3(batch):
+    if 3 in batch["id"].to_pylist():
+        raise KeyError("three")
+    return {"id": batch["id"]}
+
+
+def test_a_udf_error_on_ray_is_the_local_error(on_ray):
+    from vane.errors import UDFError
+
+    with pytest.raises(KeyError) as info:
+        vane.range(10).map_batches(raises_on_3, schema={"id": "BIGINT"}, batch_size=5).to_arrow()
+    error = info.value
+    assert isinstance(error, UDFError)
+    assert "map_batches step `raises_on_3` raised on input rows 0..4 of a batch of 5" in str(error)
+    assert "KeyError: 'three'" in str(error)
+    assert isinstance(error.__cause__, KeyError)
+    kept = vane.range(10).map_batches(
+        raises_on_3, schema={"id": "BIGINT"}, batch_size=5, on_error="skip"
+    )
+    with pytest.warns(UserWarning, match=r"skipped 1 row\(s\).*KeyError: 'three'"):
+        rows = kept.to_pylist()
+    assert [r["id"] for r in rows] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+
+
+def column_udf_pipelines(texts: vane.Relation) -> dict[str, list[dict]]:
+    from tests.integration import column_udfs as u
+
+    col = vane.col
+    analyzer = u.Analyzer()
+    return {
+        "funcs": texts.with_column("loud", u.shout(col("text")))
+        .with_column("n", u.length(col("text")))
+        .filter("n > 3")
+        .to_pylist(),
+        "class_methods": texts.with_columns(
+            {"verdict": analyzer(col("text")), "first": analyzer.first_word(col("text"))}
+        ).to_pylist(),
+        "on_error_null": texts.with_column("f", u.fragile(col("id"))).to_pylist(),
+        "batch_func": texts.with_column("r", u.ratio(col("id"), col("id") + 1)).to_pylist(),
+    }
+
+
+def test_column_udfs_give_the_local_rows_on_ray(on_ray):
+    def texts():
+        return vane.from_pydict(
+            {"id": list(range(8)), "text": [f"word {'x' * i} end" for i in range(8)]}
+        )
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        on_ray_rows = column_udf_pipelines(texts())
+        vane.configure(runner="local")
+        assert on_ray_rows == column_udf_pipelines(texts())
+
+
+@pytest.mark.timeout(300)
+def test_a_row_that_kills_every_actor_fails_the_job_instead_of_retrying_forever(on_ray):
+    from tests.integration import udfs
+    from vane.errors import ActorDiedError
+
+    out = vane.range(20).map_batches(
+        udfs.ExitOnRows, schema={"id": "BIGINT"}, batch_size=5, fn_constructor_args=((7,),)
+    )
+    with pytest.raises(ActorDiedError, match="died"):
+        out.to_arrow()
+
+
+def test_runner_ray_without_the_extra_names_it(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import vane\n"
+        "from vane.errors import MissingDependencyError\n"
+        "try:\n"
+        "    vane.configure(runner='ray')\n"
+        "except MissingDependencyError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'vane-data[ray]'" in out.stdout
+    assert vane.configure().runner == "local"
+
+
+def test_ray_only_options_need_the_ray_runner():
+    from vane.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="only apply with runner='ray'"):
+        vane.configure(num_cpus=2)
+
+
+def test_the_seed_ray_example_runs_as_written(on_ray):
+    """seeds/002: the GPU actor stage, with execution_backend="ray_actor", gpus=1, concurrency=4
+    (the session cluster has 4 logical GPUs)."""
+    from tests.integration import udfs
+
+    rel = vane.range(64).select("id", "'text ' || id AS input")
+    out = rel.map_batches(
+        udfs.ModelBatch,
+        schema={"id": "BIGINT", "output": "VARCHAR"},
+        batch_size=32,
+        execution_backend="ray_actor",
+        gpus=1,
+        concurrency=4,
+    )
+    assert out.to_pylist() == [{"id": i, "output": f"TEXT {i}"} for i in range(64)]

@@ -1,0 +1,260 @@
+"""The Ray runner: the same plan, lowered onto Ray Data (``lowering.py``), with UDF steps on
+Ray actors that host vane's actor body (``actor.py``). Writes stage part files from Ray tasks
+and commit them from the driver with the same all-or-nothing protocol as the local runner.
+See docs/ray.md."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+
+from vane._arrow import exact_batches
+from vane.config import get_config
+from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.execution.local import LocalRunner, materialized
+from vane.execution.ray.cluster import cluster_resources, ray_module
+from vane.execution.ray.lowering import (
+    RayLowering,
+    actor_resources,
+    describe_actor,
+    holds_udf,
+)
+from vane.execution.resources import gpus_needed
+from vane.io.sinks import FileSink, Part, WriteResult
+from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
+from vane.plan.optimizer import optimize
+from vane.plan.traverse import walk
+
+# Part files being written at once by Ray tasks during a write.
+_WRITES_IN_FLIGHT = 4
+
+
+class RayRunner:
+    """Plans without a UDF step run in DuckDB on the driver, as on the local runner (Ray adds
+    nothing to SQL but transfers); plans with one run their UDF steps and the row-local steps
+    around them on Ray."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        self._local = LocalRunner()
+
+    # ---- checks and explain ----------------------------------------------------------------
+
+    def check(self, plan: PlanNode) -> None:
+        """Each UDF step's actors against the cluster's CPUs, GPUs and memory: a request the
+        cluster cannot meet fails now, with both numbers, rather than waiting forever."""
+        resources = cluster_resources()
+        for node in walk(plan):
+            if not isinstance(node, UdfStep):
+                continue
+            spec = node.udf
+            each = actor_resources(spec)
+            actors = spec.min_actors
+            wants = (
+                ("GPU", gpus_needed(actors, spec.gpus), "gpus"),
+                ("CPU", actors * each["num_cpus"], "cpus"),
+                ("memory", actors * each.get("memory", 0), "memory"),
+            )
+            for resource, needed, option in wants:
+                has = resources.get(resource, 0)
+                if needed > has:
+                    shown = (
+                        f"{needed / 2**30:.1f} GiB vs {has / 2**30:.1f} GiB"
+                        if resource == "memory"
+                        else f"{needed:g} vs {has:g}"
+                    )
+                    raise ConfigurationError(
+                        f"{spec.verb} step `{spec.name}` needs {resource} for {actors} actor(s) "
+                        f"and the Ray cluster has too few ({shown}). Lower concurrency or "
+                        f"{option}, or add nodes with {resource} to the cluster"
+                    )
+
+    def placement(self, plan: PlanNode) -> dict[int, str]:
+        if not holds_udf(plan):
+            return {id(node): "driver (DuckDB)" for node in walk(plan)}
+        where: dict[int, str] = {}
+        for node in walk(plan):
+            if isinstance(node, UdfStep):
+                where[id(node)] = describe_actor(node.udf)
+            elif isinstance(node, SqlStep) and not node.row_local:
+                where[id(node)] = "driver (DuckDB)"
+            elif holds_udf(node) or _feeds_ray(node, plan):
+                where[id(node)] = (
+                    "ray tasks (read)"
+                    if isinstance(node, Source)
+                    else "ray tasks (DuckDB per block)"
+                )
+            else:
+                where[id(node)] = "driver (DuckDB)"
+        return where
+
+    # ---- actions ----------------------------------------------------------------------------
+
+    def to_arrow(self, plan: PlanNode) -> pa.Table:
+        plan = optimize(plan)
+        if not holds_udf(plan):
+            return self._local.to_arrow(plan)
+        with _action(plan) as lowering:
+            return lowering.reader(plan, get_config().batch_size).read_all()
+
+    def count(self, plan: PlanNode) -> int:
+        plan = optimize(plan)
+        if not holds_udf(plan):
+            return self._local.count(plan)
+        with _action(plan) as lowering:
+            if lowering.runs_on_ray(plan):
+                return int(lowering.dataset(plan).count())
+            rows = lowering.relation(plan).aggregate("count(*)").fetchall()
+            return int(rows[0][0])
+
+    def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
+        plan = optimize(plan)
+        if not holds_udf(plan):
+            yield from self._local.stream(plan, batch_size)
+            return
+        with _action(plan) as lowering:
+            yield from exact_batches(lowering.reader(plan, batch_size), batch_size)
+
+    def materialize(self, plan: PlanNode) -> MaterializedScan:
+        return materialized(plan, self.stream(plan, get_config().batch_size))
+
+    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+        """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
+        write's staging directory; the driver commits them all at once (or none)."""
+        sink.check_schema(plan.schema)
+        plan = optimize(plan)
+        if not holds_udf(plan):
+            return self._local.write(plan, sink)
+        from vane.io.sinks import write_to
+
+        with _action(plan) as lowering:
+            if sink.single_file or not lowering.runs_on_ray(plan):
+                return write_to(sink, lowering.reader(plan, get_config().batch_size))
+            write = sink.start()
+            try:
+                parts = _write_parts(lowering.dataset(plan), write.writer, plan.schema)
+                return write.commit(parts)
+            except BaseException:
+                write.abort()
+                raise
+
+
+def _feeds_ray(node: PlanNode, plan: PlanNode) -> bool:
+    """Whether a UDF step reads ``node`` through row-local steps only (so it runs on Ray)."""
+    for parent in walk(plan):
+        if isinstance(parent, UdfStep) and _row_local_path(parent.input, node):
+            return True
+    return False
+
+
+def _row_local_path(top: PlanNode, target: PlanNode) -> bool:
+    node = top
+    while True:
+        if node is target:
+            return True
+        if isinstance(node, SqlStep) and node.row_local:
+            node = node.inputs[0]
+            continue
+        return False
+
+
+def _write_parts(dataset: Any, writer: Any, schema: pa.Schema) -> list[Part]:
+    """Each block of ``dataset`` written by a Ray task as its own part file(s), named by the
+    block's position so the files sort in row order."""
+    ray = ray_module()
+
+    def write_block(block: pa.Table, index: int) -> list[Part]:
+        parts: list[Part] = writer.write(block.to_batches(), schema, worker=f"{index:06d}")
+        return parts
+
+    remote = ray.remote(num_cpus=1, max_retries=2)(write_block)
+
+    parts: list[Part] = []
+    pending: list[Any] = []
+    blocks = (ref for bundle in dataset.iter_internal_ref_bundles() for ref in bundle.block_refs)
+    for index, ref in enumerate(blocks):
+        pending.append(remote.remote(ref, index))
+        while len(pending) > _WRITES_IN_FLIGHT:
+            parts.extend(ray.get(pending.pop(0)))
+    for ref in pending:
+        parts.extend(ray.get(ref))
+    return parts
+
+
+@contextmanager
+def _action(plan: PlanNode) -> Iterator[RayLowering]:
+    """One action on Ray: a tally of rows that on_error handled (warned about at the end, as
+    locally), errors from actors raised as the driver would raise them, cursors closed."""
+    ray = ray_module()
+    RayRunner().check(plan)
+    from vane.execution.ray.actor import Tally
+
+    tally = ray.remote(num_cpus=0)(Tally).remote()
+    lowering = RayLowering(plan, tally)
+    try:
+        yield lowering
+        _warn(ray.get(tally.totals.remote()), plan)
+    except BaseException as exc:
+        error = _unwrap(exc)
+        if error is exc:
+            raise
+        raise error from error.__cause__
+    finally:
+        lowering.close()
+        ray.kill(tally)
+
+
+def _warn(totals: dict[str, list[Any]], plan: PlanNode) -> None:
+    for node in walk(plan):
+        if not isinstance(node, UdfStep) or node.udf.name not in totals:
+            continue
+        skipped, nulled, first_error = totals[node.udf.name]
+        spec = node.udf
+        what = (
+            f"skipped {skipped:,} row(s) on which the function failed"
+            if skipped
+            else f"kept {nulled:,} failing row(s) as nulls, with the error text in column "
+            f"{spec.error_column!r}"
+        )
+        warnings.warn(
+            f"{spec.verb} step `{spec.name}` {what}; first error: {first_error}",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The error to raise for what Ray raised: an actor's failure as vane's error (a
+    ``UDFError`` catchable as the user's class), a dead actor as ``ActorDiedError``."""
+    from ray.exceptions import ActorDiedError as RayActorDied
+    from ray.exceptions import RayActorError
+
+    from vane.execution.ray.actor import RemoteFailure
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RemoteFailure):
+            # Ray's RayTaskError(RemoteFailure) holds the actor's exception as its cause
+            original = getattr(current, "cause", current)
+            return (original if isinstance(original, RemoteFailure) else current).error()
+        if isinstance(current, VaneError) and current is not exc:
+            return current
+        if isinstance(current, (RayActorError, RayActorDied)):
+            error = ActorDiedError(
+                f"a Ray actor running a UDF step died and Ray gave up restarting it: "
+                f"{str(current).splitlines()[0] if str(current) else type(current).__name__}. "
+                "A row that kills its worker (a segfault, os._exit, out of memory) fails the "
+                "job on the Ray runner; run the step on the local runner to isolate such rows"
+            )
+            error.__cause__ = current
+            return error
+        nested = getattr(current, "cause", None)
+        current = nested if isinstance(nested, BaseException) else current.__cause__
+    return exc

@@ -1,0 +1,72 @@
+"""Connecting to Ray, and what the cluster offers.
+
+vane uses the cluster this process is connected to (``ray.is_initialized()``), else connects to
+``address``, else starts a local one. Ray Data keeps rows in order (``preserve_order``) and draws
+no progress bars of its own: vane reports progress itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from vane._deps import require
+from vane.errors import ConfigurationError
+
+
+def ray_module() -> Any:
+    return require("ray", extra="ray")
+
+
+def connect(address: str | None, init_kwargs: Mapping[str, Any]) -> None:
+    ray = ray_module()
+    require("ray.data", extra="ray")
+    if not ray.is_initialized():
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "logging_level": logging.WARNING,
+            "configure_logging": True,
+        }
+        options.update(init_kwargs)
+        try:
+            ray.init(address=address, **options)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
+            raise ConfigurationError(
+                f"configure(runner='ray') could not connect to {where}: {exc}. Start one with "
+                "`ray start --head`, pass its address, or leave address out to start one here"
+            ) from exc
+    elif address is not None or init_kwargs:
+        raise ConfigurationError(
+            "configure(runner='ray'): this process is already connected to a Ray cluster, so "
+            "address and ray.init arguments cannot apply; call ray.shutdown() first to connect "
+            "elsewhere, or leave them out to use the current cluster"
+        )
+    tune_data_context()
+
+
+def tune_data_context() -> None:
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    context.execution_options.preserve_order = True  # rows come back in input order
+    context.enable_progress_bars = False
+    context.print_on_execution_start = False
+    # An actor's failure reaches the driver as vane encoded it, not as Ray's generic wrapper.
+    context.raise_original_map_exception = True
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    # It would warn, once, that the progress bars vane turned off are off.
+    logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
+
+
+def cluster_resources() -> dict[str, float]:
+    """What the whole cluster has (CPU, GPU, memory), as Ray counts it."""
+    ray = ray_module()
+    if not ray.is_initialized():
+        raise ConfigurationError(
+            "the Ray runner is selected but this process is not connected to Ray (was "
+            "ray.shutdown() called?). Call vane.configure(runner='ray') again"
+        )
+    resources: dict[str, float] = ray.cluster_resources()
+    return resources

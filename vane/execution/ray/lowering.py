@@ -1,0 +1,242 @@
+"""Lowering a plan onto Ray Data.
+
+- A source becomes a Ray dataset: files are read by parallel Ray tasks (``blocks.py``), a
+  range by ``ray.data.range``, an Arrow table by ``ray.data.from_arrow``.
+- A chain of row-local SQL steps becomes one ``map_batches`` task per block, running the
+  steps with the worker's DuckDB.
+- A UDF step becomes ``map_batches`` on an actor pool hosting vane's actor body, with the
+  step's concurrency, GPUs, CPUs and memory.
+- A step that needs all rows (join, aggregate, sort, limit, union, distinct, SQL) runs in
+  DuckDB on the driver, over its inputs streamed back from Ray; what reads its result on Ray
+  gets it through the object store.
+
+Ray Data keeps blocks in order (``preserve_order``), so rows come back in the order the local
+runner gives.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from vane import _engine
+from vane.execution.lowering import Scannable
+from vane.execution.ray.actor import RayUdf
+from vane.execution.ray.blocks import BlockSql, file_datasource, reroot
+from vane.plan.nodes import (
+    ArrowScan,
+    FileScan,
+    PlanNode,
+    RangeScan,
+    Source,
+    SqlStep,
+    UdfStep,
+)
+from vane.plan.traverse import shared_subplans, walk
+from vane.udf.spec import UdfSpec, output_schema
+
+# Rows per object a driver-side result is cut into when Ray steps read it.
+_OBJECT_ROWS = 65_536
+# Blocks an in-memory table is split into, so that later steps can run in parallel.
+_MIN_BLOCKS = 8
+# Ray Data retries a task of a dead actor this many times (a node lost, a worker killed), then
+# fails the job: a row that kills every actor it meets must not retry forever.
+MAX_TASK_RETRIES = 3
+
+
+def holds_udf(node: PlanNode) -> bool:
+    return any(isinstance(n, UdfStep) for n in walk(node))
+
+
+def actor_resources(spec: UdfSpec) -> dict[str, Any]:
+    """What one actor of the step reserves: a GPU actor holds no CPU unless it asks for one."""
+    resources: dict[str, Any] = {"num_cpus": spec.cpus if spec.cpus else (0 if spec.gpus else 1)}
+    if spec.gpus:
+        resources["num_gpus"] = spec.gpus
+    if spec.memory:
+        resources["memory"] = spec.memory
+    return resources
+
+
+def describe_actor(spec: UdfSpec) -> str:
+    resources = actor_resources(spec)
+    parts = [f"{resources['num_cpus']:g} CPU"]
+    if spec.gpus:
+        parts.append(f"{spec.gpus:g} GPU")
+    if spec.memory:
+        parts.append(f"{spec.memory / 2**30:.1f} GiB")
+    size = (
+        str(spec.min_actors)
+        if spec.min_actors == spec.max_actors
+        else f"{spec.min_actors}-{spec.max_actors}"
+    )
+    return f"ray: {size} actor(s) x {' + '.join(parts)}"
+
+
+class RayLowering:
+    """One action's lowering: Ray datasets for the parts of ``plan`` that run on Ray, DuckDB on
+    the driver for the rest. Shared subplans with UDF steps are materialized once."""
+
+    def __init__(self, plan: PlanNode, tally: Any) -> None:
+        import ray.data
+
+        self.ray_data = ray.data
+        self.tally = tally
+        self._shared = shared_subplans(plan)
+        self._datasets: dict[int, Any] = {}
+        self._cursors: list[duckdb.DuckDBPyConnection] = []
+
+    # ---- on Ray --------------------------------------------------------------------------
+
+    def dataset(self, node: PlanNode) -> Any:
+        key = id(node)
+        if key in self._datasets:
+            return self._datasets[key]
+        ds = self._build(node)
+        if key in self._shared:
+            ds = ds.materialize()  # read by two steps: computed once, kept in the object store
+        self._datasets[key] = ds
+        return ds
+
+    def _build(self, node: PlanNode) -> Any:
+        if isinstance(node, UdfStep):
+            return self._udf(node)
+        if isinstance(node, SqlStep) and node.row_local:
+            chain: list[PlanNode] = []
+            below: PlanNode = node
+            while (
+                isinstance(below, SqlStep)
+                and below.row_local
+                and (below is node or id(below) not in self._shared)
+            ):
+                chain.append(below)
+                below = below.inputs[0]
+            top, bottom = reroot(list(reversed(chain)), below.schema)
+            return self.dataset(below).map_batches(
+                _run_block_sql,
+                fn_args=(top, bottom),
+                batch_size=None,
+                batch_format="pyarrow",
+                zero_copy_batch=True,
+            )
+        if isinstance(node, RangeScan):
+            return self.ray_data.range(node.n)
+        if isinstance(node, FileScan):
+            return self.ray_data.read_datasource(file_datasource(node))
+        if isinstance(node, ArrowScan):
+            return self.ray_data.from_arrow(_split(node.table))
+        return self._from_driver(node)
+
+    def _udf(self, node: UdfStep) -> Any:
+        spec = node.udf
+        udf_schema = output_schema(spec, node.declared)
+        options: dict[str, Any] = {}
+        if spec.is_async:
+            options = {
+                "max_concurrent_calls_per_actor": spec.max_concurrency_per_actor,
+                "enable_true_multi_threading": True,
+            }
+        compute = self.ray_data.ActorPoolStrategy(
+            min_size=spec.min_actors, max_size=spec.max_actors, **options
+        )
+        with warnings.catch_warnings():
+            # max_task_retries has no named parameter yet; Ray warns that the catch-all
+            # ray_remote_args will go in 2.64 (then: DataContext or the successor it names).
+            warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")
+            return self.dataset(node.input).map_batches(
+                RayUdf,
+                fn_constructor_args=(spec, udf_schema, node.schema, spec.name, self.tally),
+                batch_size=spec.rows_per_batch,
+                batch_format="pyarrow",
+                zero_copy_batch=True,
+                compute=compute,
+                max_task_retries=MAX_TASK_RETRIES,
+                **actor_resources(spec),
+            )
+
+    def _from_driver(self, node: PlanNode) -> Any:
+        """A step computed on the driver, put into the object store for Ray steps to read."""
+        import ray
+
+        refs = []
+        reader = self.reader(node, _OBJECT_ROWS)
+        for batch in reader:
+            if batch.num_rows:
+                refs.append(ray.put(pa.Table.from_batches([batch])))
+        if not refs:
+            refs.append(ray.put(node.schema.empty_table()))
+        return self.ray_data.from_arrow_refs(refs)  # type: ignore[arg-type]
+
+    # ---- on the driver ---------------------------------------------------------------------
+
+    def reader(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader:
+        """``node``'s rows streamed to the driver: from Ray if it runs there, else from DuckDB."""
+        if self.runs_on_ray(node):
+            batches = self.dataset(node).iter_batches(
+                batch_size=batch_size, batch_format="pyarrow", prefetch_batches=1
+            )
+            return pa.RecordBatchReader.from_batches(node.schema, _as_batches(batches, node.schema))
+        return self.relation(node).to_arrow_reader(batch_size)
+
+    def runs_on_ray(self, node: PlanNode) -> bool:
+        """Whether ``node``'s result comes from Ray: it is row-local (or a source) over a part
+        of the plan that holds a UDF step."""
+        if isinstance(node, UdfStep):
+            return True
+        if isinstance(node, SqlStep) and node.row_local:
+            return holds_udf(node)
+        return False
+
+    def relation(self, node: PlanNode) -> duckdb.DuckDBPyRelation:
+        from vane.execution.lowering import lower
+
+        cursor = _engine.cursor()
+        self._cursors.append(cursor)
+        return lower(node, cursor, self)
+
+    # the UdfStreams protocol of ``vane.execution.lowering.lower``: below a driver-side step,
+    # a part of the plan that holds a UDF step is read from Ray
+    def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader:
+        return self.reader(node, _OBJECT_ROWS)
+
+    def spooled(self, node: PlanNode) -> Scannable | None:
+        if isinstance(node, Source) or not self.runs_on_ray(node) or isinstance(node, UdfStep):
+            return None
+        # a row-local step over a UDF step: computed on Ray, read here as a stream
+        return _StreamScan(self.reader(node, _OBJECT_ROWS))
+
+    def close(self) -> None:
+        for cursor in self._cursors:
+            cursor.close()
+        self._cursors.clear()
+
+
+class _StreamScan:
+    """What ``lower`` asks of a spooled node: a relation on the cursor, here read once."""
+
+    def __init__(self, reader: pa.RecordBatchReader) -> None:
+        self.reader = reader
+
+    def to_duckdb(self, cursor: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
+        return cursor.from_arrow(self.reader)
+
+
+def _run_block_sql(block: pa.Table, top: PlanNode, bottom: Any) -> pa.Table:
+    return BlockSql(top, bottom)(block)
+
+
+def _split(table: pa.Table) -> list[pa.Table]:
+    if table.num_rows < _MIN_BLOCKS * 1024:
+        return [table]
+    size = -(-table.num_rows // _MIN_BLOCKS)
+    return [table.slice(start, size) for start in range(0, table.num_rows, size)]
+
+
+def _as_batches(tables: Iterator[pa.Table], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    for table in tables:
+        same = table if table.schema == schema else table.select(schema.names).cast(schema)
+        yield from same.to_batches()
