@@ -192,9 +192,13 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     locally), errors from actors raised as the driver would raise them, cursors closed."""
     ray = ray_module()
     RayRunner().check(plan)
+    # On the driver's node: if a worker node is lost, the counts must not be lost with it.
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     from vane.execution.ray.actor import Tally
 
-    tally = ray.remote(num_cpus=0)(Tally).remote()
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
     try:
         yield lowering

@@ -10,6 +10,7 @@ body and waits for its outcome. Rows that ``on_error`` handled are counted by th
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import threading
@@ -19,8 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from vane.errors import ConfigurationError, UDFError
-from vane.execution.actors.base import StartTimeout, wait_ready
+from vane.errors import ActorDiedError, ConfigurationError, UDFError
+from vane.execution.actors.base import MAX_DEATHS_PER_BATCH, StartTimeout, wait_ready
 from vane.execution.actors.body import ActorBody, Hang
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.udf.failures import catchable
@@ -85,8 +86,16 @@ class RayUdf:
             )
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        import ray
+
         reads = self.spec.reads
         shipped = batch.select(list(reads)) if reads is not None else batch
+        # Ray retries the batch of an actor that died, as often as it takes (a lost node must
+        # not fail the job); the tally counts each batch's starts, so that one that kills
+        # every actor it meets is stopped here instead of retried forever.
+        starts = ray.get(self.tally.started.remote(self.step, _fingerprint(shipped)))
+        if starts > MAX_DEATHS_PER_BATCH:
+            return self._poisoned(batch, shipped, starts - 1)
         token = next(self._tokens)
         task = Task(token, None, shipped)
         future: Future[BatchOutcome] = Future()
@@ -99,6 +108,25 @@ class RayUdf:
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
             # it travels as bytes, rebuilt in the driver as the subprocess backend does.
             raise RemoteFailure(error_to_bytes(exc), str(exc)) from None
+        return self._output(batch, outcome)
+
+    def _poisoned(self, batch: pa.Table, shipped: pa.Table, deaths: int) -> pa.Table:
+        text = (
+            f"ActorDiedError: the batch killed the Ray actor that ran it {deaths} times (a "
+            "crash, os._exit, or out of memory)"
+        )
+        if self.spec.on_error == "raise":
+            error = ActorDiedError(
+                f"{self.spec.verb} step `{self.step}`: a batch of {shipped.num_rows} rows killed "
+                f"the Ray actor that ran it {deaths} times, so the job stops. On the Ray runner "
+                "such a batch is not split to find its rows: run the step on the local runner "
+                "with on_error='skip' to isolate them"
+            )
+            raise RemoteFailure(error_to_bytes(error), str(error))
+        outcome = failed_rows(self.spec, self.udf_schema, shipped, text)
+        return self._output(batch, outcome)
+
+    def _output(self, batch: pa.Table, outcome: BatchOutcome) -> pa.Table:
         if outcome.rows_skipped or outcome.rows_nulled:
             import ray
 
@@ -136,11 +164,28 @@ class RemoteFailure(Exception):
         return error
 
 
+def _fingerprint(table: pa.Table) -> str:
+    """A batch, told apart from the others of its step by its size and its first and last rows
+    (Ray retries a batch with the same rows)."""
+    if not table.num_rows:
+        return "empty"
+    edges = pa.concat_tables([table.slice(0, 1), table.slice(table.num_rows - 1)])
+    digest = hashlib.sha1(repr(edges.to_pylist()).encode(), usedforsecurity=False).hexdigest()
+    return f"{table.num_rows}:{digest}"
+
+
 class Tally:
-    """One per action (a Ray actor): rows that on_error skipped or nulled, per step."""
+    """One per action (a Ray actor): how often each batch was started, and rows that on_error
+    skipped or nulled, per step."""
 
     def __init__(self) -> None:
         self.steps: dict[str, list[Any]] = {}
+        self.starts: dict[tuple[str, str], int] = {}
+
+    def started(self, step: str, fingerprint: str) -> int:
+        key = (step, fingerprint)
+        self.starts[key] = self.starts.get(key, 0) + 1
+        return self.starts[key]
 
     def add(self, step: str, skipped: int, nulled: int, first_error: str | None) -> None:
         counts = self.steps.setdefault(step, [0, 0, None])

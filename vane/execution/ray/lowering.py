@@ -16,7 +16,6 @@ runner gives.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,9 +42,6 @@ from vane.udf.spec import UdfSpec, output_schema
 _OBJECT_ROWS = 65_536
 # Blocks an in-memory table is split into, so that later steps can run in parallel.
 _MIN_BLOCKS = 8
-# Ray Data retries a task of a dead actor this many times (a node lost, a worker killed), then
-# fails the job: a row that kills every actor it meets must not retry forever.
-MAX_TASK_RETRIES = 3
 
 
 def holds_udf(node: PlanNode) -> bool:
@@ -143,20 +139,17 @@ class RayLowering:
         compute = self.ray_data.ActorPoolStrategy(
             min_size=spec.min_actors, max_size=spec.max_actors, **options
         )
-        with warnings.catch_warnings():
-            # max_task_retries has no named parameter yet; Ray warns that the catch-all
-            # ray_remote_args will go in 2.64 (then: DataContext or the successor it names).
-            warnings.filterwarnings("ignore", message=".*ray_remote_args.* is deprecated")
-            return self.dataset(node.input).map_batches(
-                RayUdf,
-                fn_constructor_args=(spec, udf_schema, node.schema, spec.name, self.tally),
-                batch_size=spec.rows_per_batch,
-                batch_format="pyarrow",
-                zero_copy_batch=True,
-                compute=compute,
-                max_task_retries=MAX_TASK_RETRIES,
-                **actor_resources(spec),
-            )
+        # Ray restarts a dead actor and retries its batches without limit (a lost node must not
+        # fail the job); RayUdf stops a batch that keeps killing actors.
+        return self.dataset(node.input).map_batches(
+            RayUdf,
+            fn_constructor_args=(spec, udf_schema, node.schema, spec.name, self.tally),
+            batch_size=spec.rows_per_batch,
+            batch_format="pyarrow",
+            zero_copy_batch=True,
+            compute=compute,
+            **actor_resources(spec),
+        )
 
     def _from_driver(self, node: PlanNode) -> Any:
         """A step computed on the driver, put into the object store for Ray steps to read."""

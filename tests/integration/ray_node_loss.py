@@ -1,0 +1,86 @@
+"""The driver of test_ray_faults, run in a process of its own: a three-node Ray cluster on this
+machine (``ray.cluster_utils.Cluster``: a head that runs no work, two workers), a pipeline whose
+UDF marks the node it runs on, and, a few batches in, one worker node killed (its raylet and
+every worker process on it, without grace). Prints the WriteResult.
+Run: ``python -m tests.integration.ray_node_loss OUT``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+ROWS = 600
+
+
+class SlowTagger:
+    """Tags each row with the node that answered it, slowly enough to be interrupted."""
+
+    def __init__(self, markers: str) -> None:
+        import ray
+
+        self.node = ray.get_runtime_context().get_node_id()
+        self.markers = Path(markers)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        (self.markers / self.node).touch()
+        time.sleep(0.2)
+        return pa.table({"id": batch["id"], "node": [self.node] * batch.num_rows})
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    markers = out.parent / "markers"
+    markers.mkdir()
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import vane
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # each worker node can hold both actors and still run the reading and writing tasks
+    workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
+    ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
+    vane.configure(runner="ray", progress=False)
+    rel = vane.range(ROWS).map_batches(
+        SlowTagger,
+        schema={"id": "BIGINT", "node": "VARCHAR"},
+        batch_size=10,
+        concurrency=2,
+        fn_constructor_args=(str(markers),),
+    )
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(rel.write_parquet(out))
+        except BaseException as exc:  # shown by the test when it fails
+            result.append(exc)
+            raise
+
+    job = threading.Thread(target=run)
+    job.start()
+    deadline = time.monotonic() + 120
+    while not any(markers.iterdir()):
+        assert time.monotonic() < deadline, "the UDF never ran"
+        time.sleep(0.1)
+    time.sleep(1.0)  # a few batches in
+    busy = next(markers.iterdir()).name
+    victim = next(node for node in workers if node.node_id == busy)
+    cluster.remove_node(victim, allow_graceful=False)
+    print(f"killed node {busy}", flush=True)
+    job.join(240)
+    assert not job.is_alive(), "the job did not finish after the node was lost"
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    print(result[0], flush=True)
+    ray.shutdown()
+    cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
