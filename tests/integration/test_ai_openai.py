@@ -20,7 +20,6 @@ from vane.errors import ConfigurationError, MissingDependencyError, UDFError
 
 pytest.importorskip("aiohttp")
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.filterwarnings("ignore:Unclosed:ResourceWarning")
 
 
 @pytest.fixture

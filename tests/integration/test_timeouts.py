@@ -99,9 +99,10 @@ def test_a_constructor_that_hangs_fails_at_its_start_timeout(tmp_path, backend, 
         schema={"id": "BIGINT"},
         execution_backend=backend,
         fn_constructor_args=(str(tmp_path),),
-        actor_start_timeout_s=1,
+        # long enough for a spawned worker to reach the constructor on a loaded 2-core machine
+        actor_start_timeout_s=4,
     )
-    with pytest.raises(UDFError, match=r"did not finish within actor_start_timeout_s=1 s") as info:
+    with pytest.raises(UDFError, match=r"did not finish within actor_start_timeout_s=4 s") as info:
         out.to_arrow()
     assert isinstance(info.value, TimeoutError)
     assert "raise actor_start_timeout_s" in str(info.value)

@@ -58,6 +58,9 @@ class PromptRunner:
         self.output = output
         self.usage = Usage()
 
+    async def teardown(self) -> None:
+        await _close(self.prompter)
+
     def _prompt(self, values: Sequence[Any]) -> str | None:
         if any(v is None for v in values):
             return None
@@ -103,6 +106,9 @@ class EmbedTextRunner:
         self.embedder = descriptor.instantiate()
         self.normalize = normalize
         self.usage = Usage()
+
+    async def teardown(self) -> None:
+        await _close(self.embedder)
 
     def _inputs(self, column: pa.Array) -> tuple[int, list[int], list[Any]]:
         """The batch's size, where its non-null values are, and those values."""
@@ -179,3 +185,15 @@ class ClassifyByEmbeddingRunner:
         for position, label in zip(present, best, strict=True):
             out[position] = self.labels[int(label)]
         return out
+
+
+async def _close(provider: Any) -> None:
+    """A provider's own teardown: ``aclose()`` when it has one (a connection pool that lives
+    on the actor's event loop), else ``close()``."""
+    aclose = getattr(provider, "aclose", None)
+    if callable(aclose):
+        await aclose()
+        return
+    close = getattr(provider, "close", None)
+    if callable(close):
+        close()

@@ -66,10 +66,17 @@ class ColumnCalls:
 
     def __init__(self, owner: ClassInstance | None, calls: tuple[CallPlan, ...]) -> None:
         instance = owner.construct() if owner is not None else None
+        self._instance = instance
         self._calls = [
             (getattr(instance, call.udf.target) if instance is not None else call.udf.target, call)
             for call in calls
         ]
+
+    def teardown(self) -> Any:
+        """The ``@vane.cls`` instance's own ``teardown()``, if it has one (its result may be
+        awaitable: the runtime awaits it)."""
+        hook = getattr(self._instance, "teardown", None)
+        return hook() if callable(hook) else None
 
     def __call__(self, batch: pa.Table) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -147,6 +148,22 @@ class UdfRuntime:
             asyncio.Semaphore(spec.max_concurrency_per_actor) if self.is_async else None
         )
         self._where = f"{spec.verb} step `{step}`"
+
+    async def teardown(self) -> None:
+        """The UDF instance's ``teardown()`` (plain or ``async``), if it has one: called once,
+        after the actor's last batch, when the actor ends normally (as Beam's
+        ``DoFn.Teardown``). Its error is logged, not raised: every batch is already answered."""
+        hook = getattr(self.fn, "teardown", None) if self.spec.is_class else None
+        if not callable(hook):
+            return
+        try:
+            result = hook()
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            logging.getLogger("vane").warning(
+                "%s: teardown() raised %s", self._where, describe_exception(exc)
+            )
 
     # ---- calling the user's code ----------------------------------------------------------
 

@@ -292,6 +292,14 @@ class Client:
         if self._cache is not None:
             self._cache.close()
 
+    async def aclose(self) -> None:
+        """Close the connection pool on the actor's event loop (where it was made), then the
+        cache."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self.close()
+
 
 def _error_message(text: str) -> str:
     """The server's own words about an error (OpenAI puts them in error.message)."""

@@ -155,20 +155,23 @@ class ActorBody:
             return
         try:
             if self._loop is None:
-                self._serve_queue()
+                if self._serve_queue():
+                    asyncio.run(self.runtime.teardown())
             else:
                 self._serve_loop(self._loop)
         finally:
             if self._watchdog is not None:
                 self._watchdog.close()
 
-    def _serve_queue(self) -> None:
+    def _serve_queue(self) -> bool:
+        """Run batches until told to stop; whether the actor ended normally."""
         while (item := self._queue.get()) is not None:
             token, task = item
             result = self._run_plain(token, task)
             if self._hung:
-                return  # its host has given up on this thread and moved on
+                return False  # its host has given up on this thread and moved on
             self._deliver(token, result)
+        return not self._dropping
 
     def _run_plain(self, token: int, task: Task) -> Result:
         assert self.runtime is not None
@@ -183,6 +186,9 @@ class ActorBody:
         self._slots = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
         try:
             loop.run_forever()
+            if not (self._dropping or self._hung):
+                assert self.runtime is not None
+                loop.run_until_complete(self.runtime.teardown())
         finally:
             self._close_loop()
 

@@ -1,0 +1,123 @@
+"""A UDF class's ``teardown()`` (plain or async) runs once per actor after its last batch, on
+every backend; its error is logged, never raised; vane's own AI providers use it to close their
+connection pools on the loop that made them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import vane
+
+ROOT = Path(__file__).resolve().parents[2]
+BACKENDS = ["thread", "subprocess_actor"]
+
+
+class Marks:
+    """Leaves ``<pid>-<id>.done`` in ``directory`` from teardown()."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        self.batches = 0
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        self.batches += 1
+        return batch
+
+    def teardown(self) -> None:
+        (self.directory / f"{os.getpid()}-{id(self)}.done").write_text(str(self.batches))
+
+
+class AsyncMarks(Marks):
+    async def __call__(self, batch: pa.Table) -> pa.Table:  # type: ignore[override]
+        self.batches += 1
+        return batch
+
+    async def teardown(self) -> None:  # type: ignore[override]
+        super().teardown()
+
+
+class FailingTeardown(Marks):
+    def teardown(self) -> None:
+        raise RuntimeError("cannot close")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cls", [Marks, AsyncMarks])
+def test_teardown_runs_once_per_actor_after_every_batch(tmp_path, backend, cls):
+    out = vane.range(100).map_batches(
+        cls,
+        schema={"id": "BIGINT"},
+        batch_size=10,
+        concurrency=2,
+        execution_backend=backend,
+        fn_constructor_args=(str(tmp_path),),
+    )
+    assert out.count() == 100
+    done = list(tmp_path.glob("*.done"))
+    assert len(done) == 2  # one per actor
+    assert sum(int(p.read_text()) for p in done) == 10  # after the last batch of each
+
+
+def test_a_failing_teardown_is_logged_and_the_job_succeeds(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="vane"):
+        out = vane.range(10).map_batches(
+            FailingTeardown, schema={"id": "BIGINT"}, fn_constructor_args=(str(tmp_path),)
+        )
+        assert out.count() == 10
+    assert "teardown() raised RuntimeError: cannot close" in caplog.text
+
+
+@vane.cls
+class Closing:
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+
+    def __call__(self, value: int) -> int:
+        return value + 1
+
+    def teardown(self) -> None:
+        (self.directory / "closed").touch()
+
+
+def test_a_column_udf_class_is_torn_down_too(tmp_path):
+    udf = Closing(str(tmp_path))
+    rows = vane.range(3).with_column("next", udf(vane.col("id"))).to_pylist()
+    assert [r["next"] for r in rows] == [1, 2, 3]
+    assert (tmp_path / "closed").exists()
+
+
+def test_prompt_closes_its_connection_pool(tmp_path):
+    pytest.importorskip("aiohttp")
+    script = textwrap.dedent(
+        """
+        import gc
+        import vane
+        from tests.ai_server import FakeServer
+        vane.configure(progress=False)
+        server = FakeServer().start()
+        rel = vane.from_pydict({"text": ["a", "b", "c"]})
+        out = rel.prompt("text", base_url=server.base_url, api_key="k", model="m")
+        assert len(out.to_pylist()) == 3
+        gc.collect()
+        server.stop()
+        print("done")
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "done" in run.stdout
+    assert "Unclosed client session" not in run.stderr, run.stderr
