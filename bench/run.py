@@ -241,6 +241,7 @@ def run_case(
         "case": case.label,
         "input_rows": case.rows,
         "repetition": repetition,
+        "load_1m_before": os.getloadavg()[0],  # the machine is shared: say how busy it was
     }
     python = INTERPRETERS[case.variant.venv]
     if not python.exists():
