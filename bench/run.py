@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,7 @@ class Case:
 class Workload:
     name: str
     cases: list[Case]
-    needs_server: bool = False
-    notes: list[str] = field(default_factory=list)
+    needs_server: bool = False  # the prompt server runs for the whole workload
 
 
 def vane_variants(workload: str) -> list[Variant]:
