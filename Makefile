@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean bench bench-quick
 
 # torch first, pinned: 2.13.0 is a local CPU wheel on our machines; letting another package pull
 # torch in would fetch a multi-GB CUDA build.
@@ -45,3 +45,26 @@ test: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The benchmark (bench/README.md). Vane's variants run in .venv with psutil added (the driver
+# needs it; vane itself does not). Daft and Ray Data run in .bench-venv so that no peer's
+# dependencies meet vane's.
+BENCH_VENV := .bench-venv
+BENCH_PIP := $(BENCH_VENV)/bin/python -m pip
+
+$(VENV)/.installed-bench: $(VENV)/.installed-dev
+	$(PIP) install --quiet psutil
+	touch $@
+
+$(BENCH_VENV)/.installed: bench/requirements-peers.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PIP) install --quiet --upgrade pip
+	$(BENCH_PIP) install --quiet $(TORCH)
+	$(BENCH_PIP) install --quiet -r bench/requirements-peers.txt
+	touch $@
+
+bench: $(VENV)/.installed-bench $(BENCH_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/run.py
+
+bench-quick: $(VENV)/.installed-bench $(BENCH_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/run.py --quick

@@ -1,0 +1,91 @@
+"""The benchmark's inputs, generated from fixed seeds into bench/.data/ (gitignored).
+
+Same arguments, same bytes: every engine in a run, and every run on any machine, reads the same
+rows. A file is made once and reused; its name carries the kind, the row count and
+``VERSION``, so changing the generator means bumping ``VERSION``, never reusing stale data.
+
+* ``overhead``: ``id BIGINT, text VARCHAR`` with texts of about 40 characters, all distinct.
+  Built with Arrow compute in chunks of a million rows, so 20M rows take seconds and little
+  memory.
+* ``sentences``: ``id BIGINT, text VARCHAR``, sentences of 8 to 30 words drawn from ``WORDS``
+  (the embed and prompt workloads).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+VERSION = 1
+DATA_DIR = Path(__file__).resolve().parent / ".data"
+CHUNK = 1_000_000
+
+_VOCABULARY = """
+the a an of to and in on for with by from at as is was are be been this that these those
+data model table batch row column query engine stream memory disk network server client
+review product price order customer delivery package quality service support team report
+market city river mountain forest garden kitchen window door street station train plane
+quick slow bright dark quiet loud warm cold fresh old new small large early late simple
+careful strange happy tired busy honest gentle brave clever calm eager proud
+runs reads writes builds checks moves keeps finds opens closes sends takes gives makes
+learns answers carries follows explains measures watches changes grows waits starts stops
+today tomorrow yesterday always never often sometimes again soon later here there
+because although while after before until since unless whether
+"""
+WORDS = tuple(_VOCABULARY.split())
+
+
+def path_for(kind: str, rows: int) -> Path:
+    return DATA_DIR / f"{kind}_{rows}_v{VERSION}.parquet"
+
+
+def ensure(kind: str, rows: int) -> Path:
+    """The file of ``kind`` with ``rows`` rows, generated if it is not there yet."""
+    path = path_for(kind, rows)
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        {"overhead": _overhead, "sentences": _sentences}[kind](partial, rows)
+        os.replace(partial, path)  # a killed run never leaves a half file under the real name
+    return path
+
+
+def _phrases(rng: np.random.Generator, count: int, words: int) -> pa.Array:
+    picks = rng.integers(0, len(WORDS), size=(count, words))
+    return pa.array([" ".join(WORDS[i] for i in row) for row in picks])
+
+
+def _overhead(path: Path, rows: int) -> None:
+    rng = np.random.default_rng(20_240_601)
+    # 4,096 phrases of five words (~30 characters), each row gets one plus " #<id>": about 40
+    # characters, and no two rows alike, so Parquet cannot dictionary-encode the column away.
+    phrases = _phrases(rng, 4_096, 5)
+    schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, rows, CHUNK):
+            ids = pa.array(np.arange(start, min(start + CHUNK, rows), dtype=np.int64))
+            picks = pa.array(rng.integers(0, len(phrases), size=len(ids)))
+            text = pc.binary_join_element_wise(phrases.take(picks), pc.cast(ids, pa.string()), " #")
+            writer.write_table(pa.table({"id": ids, "text": text}, schema=schema))
+
+
+def _sentences(path: Path, rows: int) -> None:
+    rng = np.random.default_rng(20_240_602)
+    lengths = rng.integers(8, 31, size=rows)
+    texts = []
+    for length in lengths:
+        words = [WORDS[i] for i in rng.integers(0, len(WORDS), size=length)]
+        texts.append(" ".join(words).capitalize() + ".")
+    table = pa.table({"id": pa.array(np.arange(rows, dtype=np.int64)), "text": pa.array(texts)})
+    pq.write_table(table, path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(ensure(sys.argv[1], int(sys.argv[2])))

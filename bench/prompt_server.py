@@ -1,0 +1,71 @@
+"""The prompt workload's server: tests/ai_server.py's FakeServer, plus two things the benchmark
+needs. Run from the repository root: ``python bench/prompt_server.py --port P --latency 0.05``.
+
+* Message content given as a list of parts (``[{"type": "text", "text": ...}]``, valid in the
+  OpenAI API and what Daft's prompt sends) is read as the text of its parts. The tests' server
+  takes only a string, and answered Daft's every request with a 500.
+* ``GET /bench/stats`` returns the requests answered and the most ever in flight since the
+  last call, then starts counting anew: the driver records both after each run, so the table
+  shows that each engine really kept the same number of requests in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+
+from tests.ai_server import Behaviour, FakeServer
+
+
+def as_text(content: Any) -> Any:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content
+
+
+class BenchServer(FakeServer):
+    async def chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        messages = [{**m, "content": as_text(m["content"])} for m in body["messages"]]
+        if messages != body["messages"]:
+            body["messages"] = messages
+            # aiohttp keeps the body it read in _read_bytes, and json() reads that again: the
+            # tests' handler then sees plain strings. Only requests with parts pay for this.
+            request._read_bytes = json.dumps(body).encode()
+        return await super().chat(request)
+
+    async def stats(self, request: web.Request) -> web.Response:
+        with self._lock:
+            body = {"requests": self.requests, "max_in_flight": self.max_in_flight}
+            self.requests = 0
+            self.max_in_flight = self.in_flight
+            self.arrivals.clear()
+            self.by_prompt.clear()
+        return web.json_response(body)
+
+    def _app(self) -> web.Application:
+        app = super()._app()
+        app.router.add_get("/bench/stats", self.stats)
+        return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency", type=float, required=True)
+    args = parser.parse_args()
+    server = BenchServer(Behaviour(latency=args.latency), port=args.port).start()
+    print(f"serving {server.base_url}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,461 @@
+"""The benchmark driver: every engine on the same data in the same run, written up in RESULTS.md.
+
+    make bench          # full sizes, 3 runs of each variant
+    make bench-quick    # small sizes, 1 run: a smoke test of the whole suite in a few minutes
+
+Run it with vane's interpreter (it needs pyarrow and psutil). Each variant is a script in
+``variants/`` run as its own process with its engine's interpreter: vane's venv for vane, the
+hand-written loops and DuckDB, ``.bench-venv`` for Daft and Ray Data, so that no peer's
+dependencies ever meet vane's. Runs alternate round-robin (A1 B1 C1 A2 B2 C2 ...), so a slow
+minute on this shared machine hits every engine alike instead of one engine's runs.
+
+While a variant runs, a thread samples the resident memory of its whole process tree every
+50 ms (the process, its children and theirs: actors, Ray's daemons and workers) and keeps the
+peak. A process seen once stays counted until it exits, even if its parent dies and it is
+reparented. The output each variant wrote is read back and its rows counted: a variant that
+drops rows is reported as an error, not as a fast run.
+
+Results go to ``results.json`` (every run, raw, rewritten after each run so an interrupted
+suite keeps what it measured) and ``RESULTS.md`` (see ``report.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import data
+import psutil
+import pyarrow.parquet as pq
+import report
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+VARIANTS = BENCH / "variants"
+WORK = data.DATA_DIR / "runs"  # outputs and logs of the runs; outputs are deleted once counted
+INTERPRETERS = {
+    "vane": ROOT / ".venv" / "bin" / "python",
+    "peers": ROOT / ".bench-venv" / "bin" / "python",
+}
+SAMPLE_EVERY = 0.05
+PROMPT_LATENCY = 0.05
+IN_FLIGHT = 64
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One engine's way of doing a workload: a script, its interpreter and its arguments."""
+
+    name: str
+    script: str
+    venv: str
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    """A variant on one input, run ``repetitions`` times."""
+
+    variant: Variant
+    kind: str  # the data.py generator
+    rows: int
+    args: tuple[str, ...] = ()
+    writes: bool = True  # the run writes its rows under --out, to be counted
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant.name}@{self.rows}"
+
+
+@dataclass
+class Workload:
+    name: str
+    cases: list[Case]
+    needs_server: bool = False  # the prompt server runs for the whole workload
+
+
+def vane_variants(workload: str) -> list[Variant]:
+    return [
+        Variant("vane-thread", f"{workload}_vane.py", "vane", ("--backend", "thread")),
+        Variant(
+            "vane-subprocess_actor",
+            f"{workload}_vane.py",
+            "vane",
+            ("--backend", "subprocess_actor"),
+        ),
+    ]
+
+
+def peer_variants(workload: str) -> list[Variant]:
+    return [
+        Variant("daft", f"{workload}_daft.py", "peers"),
+        Variant("ray-data", f"{workload}_ray.py", "peers"),
+    ]
+
+
+def workloads(quick: bool) -> list[Workload]:
+    overhead_rows = 200_000 if quick else 2_000_000
+    memory_rows = (200_000, 2_000_000) if quick else (2_000_000, 20_000_000)
+    embed_rows = 1_000 if quick else 20_000
+    prompt_rows = 500 if quick else 5_000
+    batch = ("--batch-size", "4096")
+
+    overhead = [
+        Variant("duckdb-sql", "overhead_duckdb.py", "vane"),
+        Variant("hand-loop", "overhead_handloop.py", "vane"),
+        *vane_variants("overhead"),
+        *peer_variants("overhead"),
+    ]
+    embed = [
+        Variant("hand-loop", "embed_handloop.py", "vane"),
+        *vane_variants("embed"),
+        *peer_variants("embed"),
+    ]
+    prompt = [
+        Variant("aiohttp-loop", "prompt_aiohttp.py", "vane"),
+        Variant("openai-sdk-loop", "prompt_openai.py", "vane"),
+        Variant("vane", "prompt_vane.py", "vane"),
+        *peer_variants("prompt"),
+    ]
+    memory = [overhead[1], overhead[2]]  # the hand loop and vane's thread backend
+    first = [
+        Variant("duckdb", "first_duckdb.py", "vane"),
+        Variant("hand-loop", "first_handloop.py", "vane"),
+        Variant("vane", "first_vane.py", "vane"),
+        Variant("daft", "first_daft.py", "peers"),
+        Variant("ray-data", "first_ray.py", "peers"),
+    ]
+    in_flight = ("--in-flight", str(IN_FLIGHT))
+    return [
+        Workload("overhead", [Case(v, "overhead", overhead_rows, batch) for v in overhead]),
+        Workload(
+            "memory",
+            [Case(v, "overhead", rows, batch) for rows in memory_rows for v in memory],
+        ),
+        Workload("first_result", [Case(v, "overhead", 10, writes=False) for v in first]),
+        Workload(
+            "prompt",
+            [Case(v, "sentences", prompt_rows, in_flight) for v in prompt],
+            needs_server=True,
+        ),
+        Workload(
+            "embed", [Case(v, "sentences", embed_rows, ("--batch-size", "64")) for v in embed]
+        ),
+    ]
+
+
+# ---- one run -------------------------------------------------------------------------------------
+
+
+class TreeSampler(threading.Thread):
+    """Peak resident memory of a process and all its descendants, sampled until stopped."""
+
+    def __init__(self, root: psutil.Process) -> None:
+        super().__init__(daemon=True, name="rss-sampler")
+        self.root = root
+        self.seen: dict[int, psutil.Process] = {root.pid: root}
+        self.peak = 0
+        self.stopped = threading.Event()
+
+    def sample(self) -> None:
+        with contextlib.suppress(psutil.Error):
+            for child in self.root.children(recursive=True):
+                self.seen.setdefault(child.pid, child)
+        total = 0
+        for pid, process in list(self.seen.items()):
+            try:
+                # is_running() compares the start time too, so a reused pid is not counted.
+                if not process.is_running():
+                    raise psutil.NoSuchProcess(pid)
+                total += process.memory_info().rss
+            except psutil.Error:
+                del self.seen[pid]
+        self.peak = max(self.peak, total)
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            self.sample()
+            self.stopped.wait(SAMPLE_EVERY)
+
+    def leftovers(self) -> list[psutil.Process]:
+        alive = []
+        for process in self.seen.values():
+            with contextlib.suppress(psutil.Error):
+                if process.pid != self.root.pid and process.is_running():
+                    alive.append(process)
+        return alive
+
+
+def stop_processes(processes: list[psutil.Process]) -> None:
+    """End processes that a run started and left behind: TERM, then KILL after 5 s."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(processes, timeout=5)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+
+
+def count_rows(out: Path) -> int:
+    files = [
+        f for f in out.rglob("*.parquet") if not any(p.startswith((".", "_")) for p in f.parts[-2:])
+    ]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def variant_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # Worker processes (vane's subprocess actors, Ray's workers) import benchlib by name.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(VARIANTS), env.get("PYTHONPATH")) if p)
+    env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def run_case(
+    workload: str, case: Case, repetition: int, extra: tuple[str, ...], timeout: float
+) -> dict[str, Any]:
+    """Run one case once; return its record (the variant's JSON plus what the driver saw)."""
+    slug = f"{workload}-{case.variant.name}-{case.rows}-{repetition}"
+    out, stdout_path, stderr_path = WORK / slug, WORK / f"{slug}.out", WORK / f"{slug}.log"
+    shutil.rmtree(out, ignore_errors=True)
+    record: dict[str, Any] = {
+        "workload": workload,
+        "variant": case.variant.name,
+        "case": case.label,
+        "input_rows": case.rows,
+        "repetition": repetition,
+        "load_1m_before": os.getloadavg()[0],  # the machine is shared: say how busy it was
+    }
+    python = INTERPRETERS[case.variant.venv]
+    if not python.exists():
+        record["error"] = f"interpreter {python} is missing (make bench creates it)"
+        return record
+    command = [
+        str(python),
+        str(VARIANTS / case.variant.script),
+        *("--data", str(data.ensure(case.kind, case.rows)), "--out", str(out)),
+        *("--rows", str(case.rows), *case.variant.args, *case.args, *extra),
+    ]
+    record.update(launch(command, stdout_path, stderr_path, timeout))
+    driver_error = record.pop("error", None)  # a timeout outranks what the variant said
+    lines = [line for line in stdout_path.read_text().splitlines() if line.strip()]
+    try:
+        result = json.loads(lines[-1])
+        record.update({k: v for k, v in result.items() if k not in ("workload", "variant")})
+    except (IndexError, json.JSONDecodeError):
+        tail = stderr_path.read_text(errors="replace").strip().splitlines()[-3:]
+        record["error"] = f"exit {record['returncode']}, no result: {' | '.join(tail)}"
+    if driver_error:
+        record["error"] = driver_error
+    if case.writes and "error" not in record:
+        record["verified_rows"] = count_rows(out) if out.exists() else 0
+        if record["verified_rows"] != case.rows:
+            record["error"] = f"wrote {record['verified_rows']} rows, expected {case.rows}"
+    shutil.rmtree(out, ignore_errors=True)
+    if "error" in record:
+        record["log"] = str(stderr_path.relative_to(ROOT))
+    else:
+        stdout_path.unlink()
+        stderr_path.unlink()
+    return record
+
+
+def launch(command: list[str], stdout_path: Path, stderr_path: Path, timeout: float) -> dict:
+    """Run a variant's process to its end, sampling its tree's memory; stop it at ``timeout``
+    and end whatever it left running."""
+    seen: dict[str, Any] = {}
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=variant_env(), stdout=stdout, stderr=stderr
+        )
+        sampler = TreeSampler(psutil.Process(process.pid))
+        sampler.start()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            seen["error"] = f"timed out after {timeout:.0f} s"
+            stop_processes([*sampler.leftovers(), sampler.root])
+            process.wait()
+        seen["wall_s"] = time.perf_counter() - started
+        sampler.stopped.set()
+        sampler.join()
+    leftovers = sampler.leftovers()
+    if leftovers:
+        seen["leftover_processes"] = len(leftovers)
+        stop_processes(leftovers)
+    seen.update(peak_rss_bytes=sampler.peak, returncode=process.returncode)
+    return seen
+
+
+# ---- the prompt server ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def prompt_server() -> Iterator[str]:
+    """tests/ai_server.py's server (see prompt_server.py) in its own process, with vane's
+    interpreter, answering each request after 50 ms."""
+    port = free_port()
+    log = open(WORK / "prompt_server.log", "wb")  # noqa: SIM115 -- closed in finally
+    command = [str(INTERPRETERS["vane"]), str(BENCH / "prompt_server.py")]
+    server = subprocess.Popen(
+        [*command, "--port", str(port), "--latency", str(PROMPT_LATENCY)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=log,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline().decode()
+        if "serving" not in line:
+            raise RuntimeError(f"the prompt server did not start: {line!r}, see {log.name}")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def server_stats(base_url: str) -> dict[str, Any]:
+    """Requests answered and the most in flight since the last call (which this resets)."""
+    url = base_url.removesuffix("/v1") + "/bench/stats"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        stats = json.loads(response.read())
+    return {"server_requests": stats["requests"], "server_max_in_flight": stats["max_in_flight"]}
+
+
+# ---- the whole suite -----------------------------------------------------------------------------
+
+
+VANE_DISTS = [
+    "vane-data",
+    "duckdb",
+    "pyarrow",
+    "torch",
+    "sentence-transformers",
+    "aiohttp",
+    "openai",
+]
+PEER_DISTS = ["daft", "ray", "pyarrow", "torch", "sentence-transformers", "aiohttp", "openai"]
+VERSION_PROBE = """
+import importlib.metadata as m, json, sys
+found = {}
+for name in sys.argv[1:]:
+    try:
+        found[name] = m.version(name)
+    except m.PackageNotFoundError:
+        found[name] = None
+print(json.dumps({"python": sys.version.split()[0], "packages": found}))
+"""
+
+
+def versions(venv: str, dists: list[str]) -> dict[str, Any]:
+    python = INTERPRETERS[venv]
+    if not python.exists():
+        return {"error": f"{python} is missing"}
+    probe = subprocess.run(
+        [str(python), "-c", VERSION_PROBE, *dists], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        return {"error": probe.stderr.strip().splitlines()[-1:]}
+    return dict(json.loads(probe.stdout))
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "load_average_at_start": list(os.getloadavg()),
+        "git_commit": commit,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
+    parser.add_argument("--repetitions", type=int, help="runs of each variant (3; quick: 1)")
+    parser.add_argument("--only", nargs="*", help="run only these workloads")
+    parser.add_argument("--timeout", type=float, help="seconds before a run is stopped")
+    args = parser.parse_args()
+    repetitions = args.repetitions or (1 if args.quick else 3)
+    timeout = args.timeout or (900.0 if args.quick else 3600.0)
+    suite = [w for w in workloads(args.quick) if not args.only or w.name in args.only]
+    WORK.mkdir(parents=True, exist_ok=True)
+
+    results: dict[str, Any] = {
+        "quick": args.quick,
+        "repetitions": repetitions,
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "versions": {"vane venv": versions("vane", VANE_DISTS)}
+        | {".bench-venv": versions("peers", PEER_DISTS)},
+        "settings": {
+            "prompt_latency_s": PROMPT_LATENCY,
+            "in_flight": IN_FLIGHT,
+            "sample_every_s": SAMPLE_EVERY,
+        },
+        "workloads": {w.name: [c.label for c in w.cases] for w in suite},
+        "runs": [],
+    }
+    for workload in suite:
+        for case in workload.cases:  # generate every input before the first timed run
+            data.ensure(case.kind, case.rows)
+        server = prompt_server() if workload.needs_server else contextlib.nullcontext(None)
+        with server as base_url:
+            extra = ("--base-url", base_url) if base_url else ()
+            for repetition in range(repetitions):
+                for case in workload.cases:
+                    if base_url:
+                        server_stats(base_url)  # count this run's requests only
+                    record = run_case(workload.name, case, repetition, extra, timeout)
+                    if base_url:
+                        record.update(server_stats(base_url))
+                    results["runs"].append(record)
+                    print(report.one_line(record), flush=True)
+                    (BENCH / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    results["machine"]["load_average_at_end"] = list(os.getloadavg())
+    results["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    (BENCH / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (BENCH / "RESULTS.md").write_text(report.render(results))
+    print(f"wrote {BENCH / 'RESULTS.md'} and {BENCH / 'results.json'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

