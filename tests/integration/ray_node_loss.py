@@ -17,13 +17,17 @@ import pyarrow as pa
 ROWS = 600
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 class SlowTagger:
-    """Tags each row with the node that answered it, slowly enough to be interrupted."""
+    """Tags each row with the node that answered it, slowly enough to be interrupted. It runs
+    in a worker process of a Ray actor, which a node's raylet started: the raylet's pid names
+    the node."""
 
     def __init__(self, markers: str) -> None:
-        import ray
-
-        self.node = ray.get_runtime_context().get_node_id()
+        self.node = str(_parent(os.getppid()))
         self.markers = Path(markers)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -70,7 +74,7 @@ def main() -> None:
         time.sleep(0.1)
     time.sleep(1.0)  # a few batches in
     busy = next(markers.iterdir()).name
-    victim = next(node for node in workers if node.node_id == busy)
+    victim = next(node for node in workers if str(_raylet(node)) == busy)
     cluster.remove_node(victim, allow_graceful=False)
     print(f"killed node {busy}", flush=True)
     job.join(240)
@@ -80,6 +84,13 @@ def main() -> None:
     print(result[0], flush=True)
     ray.shutdown()
     cluster.shutdown()
+
+
+def _raylet(node: object) -> int:
+    from ray._private import ray_constants
+
+    pid: int = node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid  # type: ignore[attr-defined]
+    return pid
 
 
 if __name__ == "__main__":

@@ -27,8 +27,7 @@ from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower
 from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
-from vane.observe.events import EventBus, global_subscribers
-from vane.observe.progress import ProgressDisplay, wants_progress
+from vane.observe.events import action_events
 from vane.plan.explain import explain
 from vane.plan.nodes import FileScan, MaterializedScan, PlanNode, UdfStep
 from vane.plan.optimizer import optimize
@@ -41,11 +40,7 @@ class Execution:
 
     def __init__(self, plan: PlanNode) -> None:
         self.plan = plan
-        self.events = EventBus()
-        for subscriber in global_subscribers():
-            self.events.subscribe(subscriber)
-        if wants_progress(get_config().progress):
-            self.events.subscribe(ProgressDisplay())
+        self.events = action_events()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         # Subplans two parts of the plan read, computed once for this action and kept.
         self._shared = shared_subplans(plan)

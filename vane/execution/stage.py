@@ -174,21 +174,40 @@ class UdfStage:
                 seconds,
             )
         )
-        if self.rows_skipped or self.rows_nulled:
-            what = (
-                f"skipped {self.rows_skipped:,} row(s) on which the function failed"
-                if self.rows_skipped
-                else f"kept {self.rows_nulled:,} failing row(s) as nulls, with the error text in "
-                f"column {self.spec.error_column!r}"
-            )
-            poisoned = ""
-            if self.poisoned:
-                shown = "; ".join(self.poisoned[:3]) + ("; ..." if len(self.poisoned) > 3 else "")
-                poisoned = (
-                    f". {len(self.poisoned):,} of them killed or hung their actor, which was "
-                    f"replaced: {shown}"
-                )
-            self.warn(
-                f"{self.spec.verb} step `{self.step}` {what}; first error: {self.first_error}"
-                f"{poisoned}"
-            )
+        message = on_error_warning(
+            self.spec,
+            self.step,
+            skipped=self.rows_skipped,
+            nulled=self.rows_nulled,
+            first_error=self.first_error,
+            poisoned=self.poisoned,
+        )
+        if message:
+            self.warn(message)
+
+
+def on_error_warning(
+    spec: UdfSpec,
+    step: str,
+    *,
+    skipped: int,
+    nulled: int,
+    first_error: str | None,
+    poisoned: list[str],
+) -> str | None:
+    """What a step says at its end about the rows on_error handled (None: there were none)."""
+    if not skipped and not nulled:
+        return None
+    what = (
+        f"skipped {skipped:,} row(s) on which the function failed"
+        if skipped
+        else f"kept {nulled:,} failing row(s) as nulls, with the error text in column "
+        f"{spec.error_column!r}"
+    )
+    killed = ""
+    if poisoned:
+        shown = "; ".join(poisoned[:3]) + ("; ..." if len(poisoned) > 3 else "")
+        killed = (
+            f". {len(poisoned):,} of them killed or hung their actor, which was replaced: {shown}"
+        )
+    return f"{spec.verb} step `{step}` {what}; first error: {first_error}{killed}"

@@ -48,6 +48,10 @@ class EventBus:
         with self._lock:
             self._subscribers.append(subscriber)
 
+    @property
+    def listening(self) -> bool:
+        return bool(self._subscribers)
+
     def emit(self, event: object) -> None:
         for subscriber in list(self._subscribers):
             subscriber(event)
@@ -64,3 +68,17 @@ def subscribe(subscriber: Subscriber) -> Callable[[], None]:
 
 def global_subscribers() -> list[Subscriber]:
     return list(_global_subscribers)
+
+
+def action_events() -> EventBus:
+    """The events of one action: to every subscriber of the process, and to the progress
+    display when ``vane.configure(progress=...)`` allows it and stderr is a terminal."""
+    from vane.config import get_config
+    from vane.observe.progress import ProgressDisplay, wants_progress
+
+    events = EventBus()
+    for subscriber in global_subscribers():
+        events.subscribe(subscriber)
+    if wants_progress(get_config().progress):
+        events.subscribe(ProgressDisplay())
+    return events

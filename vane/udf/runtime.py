@@ -75,27 +75,40 @@ class RowFailures(Exception):
 
 @dataclass(frozen=True)
 class Task:
-    """A batch of input rows: ``offset`` is the position of its first row in the step's input
-    (None where the host does not know it: a Ray block's place in the whole is not known to the
-    actor that runs it); ``attempts_done`` counts attempts already spent on it by an actor that
-    hung."""
+    """A batch of input rows: ``offset`` is the position of its first row in the step's input,
+    or, when ``batch_rows`` is set, in a batch of that many rows whose place in the input the
+    host does not know (a Ray actor is given a batch, not its place); messages then say "rows
+    2..3 of a batch of 5". ``attempts_done`` counts attempts already spent on it by an actor
+    that hung."""
 
     seq: int
-    offset: int | None
+    offset: int
     table: pa.Table
     attempts_done: int = 0
+    batch_rows: int | None = None
 
     @property
     def rows(self) -> str:
-        if self.offset is None:
-            return f"0..{self.table.num_rows - 1} of a batch of {self.table.num_rows}"
-        return f"{self.offset}..{self.offset + self.table.num_rows - 1}"
+        return f"{self.offset}..{self.offset + self.table.num_rows - 1}{self._of}"
 
     def row(self, position: int) -> str:
         """How a message names the batch's row at ``position``."""
-        if self.offset is None:
-            return f"{position} of a batch of {self.table.num_rows}"
-        return str(self.offset + position)
+        return f"{self.offset + position}{self._of}"
+
+    @property
+    def _of(self) -> str:
+        return "" if self.batch_rows is None else f" of a batch of {self.batch_rows}"
+
+    def piece(self, start: int, rows: int | None = None, attempts_done: int = 0) -> Task:
+        """Rows ``start`` .. ``start + rows`` of this batch (to its end when ``rows`` is None),
+        named as the rows they are in the step's input."""
+        return Task(
+            self.seq,
+            self.offset + start,
+            self.table.slice(start, rows),
+            attempts_done,
+            self.batch_rows,
+        )
 
 
 class RowCountError(ContractError):

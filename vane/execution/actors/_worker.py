@@ -10,6 +10,12 @@ dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); every
 thread keeps reading requests while the UDF runs on the body's thread, so EOF without STOP (the
 driver's end of the pipe closed) ends the process at once, mid-batch. It ignores SIGINT: a
 Ctrl-C in a terminal reaches the whole process group, and the driver decides what stops.
+
+A worker that a Ray actor hosts is started with ``linger``: Ray Data ends its actors with
+``ray.kill`` once their input is consumed, so the end of a job looks like its driver dying. Such
+a worker asks for no death signal, and on EOF with no batch running it ends as after STOP,
+running the UDF's ``teardown()``, within ``LINGER_SECONDS``; with a batch running, it exits at
+once as any worker does.
 """
 
 from __future__ import annotations
@@ -29,11 +35,13 @@ from vane.execution.actors.body import ActorBody, Hang, Result
 # The exit code of a worker that gave up on a hung call (after its HUNG frame).
 EXIT_HUNG = 75
 _PR_SET_PDEATHSIG = 1
+# How long a lingering worker's teardown() may take after its host is gone.
+LINGER_SECONDS = 30.0
 
 
-def follow_driver(driver: int) -> None:
-    """Die with the driver process ``driver``."""
-    if sys.platform.startswith("linux"):
+def follow_driver(driver: int, *, linger: bool = False) -> None:
+    """Die with the driver process ``driver`` (unless ``linger``: see the module's text)."""
+    if sys.platform.startswith("linux") and not linger:
         try:
             import ctypes
 
@@ -51,6 +59,11 @@ class _Replies:
     def __init__(self, write_fd: int) -> None:
         self._fd = write_fd
         self._lock = threading.Lock()
+        self.running = 0  # batches received and not yet answered
+
+    def received(self) -> None:
+        with self._lock:
+            self.running += 1
 
     def send(self, kind: bytes, *parts: Any) -> None:
         try:
@@ -60,15 +73,19 @@ class _Replies:
             os._exit(1)  # the driver is gone
 
     def deliver(self, token: int, result: Result) -> None:
-        if not isinstance(result, BaseException):
-            try:
-                parts = ipc.outcome_parts(token, result)
-            except Exception as exc:
-                result = exc
-            else:
-                self.send(ipc.RESULT, *parts)
-                return
-        self.failed(token, result)
+        try:
+            if not isinstance(result, BaseException):
+                try:
+                    parts = ipc.outcome_parts(token, result)
+                except Exception as exc:
+                    result = exc
+                else:
+                    self.send(ipc.RESULT, *parts)
+                    return
+            self.failed(token, result)
+        finally:
+            with self._lock:
+                self.running -= 1
 
     def failed(self, token: int, error: BaseException) -> None:
         self.send(ipc.FAILED, ipc.pack_ids(token), ipc.error_to_bytes(error))
@@ -88,8 +105,8 @@ class _Replies:
             self.failed(-1, error)
 
 
-def main(read_fd: int, write_fd: int, driver: int) -> None:
-    follow_driver(driver)
+def main(read_fd: int, write_fd: int, driver: int, linger: bool = False) -> None:
+    follow_driver(driver, linger=linger)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         kind, body = ipc.read_frame(read_fd)
@@ -116,13 +133,16 @@ def main(read_fd: int, write_fd: int, driver: int) -> None:
         try:
             kind, body = ipc.read_frame(read_fd)
         except EOFError:
+            if linger and not replies.running:
+                break  # the hosting Ray actor was ended after its last batch
             os._exit(1)  # the driver is gone: nobody will read what this batch returns
         if kind == ipc.STOP:
             break
+        replies.received()
         actor.submit(*ipc.read_batch(body))
     actor.stop(graceful=True)
-    actor.join()
+    actor.join(LINGER_SECONDS if linger else None)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["linger"])

@@ -459,10 +459,8 @@ class ActorPool(ABC):
         # A hang used up the batch's retries; a death did not touch them.
         attempts = self.spec.max_retries if loss.hung else task.attempts_done
         halves = (
-            Request(Task(task.seq, task.offset, task.table.slice(0, middle), attempts)),
-            Request(
-                Task(task.seq, _later(task.offset, middle), task.table.slice(middle), attempts)
-            ),
+            Request(task.piece(0, middle, attempts)),
+            Request(task.piece(middle, attempts_done=attempts)),
         )
 
         def settle(_: Future[BatchOutcome]) -> None:
@@ -499,7 +497,3 @@ class ActorPool(ABC):
         )
         error.__cause__ = TimeoutError(loss.text)
         return error
-
-
-def _later(offset: int | None, rows: int) -> int | None:
-    return None if offset is None else offset + rows

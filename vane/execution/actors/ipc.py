@@ -112,14 +112,24 @@ def buffer_to_table(body: memoryview) -> pa.Table:
 # ---- what the frames carry -------------------------------------------------------------------
 
 
-def batch_parts(token: int, task: Task) -> tuple[bytes, pa.Buffer]:
-    assert task.offset is not None  # the local pools always know it
-    return pack_ids(token, task.offset, task.attempts_done), table_to_buffer(task.table)
+_BATCH_ROWS = struct.Struct("<q")
+
+
+def batch_parts(token: int, task: Task) -> tuple[bytes, bytes, pa.Buffer]:
+    # -1: the offset is the batch's place in the step's input, not in a batch of n rows
+    whole = -1 if task.batch_rows is None else task.batch_rows
+    return (
+        pack_ids(token, task.offset, task.attempts_done),
+        _BATCH_ROWS.pack(whole),
+        table_to_buffer(task.table),
+    )
 
 
 def read_batch(body: memoryview) -> tuple[int, Task]:
     token, offset, attempts, rest = unpack_ids(body)
-    return token, Task(token, offset, buffer_to_table(rest), attempts)
+    (whole,) = _BATCH_ROWS.unpack(rest[: _BATCH_ROWS.size])
+    table = buffer_to_table(rest[_BATCH_ROWS.size :])
+    return token, Task(token, offset, table, attempts, None if whole < 0 else whole)
 
 
 def outcome_parts(token: int, outcome: BatchOutcome) -> tuple[bytes, bytes, pa.Buffer]:

@@ -111,6 +111,7 @@ class SubprocessActor(Actor):
                     str(request_r),
                     str(result_w),
                     str(os.getpid()),
+                    *(["linger"] if pool.linger else []),
                 ],
                 pass_fds=(request_r, result_w),
                 stdin=subprocess.DEVNULL,
@@ -257,10 +258,19 @@ def gpu_slots(spec: UdfSpec, visible: list[str], slot: int) -> list[str]:
 
 class SubprocessPool(ActorPool):
     def __init__(
-        self, spec: UdfSpec, schema: pa.Schema, step: str, visible_gpus: list[str]
+        self,
+        spec: UdfSpec,
+        schema: pa.Schema,
+        step: str,
+        visible_gpus: list[str],
+        *,
+        linger: bool = False,
     ) -> None:
         super().__init__(spec, schema, step)
         self._visible_gpus = visible_gpus
+        # Workers that end their UDF (teardown) when this process is killed while they are idle
+        # (a Ray actor's workers: see _worker.py).
+        self.linger = linger
         self.init = pickled_spec(spec, {"schema": schema, "step": step, "sys_path": list(sys.path)})
 
     def _start_actor(self, index: int, slot: int) -> Actor:

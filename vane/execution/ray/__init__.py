@@ -5,6 +5,8 @@ See docs/ray.md."""
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,7 @@ from vane._arrow import exact_batches
 from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
 from vane.execution.local import LocalRunner, materialized
+from vane.execution.ray.actor import StepCounts
 from vane.execution.ray.cluster import cluster_resources, ray_module
 from vane.execution.ray.lowering import (
     RayLowering,
@@ -24,7 +27,9 @@ from vane.execution.ray.lowering import (
     holds_udf,
 )
 from vane.execution.resources import gpus_needed
+from vane.execution.stage import on_error_warning
 from vane.io.sinks import FileSink, Part, WriteResult
+from vane.observe.events import BatchDone, StageFinished, StageStarted, action_events
 from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import walk
@@ -188,8 +193,9 @@ def _write_parts(dataset: Any, writer: Any, schema: pa.Schema) -> list[Part]:
 
 @contextmanager
 def _action(plan: PlanNode) -> Iterator[RayLowering]:
-    """One action on Ray: a tally of rows that on_error handled (warned about at the end, as
-    locally), errors from actors raised as the driver would raise them, cursors closed."""
+    """One action on Ray: a tally of each UDF step's rows (progress events while it runs, the
+    on_error warning at its end, as locally), errors from actors raised as the driver would
+    raise them, cursors closed."""
     ray = ray_module()
     RayRunner().check(plan)
     # On the driver's node: if a worker node is lost, the counts must not be lost with it.
@@ -200,36 +206,104 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
+    progress = _Progress(tally, lowering.steps)
     try:
         yield lowering
-        _warn(ray.get(tally.totals.remote()), plan)
+        progress.finish()
     except BaseException as exc:
         error = _unwrap(exc)
         if error is exc:
             raise
         raise error from error.__cause__
     finally:
+        progress.stop()
         lowering.close()
         ray.kill(tally)
 
 
-def _warn(totals: dict[str, list[Any]], plan: PlanNode) -> None:
-    for node in walk(plan):
-        if not isinstance(node, UdfStep) or node.udf.name not in totals:
-            continue
-        skipped, nulled, first_error = totals[node.udf.name]
-        spec = node.udf
-        what = (
-            f"skipped {skipped:,} row(s) on which the function failed"
-            if skipped
-            else f"kept {nulled:,} failing row(s) as nulls, with the error text in column "
-            f"{spec.error_column!r}"
-        )
-        warnings.warn(
-            f"{spec.verb} step `{spec.name}` {what}; first error: {first_error}",
-            UserWarning,
-            stacklevel=5,
-        )
+class _Progress:
+    """The local runner's stage events for the UDF steps of a Ray action, from the tally:
+    ``StageStarted`` now, ``BatchDone`` as the counts move (polled twice a second while
+    anybody listens), ``StageFinished`` and the on_error warning at the end."""
+
+    POLL_SECONDS = 0.5
+
+    def __init__(self, tally: Any, steps: dict[int, UdfStep]) -> None:
+        self.tally = tally
+        self.steps = steps
+        self.events = action_events()
+        self.started = time.perf_counter()
+        self._seen: dict[int, tuple[int, int]] = dict.fromkeys(steps, (0, 0))
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        for node in steps.values():
+            self.events.emit(StageStarted(node.udf.name, node.udf.min_actors))
+        self._thread: threading.Thread | None = None
+        if self.events.listening and steps:
+            self._thread = threading.Thread(
+                target=self._poll, name="vane-ray-progress", daemon=True
+            )
+            self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stopped.wait(self.POLL_SECONDS):
+            try:
+                self._update(ray_module().get(self.tally.totals.remote()))
+            except Exception:  # the action is ending (the tally was killed): nothing to show
+                return
+
+    def _update(self, totals: dict[int, StepCounts]) -> None:
+        with self._lock:
+            for key, counts in totals.items():
+                if key not in self.steps:
+                    continue
+                rows_in, rows_out = self._seen[key]
+                if counts.rows_in == rows_in and counts.rows_out == rows_out:
+                    continue
+                self._seen[key] = (counts.rows_in, counts.rows_out)
+                self.events.emit(
+                    BatchDone(
+                        self.steps[key].udf.name,
+                        counts.rows_in - rows_in,
+                        counts.rows_out - rows_out,
+                        max(counts.busy, 0),
+                        max(counts.actors, counts.busy, 0),
+                    )
+                )
+
+    def finish(self) -> None:
+        self.stop()
+        totals: dict[int, StepCounts] = ray_module().get(self.tally.totals.remote())
+        self._update(totals)
+        seconds = time.perf_counter() - self.started
+        for key, node in self.steps.items():
+            spec, counts = node.udf, totals.get(key) or StepCounts()
+            self.events.emit(
+                StageFinished(
+                    spec.name,
+                    counts.rows_in,
+                    counts.rows_out,
+                    counts.skipped,
+                    counts.nulled,
+                    seconds,
+                )
+            )
+            message = on_error_warning(
+                spec,
+                spec.name,
+                skipped=counts.skipped,
+                nulled=counts.nulled,
+                first_error=counts.first_error,
+                poisoned=counts.poisoned,
+            )
+            if message:
+                warnings.warn(message, UserWarning, stacklevel=5)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def _unwrap(exc: BaseException) -> BaseException:

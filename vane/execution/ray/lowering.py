@@ -44,6 +44,11 @@ _OBJECT_ROWS = 65_536
 _MIN_BLOCKS = 8
 
 
+# Ray Data kills its actors once their input is consumed, and Ray then kills their children:
+# an actor's worker process must outlive it long enough to run the UDF's teardown().
+_ACTOR_ENV = {"env_vars": {"RAY_kill_child_processes_on_worker_exit": "false"}}
+
+
 def holds_udf(node: PlanNode) -> bool:
     return any(isinstance(n, UdfStep) for n in walk(node))
 
@@ -83,6 +88,11 @@ class RayLowering:
         self.ray_data = ray.data
         self.tally = tally
         self._shared = shared_subplans(plan)
+        # The UDF steps, by the key their actors report their counts under.
+        self.steps: dict[int, UdfStep] = dict(
+            enumerate(n for n in walk(plan) if isinstance(n, UdfStep))
+        )
+        self._keys = {id(node): key for key, node in self.steps.items()}
         self._datasets: dict[int, Any] = {}
         self._cursors: list[duckdb.DuckDBPyConnection] = []
 
@@ -140,14 +150,16 @@ class RayLowering:
             min_size=spec.min_actors, max_size=spec.max_actors, **options
         )
         # Ray restarts a dead actor and retries its batches without limit (a lost node must not
-        # fail the job); RayUdf stops a batch that keeps killing actors.
+        # fail the job); a batch that kills the UDF's process is the actor's own pool's affair.
         return self.dataset(node.input).map_batches(
             RayUdf,
-            fn_constructor_args=(spec, udf_schema, node.schema, spec.name, self.tally),
+            fn_constructor_args=(spec, udf_schema, node.schema, spec.name),
+            fn_constructor_kwargs={"tally": self.tally, "key": self._keys[id(node)]},
             batch_size=spec.rows_per_batch,
             batch_format="pyarrow",
             zero_copy_batch=True,
             compute=compute,
+            runtime_env=_ACTOR_ENV,
             **actor_resources(spec),
         )
 
