@@ -163,6 +163,7 @@ def column_udf_pipelines(texts: vane.Relation) -> dict[str, list[dict]]:
         ).to_pylist(),
         "on_error_null": texts.with_column("f", u.fragile(col("id"))).to_pylist(),
         "batch_func": texts.with_column("r", u.ratio(col("id"), col("id") + 1)).to_pylist(),
+        "generator": texts.with_column("w", u.words(col("text"))).to_pylist(),
     }
 
 

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypedDict
 
@@ -144,3 +145,50 @@ def one_short(values: pa.Array) -> list:
 @vane.func.batch(return_dtype="DOUBLE")
 def ratio(a: pa.Array, b: pa.Array) -> pa.Array:
     return pc.divide(pc.cast(a, pa.float64()), b)
+
+
+@vane.func
+def words(text: str) -> Iterator[str]:
+    """A generator: one row per word; a text without words keeps its row, with a null."""
+    yield from text.split()
+
+
+@vane.func(return_dtype="BIGINT", on_error="null")
+def countdown(n: int):  # type: ignore[no-untyped-def]
+    if n == 3:
+        raise ValueError("three is unlucky")
+    yield from range(n, 0, -1)
+
+
+@vane.func(return_dtype="BIGINT", max_concurrency=4)
+async def slow_range(n: int):  # type: ignore[no-untyped-def]
+    for i in range(n):
+        await asyncio.sleep(0.001)
+        yield i
+
+
+class WordAt(TypedDict):
+    word: str
+    start: int
+
+
+@vane.func(use_process=True)
+def spans(text: str) -> Iterator[WordAt]:
+    start = 0
+    for word in text.split():
+        yield WordAt(word=word, start=text.index(word, start))
+        start += len(word)
+
+
+@vane.func
+def yields_text_for_two(value: int) -> Iterator[int]:
+    yield value
+    if value == 2:
+        yield "two"  # type: ignore[misc]
+
+
+@vane.func(batch_timeout_s=0.5, on_error="null")
+async def stalls_on_two(value: int) -> int:
+    if value == 2:
+        await asyncio.sleep(30)
+    return value

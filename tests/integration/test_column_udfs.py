@@ -316,3 +316,85 @@ def test_attaching_checks_names_and_a_built_plan_survives_detaching():
         vane.sql("SELECT yell(review) AS y FROM r", r=reviews())
     with pytest.raises(ConfigurationError, match="no function named 'yell'"):
         vane.detach_function("yell")
+
+
+# ---- generator functions: several values per row ----------------------------------------
+
+
+def test_a_generator_repeats_the_row_once_per_value_and_keeps_empty_rows():
+    rel = vane.from_pydict({"id": [1, 2, 3], "text": ["a b", "", "c d e"]})
+    rows = rel.with_column("word", u.words(col("text"))).to_pylist()
+    assert [(r["id"], r["word"]) for r in rows] == [
+        (1, "a"),
+        (1, "b"),
+        (2, None),  # nothing yielded: the row stays, as in Daft
+        (3, "c"),
+        (3, "d"),
+        (3, "e"),
+    ]
+    assert all(r["text"] == {1: "a b", 2: "", 3: "c d e"}[r["id"]] for r in rows)
+    selected = rel.select("id", u.words(col("text")).alias("w")).filter("w IS NOT NULL")
+    assert selected.to_pylist()[:2] == [{"id": 1, "w": "a"}, {"id": 1, "w": "b"}]
+
+
+def test_generators_async_in_processes_struct_valued_and_failing_rows():
+    counts = vane.from_pydict({"n": [2, 0, 3, 1]})
+    with pytest.warns(UserWarning, match="three is unlucky"):
+        rows = counts.with_column("k", u.countdown(col("n"))).to_pylist()
+    # the failing row is kept, once, with a null (on_error="null")
+    assert [(r["n"], r["k"]) for r in rows] == [(2, 2), (2, 1), (0, None), (3, None), (1, 1)]
+    rows = counts.with_column("i", u.slow_range(col("n"))).to_pylist()
+    assert [(r["n"], r["i"]) for r in rows] == [
+        (2, 0),
+        (2, 1),
+        (0, None),
+        (3, 0),
+        (3, 1),
+        (3, 2),
+        (1, 0),
+    ]
+    texts = vane.from_pydict({"text": ["to be or", "not"]})
+    rows = texts.with_column("s", u.spans(col("text"))).to_pylist()  # use_process=True
+    assert [r["s"] for r in rows] == [
+        {"word": "to", "start": 0},
+        {"word": "be", "start": 3},
+        {"word": "or", "start": 6},
+        {"word": "not", "start": 0},
+    ]
+
+
+def test_generator_calls_that_cannot_be_placed_are_plan_errors():
+    rel = vane.from_pydict({"text": ["a b"]})
+    with pytest.raises(PlanError, match=r"generator UDF.*with_column\(\) first"):
+        rel.filter(u.words(col("text")) == "a").to_arrow()
+    with pytest.raises(PlanError, match="two generator UDFs"):
+        rel.select(u.words(col("text")).alias("a"), u.spans(col("text")).alias("b")).to_arrow()
+    with pytest.raises(PlanError, match="not inside another expression"):
+        rel.select(u.words(col("text")) + "!").to_arrow()
+    # one after the other: every value of one with every value of the other
+    rows = rel.with_column("a", u.words(col("text"))).with_column("b", u.words(col("text")))
+    assert [(r["a"], r["b"]) for r in rows.to_pylist()] == [
+        ("a", "a"),
+        ("a", "b"),
+        ("b", "a"),
+        ("b", "b"),
+    ]
+
+
+def test_a_value_that_does_not_fit_names_the_call_and_the_input_row_not_hidden_columns():
+    rel = vane.range(6)
+    with pytest.raises(SchemaMismatchError) as info:
+        rel.with_column("y", u.says_text_for_two(col("id") + 1)).to_arrow()
+    message = str(info.value)
+    assert "says_text_for_two((id + 1)) returned values that cannot be stored as BIGINT" in message
+    assert "input row 1" in message and "__vane" not in message
+    with pytest.raises(SchemaMismatchError) as info:
+        rel.with_column("y", u.yields_text_for_two(col("id"))).to_arrow()
+    assert "yields_text_for_two(id) yielded" in str(info.value)
+    assert "input row 2" in str(info.value) and "__vane" not in str(info.value)
+
+
+def test_batch_timeout_s_applies_to_column_udfs():
+    with pytest.warns(UserWarning, match="batch_timeout_s=0.5"):
+        rows = vane.range(4).with_column("v", u.stalls_on_two(col("id"))).to_pylist()
+    assert [r["v"] for r in rows] == [0, 1, None, 3]  # only the stalled row, as a null

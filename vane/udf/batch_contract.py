@@ -11,6 +11,7 @@ nested fixed-size lists (``DOUBLE[3][3]`` for one 3x3 matrix per row).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,12 @@ _SHOWN_CHARS = 80
 
 
 class ContractError(SchemaMismatchError):
-    """A UDF's output does not fit its declared schema (raised inside the actor)."""
+    """A UDF's output does not fit its declared schema (raised inside the actor); ``row`` is
+    the batch's row that did not fit, where one did."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
 
 
 def _describe(arrow_type: pa.DataType) -> str:
@@ -112,13 +118,27 @@ def _first_bad_value(values: Any, target: pa.DataType) -> tuple[int, Any, str] |
     return None
 
 
-def _python_column(name: str, values: Any, target: pa.DataType, where: str) -> pa.ChunkedArray:
+@dataclass(frozen=True)
+class Subject:
+    """Who returned a column, as an error names it: "udf step `x` returned column 'y'" for a
+    batch UDF's declared column, "bad(id) returned" for a column UDF's values; ``declare`` is
+    how to widen the type instead ("declare 'y': 'BIGINT' in the schema")."""
+
+    text: str
+    declare: str
+
+    def declared_as(self, actual: str) -> str:
+        return self.declare.format(actual=actual)
+
+
+def _python_column(values: Any, target: pa.DataType, subject: Subject) -> pa.ChunkedArray:
     """Python values that Arrow cannot read as one type (ints beyond 64 bits, say): converted
     with the declared type, and kept only if every value reads back the same."""
     array = _typed_exactly(values, target)
     if array is not None:
         return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
     bad = _first_bad_value(values, target)
+    row = None
     if bad is None:
         kinds = sorted({type(v).__name__ for v in values if v is not None})
         detail = f"it mixes values of kinds {kinds} that no one column type holds"
@@ -126,26 +146,30 @@ def _python_column(name: str, values: Any, target: pa.DataType, where: str) -> p
         row, value, reason = bad
         detail = f"row {row} is {shorten(value)} ({type(value).__name__}): {reason}"
     raise ContractError(
-        f"{where} returned column {name!r} with values that cannot be stored as "
-        f"{_describe(target)}: {detail}. Return {_describe(target)} values (strings, numbers, "
-        "lists, dicts, bytes or Arrow arrays, matching the schema)"
+        f"{subject.text} values that cannot be stored as {_describe(target)}: {detail}. Return "
+        f"{_describe(target)} values (strings, numbers, lists, dicts, bytes or Arrow arrays, "
+        "matching the schema)",
+        row=row,
     )
 
 
-def _to_column(name: str, values: Any, target: pa.DataType, where: str) -> pa.ChunkedArray:
+def to_column(values: Any, target: pa.DataType, subject: Subject) -> pa.ChunkedArray:
+    """``values`` (an Arrow array, numpy array, pandas Series or Python list) as a column of
+    ``target`` by lossless casts only, or a ``ContractError`` naming ``subject`` and the first
+    value that does not fit."""
     try:
         column = _natural(values)
     except _CONVERSION_ERRORS:
-        return _python_column(name, values, target, where)
+        return _python_column(values, target, subject)
     if column.type.equals(target):
         return column
     actual = _describe(column.type)
     if not castable(column.type, target):
         raise ContractError(
-            f"{where} returned column {name!r} as {actual}, but the schema says "
-            f"{_describe(target)}, and {actual} cannot become {_describe(target)} without "
-            f"changing its values ({mismatch(column.type, target)}). Return "
-            f"{_describe(target)} values, or declare {name!r}: {actual!r} in the schema"
+            f"{subject.text} {actual}, but {_describe(target)} was declared, and {actual} "
+            f"cannot become {_describe(target)} without changing its values "
+            f"({mismatch(column.type, target)}). Return {_describe(target)} values, or "
+            f"{subject.declared_as(actual)}"
         )
     pieces: list[pa.Array] = []
     offset = 0
@@ -153,22 +177,22 @@ def _to_column(name: str, values: Any, target: pa.DataType, where: str) -> pa.Ch
         try:
             cast = cast_lossless(chunk, target)
         except LossyCast as exc:
-            raise _lossy(name, column, target, where, exc, offset=offset) from None
+            raise _lossy(column, target, subject, exc, offset=offset) from None
         pieces.extend(cast.chunks if isinstance(cast, pa.ChunkedArray) else [cast])
         offset += len(chunk)
     return pa.chunked_array(pieces, type=target)
 
 
 def _lossy(
-    name: str,
     column: pa.ChunkedArray,
     target: pa.DataType,
-    where: str,
+    subject: Subject,
     exc: LossyCast,
     *,
     offset: int,
 ) -> ContractError:
     actual, wanted = _describe(column.type), _describe(target)
+    row = None
     if exc.row is None:
         detail = exc.reason
     else:
@@ -176,8 +200,16 @@ def _lossy(
         value = column[row].as_py()
         detail = f"row {row} is {shorten(value)}: {exc.reason}"
     return ContractError(
-        f"{where} returned column {name!r} as {actual}, and a value does not fit {wanted} "
-        f"without changing: {detail}. Return {wanted} values, or change the schema"
+        f"{subject.text} {actual}, and a value does not fit {wanted} without changing: "
+        f"{detail}. Return {wanted} values, or {subject.declared_as(actual)}",
+        row=row,
+    )
+
+
+def _declared_column(name: str, where: str) -> Subject:
+    return Subject(
+        f"{where} returned column {name!r} as",
+        f"declare {name!r}: {{actual!r}} in the schema",
     )
 
 
@@ -222,7 +254,9 @@ def conform(result: Any, schema: pa.Schema, where: str) -> pa.Table:
             f"{where} returned a batch that {' and '.join(parts)}. The schema declares "
             f"{expected}; return exactly those columns (drop the others, or declare them)"
         )
-    arrays = [_to_column(n, columns[n], schema.field(n).type, where) for n in expected]
+    arrays = [
+        to_column(columns[n], schema.field(n).type, _declared_column(n, where)) for n in expected
+    ]
     lengths = {n: len(a) for n, a in zip(expected, arrays, strict=True)}
     if len(set(lengths.values())) > 1:
         raise ContractError(f"{where} returned columns of different lengths: {lengths}")

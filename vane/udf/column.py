@@ -37,6 +37,7 @@ class UdfOptions:
     max_retries: int = 0
     on_error: str = "raise"
     backend: str | None = None  # an execution_backend; overrides use_process
+    batch_timeout_s: float | None = None  # per call of the step's batch, as in map_batches
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from vane.udf.batch_contract import ContractError
+from vane.udf.batch_contract import ContractError, Subject, to_column
 from vane.udf.column import ClassInstance, ColumnUdf, Const, Slot
 from vane.udf.runtime import RowFailures
 
@@ -47,6 +47,26 @@ class CallPlan:
     columns: tuple[str, ...]
     layout: tuple[Slot, ...]
     output: str
+    shown: str = ""  # the call as the user wrote it, for messages: "score(text, (id + 1))"
+
+    @property
+    def output_type(self) -> pa.DataType:
+        """A generator's values arrive as one list per row (unnested above the step)."""
+        kind = self.udf.return_type
+        return pa.list_(kind) if self.udf.is_generator else kind
+
+    def conformed(self, values: Any) -> pa.ChunkedArray:
+        """The call's values as its output type, or a ``ContractError`` naming the call (not
+        the step's hidden column) and the first value that does not fit its return type."""
+        shown = self.shown or self.udf.name
+        verb = "yielded" if self.udf.is_generator else "returned"
+        subject = Subject(
+            f"{shown} {verb}",
+            f"declare that type with return_dtype= on {self.udf.name}",
+        )
+        if self.udf.is_generator:
+            subject = Subject(f"{shown} yielded, per row, lists of", subject.declare)
+        return to_column(values, self.output_type, subject)
 
 
 def _arguments(layout: tuple[Slot, ...], values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -83,10 +103,13 @@ class ColumnCalls:
         for fn, call in self._calls:
             if call.udf.batch:
                 out[call.output] = _run_batch(fn, call, batch)
+            elif call.udf.is_generator:
+                rows = _row_values(call, batch)
+                out[call.output] = [_plain(list(fn(*a, **k)), call) for a, k in rows]
             else:
                 rows = _row_values(call, batch)
                 out[call.output] = _plain([fn(*a, **k) for a, k in rows], call)
-        return _settled(out)
+        return _settled(out, self._calls)
 
 
 class AsyncColumnCalls(ColumnCalls):
@@ -109,19 +132,27 @@ class AsyncColumnCalls(ColumnCalls):
                 out[call.output] = await result if inspect.isawaitable(result) else result
                 continue
 
-            async def one(args: list[Any], kwargs: dict[str, Any], fn: Any = fn) -> Any:
+            async def one(
+                args: list[Any], kwargs: dict[str, Any], fn: Any = fn, call: CallPlan = call
+            ) -> Any:
                 async with self._rows_in_flight:
                     value = fn(*args, **kwargs)
+                    if inspect.isasyncgen(value):
+                        return _plain([v async for v in value], call)
+                    if inspect.isgenerator(value):
+                        return _plain(list(value), call)
                     return await value if inspect.isawaitable(value) else value
 
             rows = _row_values(call, batch)
-            out[call.output] = _plain(await asyncio.gather(*(one(a, k) for a, k in rows)), call)
-        return _settled(out)
+            values = await asyncio.gather(*(one(a, k) for a, k in rows))
+            out[call.output] = values if call.udf.is_generator else _plain(values, call)
+        return _settled(out, self._calls)
 
 
-def _settled(out: dict[str, Any]) -> dict[str, Any]:
-    """The columns; if calls reported rows that failed on their own, ``RowFailures`` with all
-    of them, so the step's ``on_error`` applies to exactly those rows."""
+def _settled(out: dict[str, Any], calls: list[tuple[Any, CallPlan]]) -> dict[str, Any]:
+    """The columns, each in its call's type; if calls reported rows that failed on their own,
+    ``RowFailures`` with all of them, so the step's ``on_error`` applies to exactly those
+    rows."""
     failed: dict[int, str] = {}
     for name, value in out.items():
         if isinstance(value, RowResults):
@@ -132,6 +163,8 @@ def _settled(out: dict[str, Any]) -> dict[str, Any]:
     if failed:
         rows = sorted(failed)
         raise RowFailures(out, rows, [failed[row] for row in rows])
+    for _, call in calls:
+        out[call.output] = call.conformed(out[call.output])
     return out
 
 

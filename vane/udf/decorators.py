@@ -57,7 +57,8 @@ class _FuncDecorator:
 
     Options: ``return_dtype`` (a DuckDB type name or pyarrow type; else the return annotation),
     ``max_concurrency`` (rows in flight for an ``async def``), ``batch_size``, ``use_process``
-    (run in subprocess actors), ``max_retries``, ``on_error`` ("raise", "null", "skip")."""
+    (run in subprocess actors), ``max_retries``, ``on_error`` ("raise", "null", "skip"),
+    ``batch_timeout_s`` (seconds for one batch of rows; an overrun fails that batch)."""
 
     @overload
     def __call__(self, fn: Callable[..., Any], /) -> ColumnUdf: ...
@@ -73,6 +74,7 @@ class _FuncDecorator:
         use_process: bool = False,
         max_retries: int = 0,
         on_error: str = "raise",
+        batch_timeout_s: float | None = None,
     ) -> Callable[[Callable[..., Any]], ColumnUdf]: ...
 
     def __call__(
@@ -86,8 +88,17 @@ class _FuncDecorator:
         use_process: bool = False,
         max_retries: int = 0,
         on_error: str = "raise",
+        batch_timeout_s: float | None = None,
     ) -> Any:
-        options = UdfOptions(batch_size, max_concurrency, 0, use_process, max_retries, on_error)
+        options = UdfOptions(
+            batch_size,
+            max_concurrency,
+            0,
+            use_process,
+            max_retries,
+            on_error,
+            batch_timeout_s=batch_timeout_s,
+        )
         return _func(fn, batch=False, return_dtype=return_dtype, options=options)
 
     def batch(
@@ -100,10 +111,13 @@ class _FuncDecorator:
         use_process: bool = False,
         max_retries: int = 0,
         on_error: str = "raise",
+        batch_timeout_s: float | None = None,
     ) -> Any:
         """A function over Arrow arrays (one per column argument) that returns an array, list
         or numpy array with one value per row."""
-        options = UdfOptions(batch_size, None, 0, use_process, max_retries, on_error)
+        options = UdfOptions(
+            batch_size, None, 0, use_process, max_retries, on_error, batch_timeout_s=batch_timeout_s
+        )
         return _func(fn, batch=True, return_dtype=return_dtype, options=options)
 
 
@@ -120,15 +134,25 @@ def cls(
     batch_size: int | None = None,
     max_retries: int = 0,
     on_error: str = "raise",
+    batch_timeout_s: float | None = None,
 ) -> Any:
     """A class whose instances are built once per actor, inside the worker, and whose
     ``__call__`` and methods compute columns.
 
     ``gpus`` per actor, ``max_concurrency`` actors (or ``(min, max)``), ``use_process=True`` for
     subprocess actors (own GIL), ``batch_size`` rows per call of a batch method, and the fault
-    policy ``max_retries`` / ``on_error``.
+    policy ``max_retries`` / ``on_error`` / ``batch_timeout_s`` (seconds for one batch of the
+    step, as in map_batches: an overrun is a failure of that batch).
     """
-    options = UdfOptions(batch_size, max_concurrency, gpus, use_process, max_retries, on_error)
+    options = UdfOptions(
+        batch_size,
+        max_concurrency,
+        gpus,
+        use_process,
+        max_retries,
+        on_error,
+        batch_timeout_s=batch_timeout_s,
+    )
 
     def wrap(klass: type) -> ClassUdf:
         if not isinstance(klass, type):

@@ -305,8 +305,13 @@ class UdfRuntime:
             except RowCountError:
                 raise
             except ContractError as exc:
+                if self.spec.passthrough and exc.row is not None:
+                    # one output row per input row: say which input row it was
+                    exc = ContractError(
+                        f"{exc} (row {exc.row} answers input row {task.row(exc.row)})"
+                    )
                 if self.spec.on_error == "raise":
-                    raise
+                    raise exc from None
                 error = exc
                 break
             except Exception as exc:

@@ -7,6 +7,11 @@
         Udf Classifier(review) -> input + [__vane_udf_0]   (ships only `review` to the actors)
           X
 
+A generator function's call yields several values per row: its step returns them as a list
+per row, and a ``WithColumns`` right above unnests that list, so the row repeats once per value
+(a row that yields nothing, or fails under ``on_error="null"``, stays as one row with a null, as
+in Daft: no row is lost).
+
 An argument that is an expression rather than a column is computed first into a hidden
 column (a ``WithColumns`` below the step). Calls whose arguments hold other calls wait for
 the next application of the rule, so nested calls lift innermost first. The calls of one step
@@ -19,9 +24,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vane.plan.expr import Alias, Column, Expr, UdfCall
+import pyarrow as pa
+
+from vane._sql import quote_ident
+from vane.errors import PlanError
+from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
-from vane.types import to_arrow_schema
+from vane.plan.sql import display
+from vane.types import arrow_to_duckdb, to_arrow_schema
 from vane.udf.column_calls import AsyncColumnCalls, CallPlan, ColumnCalls
 from vane.udf.spec import build_spec
 
@@ -76,6 +86,7 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
     ready = list({id(c): c for c in calls if not any(a.has_udf_calls() for a in c.args)}.values())
     if not ready:
         return None
+    _check_generators(node, calls)
     below = node.inputs[0]
     by_lower = {n.lower(): n for n in below.schema.names}
     names = _Names(below.schema.names)
@@ -95,16 +106,20 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
         outputs[id(call)] = output
         owner = call.udf.owner
         key = id(owner) if owner is not None else id(call.udf.target)
-        plan = CallPlan(call.udf, tuple(columns), call.layout, output)
+        plan = CallPlan(call.udf, tuple(columns), call.layout, output, display(call))
         groups.setdefault(key, []).append((call, plan))
     if computed:
         below = WithColumns(below, tuple(computed))
         hidden.extend(name for name, _ in computed)
     for group in groups.values():
-        below = _udf_step(below, group, names)
+        step = _udf_step(below, group, names)
+        below = step
         hidden.extend(plan.output for _, plan in group)
-        if below.udf.on_error == "null":
-            hidden.append(below.udf.error_column)
+        if step.udf.on_error == "null":
+            hidden.append(step.udf.error_column)
+        for call, plan in group:
+            if call.udf.is_generator:
+                below = WithColumns(below, ((plan.output, _unnest(plan.output, call)),))
     lifted = _rebuilt(node, below, outputs)
     if isinstance(node, Select):
         return lifted  # it names what it keeps
@@ -136,11 +151,54 @@ def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Na
         max_concurrency_per_actor=None,
         max_retries=options.max_retries,
         on_error=options.on_error,
+        batch_timeout_s=options.batch_timeout_s,
         preserve_order=True,
         reads=reads,
         passthrough=True,
         label=label,
         error_column=names.fresh("error"),
     )
-    declared = to_arrow_schema({plan.output: call.udf.return_type for call, plan in group})
+    declared = to_arrow_schema(
+        {
+            plan.output: pa.list_(call.udf.return_type)
+            if call.udf.is_generator
+            else call.udf.return_type
+            for call, plan in group
+        }
+    )
     return UdfStep(below, spec, declared)
+
+
+def _unnest(column: str, call: UdfCall) -> Expr:
+    """A generator call's list of values, one row per value; an empty or null list (nothing
+    yielded, or the row failed under on_error="null") one row with a null."""
+    name, element = quote_ident(column), arrow_to_duckdb(call.udf.return_type)
+    return SqlText(
+        f"unnest(CASE WHEN {name} IS NULL OR len({name}) = 0 THEN [NULL::{element}] "
+        f"ELSE {name} END)"
+    )
+
+
+def _check_generators(node: Select | Filter | WithColumns | OrderBy, calls: list[UdfCall]) -> None:
+    generators = [c for c in calls if c.udf.is_generator]
+    if not generators:
+        return
+    name = generators[0].udf.name
+    if isinstance(node, (Filter, OrderBy)):
+        verb = "filter" if isinstance(node, Filter) else "order_by"
+        raise PlanError(
+            f"{verb}(): {name} is a generator UDF (several values per row); compute its column "
+            "with with_column() first, then use the column here"
+        )
+    if len({id(c) for c in generators}) > 1:
+        raise PlanError(
+            f"one step calls two generator UDFs ({name} and {generators[1].udf.name}): each "
+            "repeats the row per value, so compute them in two with_column() steps (every "
+            "value of one with every value of the other)"
+        )
+    top = {id(e.operand if isinstance(e, Alias) else e) for e in node.expressions()}
+    if any(id(g) not in top for g in generators):  # nested in another expression
+        raise PlanError(
+            f"{name} is a generator UDF (several values per row): use its call as a column of "
+            "its own, not inside another expression"
+        )
