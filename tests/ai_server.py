@@ -97,7 +97,7 @@ class FakeServer:
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
-        prompt = body["messages"][-1]["content"]
+        prompt = _text(body["messages"][-1]["content"])
         number = self._count(prompt)
         try:
             refusal = await self._misbehave(number)
@@ -177,6 +177,14 @@ class FakeServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=30)
+
+
+def _text(content: Any) -> Any:
+    """A message's text: a string, or a list of parts (``[{"type": "text", "text": ...}]``, as
+    the OpenAI API allows and Daft's prompt sends)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content
 
 
 def _fill(schema: dict[str, Any], prompt: str) -> Any:

@@ -7,6 +7,7 @@ iteration) hands the plan to the runner.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,9 @@ from vane.io.sinks import FileSink, WriteResult
 from vane.plan import nodes
 from vane.plan.explain import explain as explain_plan
 from vane.plan.expr import Expr, as_expr, col
+from vane.plan.nodes import UdfStep
 from vane.plan.parse import parse_sort_key
+from vane.plan.traverse import walk
 from vane.types import SchemaSpec, describe_schema, to_arrow_schema
 from vane.udf.spec import DEFAULT_ACTOR_START_TIMEOUT_S, Kind, build_spec
 
@@ -73,13 +76,42 @@ class Relation:
     def columns(self) -> list[str]:
         return list(self._plan.schema.names)
 
-    def explain(self, optimized: bool = False) -> str:
+    def explain(self, optimized: bool = False, analyze: bool = False) -> str:
         """The logical plan as text, one line per step, the final step first; with
-        ``optimized=True``, the plan as it will run, after the optimizer's rewrites."""
+        ``optimized=True``, the plan as it will run, after the optimizer's rewrites. With
+        ``analyze=True`` the plan runs (its rows are read and dropped) and each UDF step's line
+        ends with what it did: rows in and out, rows on_error handled, seconds, and what it
+        counted (an AI function's requests, tokens, retries, cache hits and failures)."""
         from vane.plan.optimizer import optimize
 
+        if analyze:
+            return self._analyzed()
         plan = optimize(self._plan) if optimized else self._plan
         return explain_plan(plan, current_runner().placement(plan))
+
+    def _analyzed(self) -> str:
+        from vane.observe.events import StageFinished, subscribe
+        from vane.plan.optimizer import optimize
+
+        plan = optimize(self._plan)
+        seen: list[object] = []
+        unsubscribe = subscribe(seen.append)
+        started = time.perf_counter()
+        rows = 0
+        try:
+            for batch in current_runner().stream(self._plan, get_config().batch_size):
+                rows += batch.num_rows
+        finally:
+            unsubscribe()
+        seconds = time.perf_counter() - started
+        summaries = {e.step: e for e in seen if isinstance(e, StageFinished)}
+        notes = {
+            id(node): summaries[node.udf.name].summary()
+            for node in walk(plan)
+            if isinstance(node, UdfStep) and node.udf.name in summaries
+        }
+        text = explain_plan(plan, current_runner().placement(plan), notes)
+        return f"{text}\n-- ran in {seconds:.2f} s, {rows:,} row{'s' * (rows != 1)}"
 
     def __repr__(self) -> str:
         return f"Relation[{describe_schema(self.schema)}]\n{self.explain()}"

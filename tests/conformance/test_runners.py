@@ -308,3 +308,26 @@ def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     assert len(marks) == 2
     # every batch ran before teardown (Ray cuts batches at its blocks' edges: 6 or more)
     assert sum(int(m.read_text()) for m in marks) >= 6
+
+
+@pytest.mark.timeout(300)
+def test_ai_functions_run_on_ray_each_row_once_with_their_usage(tmp_path, on_ray):
+    pytest.importorskip("aiohttp")
+    from tests.ai_server import FakeServer, answer_for
+
+    server = FakeServer().start()
+    try:
+        rel = vane.from_pydict(
+            {"id": list(range(30)), "text": [f"question {i}" for i in range(30)]}
+        )
+        out = rel.prompt("text", model="m", base_url=server.base_url, api_key="k", batch_size=8)
+        assert "@ ray: 1 actor(s)" in out.explain(optimized=True)
+        result = out.write_parquet(tmp_path / "out")
+        rows = vane.read_parquet(tmp_path / "out").order_by("id").to_pylist()
+    finally:
+        server.stop()
+    assert [r["response"] for r in rows] == [answer_for(f"question {i}") for i in range(30)]
+    assert server.requests == 30 and set(server.by_prompt.values()) == {1}
+    assert result.usage == {
+        "prompt[openai m](text)": {"requests": 30, "prompt_tokens": 60, "completion_tokens": 120}
+    }

@@ -233,3 +233,60 @@ def test_the_official_client_talks_to_the_test_server(server):
     server.behaviour = Behaviour(fail_every=1, fail_status=429, retry_after="0")
     with pytest.raises(openai.RateLimitError, match="injected 429"):
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_usage_is_counted_per_step_in_the_write_result_events_and_explain(
+    server, tmp_path, backend
+):
+    from vane.observe.events import BatchDone, StageFinished, subscribe
+
+    server.behaviour = Behaviour(fail_every=7, fail_status=500)  # some requests retried
+    out = ask(questions(40), server, execution_backend=backend, batch_size=8)
+    seen: list[object] = []
+    unsubscribe = subscribe(seen.append)
+    try:
+        result = out.write_parquet(tmp_path / "out")
+    finally:
+        unsubscribe()
+    ((step, usage),) = result.usage.items()
+    assert step == "prompt[openai test-model](text)"
+    # every request the server saw (retries included); tokens as the server reported them
+    assert usage["requests"] == server.requests > 40
+    assert usage["retries"] == server.requests - 40
+    assert usage["prompt_tokens"] == 40 * 2 and usage["completion_tokens"] == 40 * 4
+    assert f"{server.requests} requests, 80 prompt tokens, 160 completion tokens" in str(result)
+    (finished,) = [e for e in seen if isinstance(e, StageFinished)]
+    assert dict(finished.usage) == usage
+    summed: dict[str, int] = {}
+    for event in seen:
+        if isinstance(event, BatchDone):
+            for name, value in event.usage.items():
+                summed[name] = summed.get(name, 0) + value
+    assert summed == usage  # the progress display's running totals add up to the same
+
+
+def test_explain_analyze_runs_the_plan_and_shows_what_each_step_did(server):
+    text = ask(questions(10), server).explain(analyze=True)
+    line = next(x for x in text.splitlines() if "prompt[openai test-model](text)" in x)
+    assert "-- 10 rows in, 10 out" in line and "10 requests, 20 prompt tokens" in line
+    assert text.endswith("10 rows") and "ran in" in text.splitlines()[-1]
+    assert server.requests == 10
+
+
+def test_the_test_server_reads_message_content_given_as_parts(server):
+    import json
+    import urllib.request
+
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "question 1"}]}],
+    }
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as reply:
+        answer = json.loads(reply.read())
+    assert answer["choices"][0]["message"]["content"] == answer_for("question 1")

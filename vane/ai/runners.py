@@ -58,6 +58,9 @@ class PromptRunner:
         self.output = output
         self.usage = Usage()
 
+    def usage_counters(self) -> dict[str, int]:
+        return self.usage.as_dict()
+
     async def teardown(self) -> None:
         await _close(self.prompter)
 
@@ -106,6 +109,9 @@ class EmbedTextRunner:
         self.embedder = descriptor.instantiate()
         self.normalize = normalize
         self.usage = Usage()
+
+    def usage_counters(self) -> dict[str, int]:
+        return self.usage.as_dict()
 
     async def teardown(self) -> None:
         await _close(self.embedder)
@@ -170,6 +176,9 @@ class ClassifyByEmbeddingRunner:
         self.usage = Usage()
         matrix = np.asarray(self.embedder.embed_text(self.labels, self.usage), dtype=np.float32)
         self._labels = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+    def usage_counters(self) -> dict[str, int]:
+        return self.usage.as_dict()
 
     def run(self, texts: pa.Array) -> list[str | None]:
         values = texts.to_pylist()

@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower
 from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
-from vane.observe.events import action_events
+from vane.observe.events import StageFinished, action_events
 from vane.plan.explain import explain
 from vane.plan.nodes import FileScan, MaterializedScan, PlanNode, UdfStep
 from vane.plan.optimizer import optimize
@@ -41,6 +42,9 @@ class Execution:
     def __init__(self, plan: PlanNode) -> None:
         self.plan = plan
         self.events = action_events()
+        # Each UDF step's summary, as its stage ends (for WriteResult.steps and explain).
+        self.finished: list[StageFinished] = []
+        self.events.subscribe(self._summary)
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         # Subplans two parts of the plan read, computed once for this action and kept.
         self._shared = shared_subplans(plan)
@@ -51,6 +55,10 @@ class Execution:
         # Ctrl-C: every stage aborts its pool and every cursor is interrupted.
         self.cancellation = Cancellation()
         self._caller = _user_code()
+
+    def _summary(self, event: object) -> None:
+        if isinstance(event, StageFinished):
+            self.finished.append(event)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         cursor = _engine.cursor()
@@ -237,7 +245,8 @@ class LocalRunner:
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         with _action(plan) as execution:
-            return write_to(sink, execution.reader(plan, get_config().batch_size))
+            result = write_to(sink, execution.reader(plan, get_config().batch_size))
+            return replace(result, steps=tuple(execution.finished))
 
 
 def materialized(plan: PlanNode, batches: Iterator[pa.RecordBatch]) -> MaterializedScan:

@@ -19,7 +19,7 @@ from vane.errors import ExecutionError, UDFError, VaneError
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
-from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
+from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted, add_counts
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
@@ -56,6 +56,7 @@ class UdfStage:
         self.rows_in = self.rows_out = self.rows_skipped = self.rows_nulled = 0
         self.first_error: str | None = None
         self.poisoned: list[str] = []
+        self.usage: dict[str, int] = {}
         self.cancellation = cancellation or Cancellation()
         self.warn = warn or (lambda message: warnings.warn(message, UserWarning, stacklevel=3))
 
@@ -144,9 +145,15 @@ class UdfStage:
         self.poisoned.extend(outcome.poisoned)
         self.rows_in += rows_in
         self.rows_out += outcome.table.num_rows
+        self.usage = add_counts(self.usage, outcome.usage)
         self.events.emit(
             BatchDone(
-                self.step, rows_in, outcome.table.num_rows, pool.busy_actors(), len(pool.actors)
+                self.step,
+                rows_in,
+                outcome.table.num_rows,
+                pool.busy_actors(),
+                len(pool.actors),
+                outcome.usage,
             )
         )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
@@ -172,6 +179,7 @@ class UdfStage:
                 self.rows_skipped,
                 self.rows_nulled,
                 seconds,
+                self.usage,
             )
         )
         message = on_error_warning(

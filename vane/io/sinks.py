@@ -28,6 +28,7 @@ from vane._sql import duckdb_message
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
 from vane.io.files import SINGLE_FILE_SUFFIXES, FileFormat, is_uri
+from vane.observe.events import StageFinished, describe_usage
 
 if TYPE_CHECKING:
     from vane.io.formats import FileWriter
@@ -37,19 +38,29 @@ _SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a write produced. ``str()`` reads as one line for a log."""
+    """What a write produced. ``str()`` reads as one line for a log. ``steps`` holds each UDF
+    step's summary (rows in and out, rows on_error handled, seconds, and what it counted: an AI
+    function's requests, tokens, retries, cache hits and failures)."""
 
     path: str
     rows: int
     files: int
     bytes: int
     seconds: float
+    steps: tuple[StageFinished, ...] = ()
+
+    @property
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Each counting step's counters by step: ``{"prompt[openai m]": {"requests": 5}}``."""
+        return {step.step: dict(step.usage) for step in self.steps if step.usage}
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"wrote {self.rows:,} row{'s' * (self.rows != 1)} to {self.path} in {self.files} file"
             f"{'s' * (self.files != 1)} ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.2f} s"
         )
+        counted = [f"{name}: {describe_usage(usage)}" for name, usage in self.usage.items()]
+        return text + (f" ({'; '.join(counted)})" if counted else "")
 
 
 @dataclass(frozen=True)

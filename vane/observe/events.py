@@ -4,8 +4,8 @@ user's own callback) receive them in the thread that emitted them and must retur
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,63 @@ class BatchDone:
     rows_out: int
     busy_actors: int
     actors: int
+    # What the UDF counted for these rows (an AI function: requests, prompt_tokens,
+    # completion_tokens, retries, cache_hits, failures); empty when it counts nothing.
+    usage: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class StageFinished:
+    """A UDF step's summary: rows, what on_error did, seconds, and its counters summed."""
+
     step: str
     rows_in: int
     rows_out: int
     rows_skipped: int
     rows_nulled: int
     seconds: float
+    usage: Mapping[str, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.step}: {self.summary()}"
+
+    def summary(self) -> str:
+        """ "100 rows in, 100 out, 1.20 s; 100 requests, 2,310 prompt tokens, ..." """
+        text = f"{self.rows_in:,} rows in, {self.rows_out:,} out"
+        if self.rows_skipped:
+            text += f", {self.rows_skipped:,} skipped"
+        if self.rows_nulled:
+            text += f", {self.rows_nulled:,} failed as nulls"
+        text += f", {self.seconds:.2f} s"
+        if self.usage:
+            text += "; " + describe_usage(self.usage)
+        return text
+
+
+def add_counts(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    """Two sets of counters, summed name by name."""
+    total = dict(a)
+    for name, value in b.items():
+        total[name] = total.get(name, 0) + value
+    return total
+
+
+# The order a summary names an AI function's counters in; a UDF's own counters follow.
+_USAGE_ORDER = (
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "retries",
+    "cache_hits",
+    "failures",
+)
+
+
+def describe_usage(usage: Mapping[str, int]) -> str:
+    """Counters as a summary line says them: "120 requests, 4,512 prompt tokens, 2 retries"."""
+    names = [n for n in _USAGE_ORDER if n in usage]
+    names += sorted(n for n in usage if n not in _USAGE_ORDER)
+    return ", ".join(f"{usage[name]:,} {name.replace('_', ' ')}" for name in names)
 
 
 Subscriber = Callable[[object], None]

@@ -9,7 +9,13 @@ import sys
 import time
 from typing import Any, TextIO
 
-from vane.observe.events import BatchDone, StageFinished, StageStarted
+from vane.observe.events import (
+    BatchDone,
+    StageFinished,
+    StageStarted,
+    add_counts,
+    describe_usage,
+)
 
 
 class ProgressDisplay:
@@ -20,6 +26,7 @@ class ProgressDisplay:
         self._progress: Any = None
         self._tasks: dict[str, Any] = {}
         self._rows: dict[str, list[int]] = {}
+        self._usage: dict[str, dict[str, int]] = {}
         self._started: dict[str, float] = {}
 
     def __call__(self, event: object) -> None:
@@ -29,6 +36,7 @@ class ProgressDisplay:
             rows = self._rows[event.step]
             rows[0] += event.rows_in
             rows[1] += event.rows_out
+            self._usage[event.step] = add_counts(self._usage[event.step], event.usage)
             self._progress.update(
                 self._tasks[event.step],
                 completed=rows[0],
@@ -53,6 +61,7 @@ class ProgressDisplay:
             )
             self._progress.start()
         self._rows[event.step] = [0, 0]
+        self._usage[event.step] = {}
         self._started[event.step] = time.perf_counter()
         self._tasks[event.step] = self._progress.add_task(
             f"{event.step[:40]}:", total=event.total_rows, info=self._info(event.step, "starting")
@@ -61,10 +70,16 @@ class ProgressDisplay:
     def _info(self, step: str, tail: str) -> str:
         rows_in, rows_out = self._rows[step]
         elapsed = max(time.perf_counter() - self._started[step], 1e-9)
-        return f"{rows_in:,} rows in, {rows_out:,} out, {rows_in / elapsed:,.0f} rows/s, {tail}"
+        usage = self._usage.get(step)
+        counted = f", {describe_usage(usage)}" if usage else ""
+        return (
+            f"{rows_in:,} rows in, {rows_out:,} out, {rows_in / elapsed:,.0f} rows/s{counted}, "
+            f"{tail}"
+        )
 
     def _finish(self, event: StageFinished) -> None:
         self._rows[event.step] = [event.rows_in, event.rows_out]
+        self._usage[event.step] = dict(event.usage)
         extra = ""
         if event.rows_skipped:
             extra += f", {event.rows_skipped:,} skipped"

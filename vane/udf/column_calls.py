@@ -92,6 +92,11 @@ class ColumnCalls:
             for call in calls
         ]
 
+    def usage_counters(self) -> Any:
+        """The ``@vane.cls`` instance's counters, if it keeps any (see ``UdfRuntime``)."""
+        counters = getattr(self._instance, "usage_counters", None)
+        return counters() if callable(counters) else None
+
     def teardown(self) -> Any:
         """The ``@vane.cls`` instance's own ``teardown()``, if it has one (its result may be
         awaitable: the runtime awaits it)."""

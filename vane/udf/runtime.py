@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from vane.errors import UDFError
+from vane.observe.events import add_counts
 from vane.udf.batch_contract import ContractError, conform, shorten
 from vane.udf.batch_format import to_format
 from vane.udf.failures import describe_exception
@@ -44,6 +45,8 @@ class BatchOutcome:
     dropped: list[int] = field(default_factory=list)
     # Rows that killed or hung their actor, one line each ("input row 42: ..."), for the report.
     poisoned: list[str] = field(default_factory=list)
+    # What the UDF counted while this batch ran (``usage_counters``): requests, tokens, ...
+    usage: dict[str, int] = field(default_factory=dict)
 
     def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
         """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
@@ -54,7 +57,19 @@ class BatchOutcome:
             self.first_error or other.first_error,
             self.dropped + [rows + i for i in other.dropped],
             self.poisoned + other.poisoned,
+            add_counts(self.usage, other.usage),
         )
+
+
+def usage_counters(udf: Any) -> dict[str, int] | None:
+    """A UDF object's counters so far, if it keeps any: ``usage_counters()`` returning a
+    mapping of names to running totals (vane's AI functions report requests, tokens, retries,
+    cache hits and failures this way; a user's class may too)."""
+    counters = getattr(udf, "usage_counters", None)
+    if not callable(counters):
+        return None
+    values = counters()
+    return None if values is None else {str(k): int(v) for k, v in dict(values).items()}
 
 
 class Yielded(list[Any]):
@@ -161,6 +176,18 @@ class UdfRuntime:
             asyncio.Semaphore(spec.max_concurrency_per_actor) if self.is_async else None
         )
         self._where = f"{spec.verb} step `{step}`"
+        # The counters as last reported with a batch's outcome.
+        self._reported: dict[str, int] = {}
+
+    def _usage_since_last(self) -> dict[str, int]:
+        """What the UDF counted since the last batch reported: batches that overlap share it
+        out between them, and their sum is the UDF's total."""
+        now = usage_counters(self.fn) if self.spec.is_class else None
+        if not now:
+            return {}
+        delta = {k: v - self._reported.get(k, 0) for k, v in now.items()}
+        self._reported = now
+        return {k: v for k, v in delta.items() if v}
 
     async def teardown(self) -> None:
         """The UDF instance's ``teardown()`` (plain or ``async``), if it has one: called once,
@@ -292,6 +319,13 @@ class UdfRuntime:
     # ---- retries and on_error --------------------------------------------------------------
 
     async def run(self, task: Task, watch: Watch) -> BatchOutcome:
+        """The batch's output under the step's retry and ``on_error`` policy, with what the
+        UDF counted meanwhile (``usage_counters``)."""
+        outcome = await self._run(task, watch)  # (a failed batch's counts go with the next one)
+        outcome.usage = add_counts(outcome.usage, self._usage_since_last())
+        return outcome
+
+    async def _run(self, task: Task, watch: Watch) -> BatchOutcome:
         """The batch's output under the step's retry and ``on_error`` policy. Under "skip" and
         "null" an output that does not fit the schema is one more failure; under "raise" it is
         reported as it is, since retrying cannot change it."""

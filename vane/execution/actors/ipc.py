@@ -140,15 +140,16 @@ def outcome_parts(token: int, outcome: BatchOutcome) -> tuple[bytes, bytes, pa.B
             outcome.first_error,
             outcome.dropped,
             outcome.poisoned,
+            outcome.usage,
         ]
     ).encode()
     return pack_ids(token, len(meta)), meta, table_to_buffer(outcome.table)
 
 
 def read_outcome(rest: memoryview, meta_size: int) -> BatchOutcome:
-    skipped, nulled, first_error, dropped, poisoned = json.loads(bytes(rest[:meta_size]))
+    skipped, nulled, first_error, dropped, poisoned, usage = json.loads(bytes(rest[:meta_size]))
     table = buffer_to_table(rest[meta_size:])
-    return BatchOutcome(table, skipped, nulled, first_error, dropped, poisoned)
+    return BatchOutcome(table, skipped, nulled, first_error, dropped, poisoned, usage)
 
 
 class RemoteTraceback(Exception):

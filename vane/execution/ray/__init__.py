@@ -10,6 +10,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -139,14 +140,16 @@ class RayRunner:
 
         with _action(plan) as lowering:
             if sink.single_file or not lowering.runs_on_ray(plan):
-                return write_to(sink, lowering.reader(plan, get_config().batch_size))
-            write = sink.start()
-            try:
-                parts = _write_parts(lowering.dataset(plan), write.writer, plan.schema)
-                return write.commit(parts)
-            except BaseException:
-                write.abort()
-                raise
+                result = write_to(sink, lowering.reader(plan, get_config().batch_size))
+            else:
+                write = sink.start()
+                try:
+                    parts = _write_parts(lowering.dataset(plan), write.writer, plan.schema)
+                    result = write.commit(parts)
+                except BaseException:
+                    write.abort()
+                    raise
+            return replace(result, steps=tuple(lowering.progress.finish()))
 
 
 def _feeds_ray(node: PlanNode, plan: PlanNode) -> bool:
@@ -206,7 +209,7 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
-    progress = _Progress(tally, lowering.steps)
+    progress = lowering.progress = _Progress(tally, lowering.steps)
     try:
         yield lowering
         progress.finish()
@@ -233,7 +236,9 @@ class _Progress:
         self.steps = steps
         self.events = action_events()
         self.started = time.perf_counter()
-        self._seen: dict[int, tuple[int, int]] = dict.fromkeys(steps, (0, 0))
+        self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
+        self.finished: list[StageFinished] = []
+        self._done = False
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         for node in steps.values():
@@ -257,37 +262,44 @@ class _Progress:
             for key, counts in totals.items():
                 if key not in self.steps:
                     continue
-                rows_in, rows_out = self._seen[key]
-                if counts.rows_in == rows_in and counts.rows_out == rows_out:
+                seen = self._seen[key]
+                if counts.rows_in == seen.rows_in and counts.rows_out == seen.rows_out:
                     continue
-                self._seen[key] = (counts.rows_in, counts.rows_out)
+                self._seen[key] = counts
+                usage = {k: v - seen.usage.get(k, 0) for k, v in counts.usage.items()}
                 self.events.emit(
                     BatchDone(
                         self.steps[key].udf.name,
-                        counts.rows_in - rows_in,
-                        counts.rows_out - rows_out,
+                        counts.rows_in - seen.rows_in,
+                        counts.rows_out - seen.rows_out,
                         max(counts.busy, 0),
                         max(counts.actors, counts.busy, 0),
+                        {k: v for k, v in usage.items() if v},
                     )
                 )
 
-    def finish(self) -> None:
+    def finish(self) -> list[StageFinished]:
+        """The steps' summaries, emitted once (later calls return the same)."""
+        if self._done:
+            return self.finished
+        self._done = True
         self.stop()
         totals: dict[int, StepCounts] = ray_module().get(self.tally.totals.remote())
         self._update(totals)
         seconds = time.perf_counter() - self.started
         for key, node in self.steps.items():
             spec, counts = node.udf, totals.get(key) or StepCounts()
-            self.events.emit(
-                StageFinished(
-                    spec.name,
-                    counts.rows_in,
-                    counts.rows_out,
-                    counts.skipped,
-                    counts.nulled,
-                    seconds,
-                )
+            summary = StageFinished(
+                spec.name,
+                counts.rows_in,
+                counts.rows_out,
+                counts.skipped,
+                counts.nulled,
+                seconds,
+                counts.usage,
             )
+            self.finished.append(summary)
+            self.events.emit(summary)
             message = on_error_warning(
                 spec,
                 spec.name,
@@ -298,6 +310,7 @@ class _Progress:
             )
             if message:
                 warnings.warn(message, UserWarning, stacklevel=5)
+        return self.finished
 
     def stop(self) -> None:
         self._stopped.set()

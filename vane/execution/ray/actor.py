@@ -30,6 +30,7 @@ import pyarrow as pa
 from vane.errors import UDFError
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.execution.actors.subprocess import SubprocessPool
+from vane.observe.events import add_counts
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
@@ -71,7 +72,7 @@ class RayUdf:
         try:
             outcome = future.result()
         except BaseException as exc:
-            self.tally.done.remote(self.key, 0, (0, 0, 0, None, []))
+            self.tally.done.remote(self.key, 0, (0, 0, 0, None, [], {}))
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
             # it travels as bytes, rebuilt in the driver as the subprocess backend does.
             raise RemoteFailure(error_to_bytes(exc), str(exc)) from None
@@ -95,6 +96,7 @@ class RayUdf:
             outcome.rows_nulled,
             outcome.first_error,
             outcome.poisoned,
+            outcome.usage,
         )
         # Waited for: the counts must be in before the driver reads the totals at the end.
         ray.get(self.tally.done.remote(self.key, batch.num_rows, counts))
@@ -149,7 +151,7 @@ class Tally:
 
     def done(self, key: int, rows_in: int, outcome: tuple[Any, ...]) -> None:
         counts = self._step(key)
-        rows_out, skipped, nulled, first_error, poisoned = outcome
+        rows_out, skipped, nulled, first_error, poisoned, usage = outcome
         counts.busy -= 1
         counts.rows_in += rows_in
         counts.rows_out += rows_out
@@ -157,6 +159,7 @@ class Tally:
         counts.nulled += nulled
         counts.first_error = counts.first_error or first_error
         counts.poisoned.extend(poisoned)
+        counts.usage = add_counts(counts.usage, usage)
 
     def totals(self) -> dict[int, StepCounts]:
         return self.steps
@@ -172,3 +175,4 @@ class StepCounts:
     nulled: int = 0
     first_error: str | None = None
     poisoned: list[str] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)

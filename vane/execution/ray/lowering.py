@@ -93,6 +93,7 @@ class RayLowering:
             enumerate(n for n in walk(plan) if isinstance(n, UdfStep))
         )
         self._keys = {id(node): key for key, node in self.steps.items()}
+        self.progress: Any = None  # the action's events (set by the runner)
         self._datasets: dict[int, Any] = {}
         self._cursors: list[duckdb.DuckDBPyConnection] = []
 
