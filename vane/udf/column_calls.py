@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,11 +110,11 @@ class ColumnCalls:
             if call.udf.batch:
                 out[call.output] = _run_batch(fn, call, batch)
             elif call.udf.is_generator:
-                rows = _row_values(call, batch)
-                out[call.output] = [_plain(list(fn(*a, **k)), call) for a, k in rows]
+                out[call.output] = [
+                    _plain(list(values), call) for values in _each_row(fn, call, batch)
+                ]
             else:
-                rows = _row_values(call, batch)
-                out[call.output] = _plain([fn(*a, **k) for a, k in rows], call)
+                out[call.output] = _plain(_each_row(fn, call, batch), call)
         return _settled(out, self._calls)
 
 
@@ -187,6 +188,30 @@ def _as_data(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_as_data(v) for v in value]
     return value
+
+
+def _each_row(fn: Any, call: CallPlan, batch: pa.Table) -> list[Any]:
+    """``fn`` called on each row's arguments, in order: column by column, without building
+    each row's argument list by hand (that cost more than the calls themselves)."""
+    rows = batch.num_rows
+    columns = [batch.column(name).to_pylist() for name in call.columns]
+
+    def values(source: int | Const) -> Any:
+        return (
+            itertools.repeat(source.value, rows) if isinstance(source, Const) else columns[source]
+        )
+
+    positional = [values(source) for keyword, source in call.layout if keyword is None]
+    named = [(keyword, values(source)) for keyword, source in call.layout if keyword is not None]
+    if not named:
+        return list(map(fn, *positional)) if positional else [fn() for _ in range(rows)]
+    keywords = [keyword for keyword, _ in named]
+    pairs = zip(
+        zip(*positional, strict=False) if positional else itertools.repeat((), rows),
+        zip(*(column for _, column in named), strict=False),
+        strict=False,
+    )
+    return [fn(*args, **dict(zip(keywords, kwargs, strict=True))) for args, kwargs in pairs]
 
 
 def _row_values(call: CallPlan, batch: pa.Table) -> list[tuple[list[Any], dict[str, Any]]]:
