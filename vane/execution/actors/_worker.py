@@ -1,9 +1,12 @@
-"""The entry point of a subprocess actor: ``python -m vane.execution.actors._worker IN OUT DRIVER``.
+"""The entry point of a subprocess actor:
+``python -m vane.execution.actors._worker IN OUT DRIVER [SLOTS]``.
 
 It reads the INIT frame (the cloudpickled UDF spec), hosts an ``ActorBody`` (which constructs
 the UDF on its own thread), answers READY, then hands each BATCH to the body and writes back each
-result, until STOP. A call that overruns ``batch_timeout_s`` cannot be stopped, so the worker
-reports it (HUNG) and exits; the driver replaces it.
+result, until STOP. SLOTS are the descriptors of the actor's shared-memory slots, comma
+separated (``shm.py``): a batch that came in a slot is copied out of it at once, and its result
+is written back into the same slot. A call that overruns ``batch_timeout_s`` cannot be stopped,
+so the worker reports it (HUNG) and exits; the driver replaces it.
 
 A worker never outlives its driver. On Linux it asks the kernel to SIGKILL it when the driver
 dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); everywhere, the main
@@ -25,6 +28,7 @@ import cloudpickle
 
 from vane.execution.actors import ipc
 from vane.execution.actors.body import ActorBody, Hang, Result
+from vane.execution.actors.shm import SLOT_LIMIT, Slots
 
 # The exit code of a worker that gave up on a hung call (after its HUNG frame).
 EXIT_HUNG = 75
@@ -48,9 +52,16 @@ def follow_driver(driver: int) -> None:
 class _Replies:
     """The worker's side of the result pipe, written from the body's thread."""
 
-    def __init__(self, write_fd: int) -> None:
+    def __init__(self, write_fd: int, slots: Slots | None) -> None:
         self._fd = write_fd
         self._lock = threading.Lock()
+        self._slots = slots
+        self._slot_of: dict[int, int] = {}  # token -> the slot its batch came in
+
+    def expect(self, token: int, slot: int) -> None:
+        """The batch ``token`` came in ``slot``: its result goes back there."""
+        if slot != ipc.INLINE:
+            self._slot_of[token] = slot
 
     def send(self, kind: bytes, *parts: Any) -> None:
         try:
@@ -60,9 +71,10 @@ class _Replies:
             os._exit(1)  # the driver is gone
 
     def deliver(self, token: int, result: Result) -> None:
+        slot = self._slot_of.pop(token, None)
         if not isinstance(result, BaseException):
             try:
-                parts = ipc.outcome_parts(token, result)
+                parts = ipc.outcome_parts(token, result, self._slots, slot)
             except Exception as exc:
                 result = exc
             else:
@@ -88,7 +100,7 @@ class _Replies:
             self.failed(-1, error)
 
 
-def main(read_fd: int, write_fd: int, driver: int) -> None:
+def main(read_fd: int, write_fd: int, driver: int, slot_fds: list[int]) -> None:
     follow_driver(driver)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -98,7 +110,8 @@ def main(read_fd: int, write_fd: int, driver: int) -> None:
     assert kind == ipc.INIT, kind
     init = cloudpickle.loads(body)
     sys.path[:0] = [p for p in init["sys_path"] if p not in sys.path]
-    replies = _Replies(write_fd)
+    slots = Slots.attach(slot_fds, init.get("slot_limit", SLOT_LIMIT)) if slot_fds else None
+    replies = _Replies(write_fd, slots)
     try:
         actor = ActorBody(
             cloudpickle.loads(init["spec"]),
@@ -119,10 +132,13 @@ def main(read_fd: int, write_fd: int, driver: int) -> None:
             os._exit(1)  # the driver is gone: nobody will read what this batch returns
         if kind == ipc.STOP:
             break
-        actor.submit(*ipc.read_batch(body))
+        token, slot, task = ipc.read_batch(body, slots)
+        replies.expect(token, slot)
+        actor.submit(token, task)
     actor.stop(graceful=True)
     actor.join()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    slot_fds = [int(fd) for fd in sys.argv[4].split(",") if fd] if len(sys.argv) > 4 else []
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), slot_fds)

@@ -1,6 +1,7 @@
 """Subprocess actors: each actor is an ``ActorBody`` in its own OS process (own GIL), started
 with the spawn method and built from the cloudpickled UDF (so classes from ``__main__``,
-notebooks and test modules work). Batches cross as Arrow IPC over pipes (``ipc.py``; the
+notebooks and test modules work). Batches and results cross as Arrow IPC in shared-memory
+slots created for each actor (``shm.py``), handed over by small frames on pipes (``ipc.py``; the
 worker's side is ``_worker.py``).
 
 A worker that dies (a crash, ``os._exit``, the OOM killer) or hangs past ``batch_timeout_s``
@@ -29,7 +30,7 @@ from typing import IO, Any
 import pyarrow as pa
 
 from vane.errors import ActorDiedError
-from vane.execution.actors import ipc
+from vane.execution.actors import ipc, shm
 from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
 from vane.execution.actors.body import concurrent_batches, settle
 from vane.udf.runtime import Task
@@ -100,6 +101,11 @@ class SubprocessActor(Actor):
     def __init__(self, pool: SubprocessPool, index: int, slot: int, env: dict[str, str]) -> None:
         super().__init__(pool, index, slot)
         self.label = f"{pool.spec.name} actor {index}"
+        self._slots = shm.Slots.create(pool.slots_per_actor, pool.slot_limit)
+        self._slot_of: dict[int, int] = {}  # token -> the slot its batch went in
+        # The sender and the receiver both touch the slots; the last of them to end closes them.
+        self._slot_users = 2
+        self._slot_lock = threading.Lock()
         request_r, request_w = os.pipe()
         result_r, result_w = os.pipe()
         try:
@@ -111,8 +117,9 @@ class SubprocessActor(Actor):
                     str(request_r),
                     str(result_w),
                     str(os.getpid()),
+                    ",".join(str(fd) for fd in self._slots.fds),
                 ],
-                pass_fds=(request_r, result_w),
+                pass_fds=(request_r, result_w, *self._slots.fds),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -121,6 +128,7 @@ class SubprocessActor(Actor):
         except BaseException:
             os.close(request_w)
             os.close(result_r)
+            self._slots.close()
             raise
         finally:
             os.close(request_r)
@@ -154,7 +162,12 @@ class SubprocessActor(Actor):
         try:
             ipc.write_frame(self._write_fd, ipc.INIT, init)
             while (item := self._outbox.get()) is not None:
-                ipc.write_frame(self._write_fd, ipc.BATCH, *ipc.batch_parts(*item))
+                token, task = item
+                slot = self._slots.take()
+                if slot is not None:
+                    self._slot_of[token] = slot  # before the result can come back
+                parts = ipc.batch_parts(token, task, self._slots, slot)
+                ipc.write_frame(self._write_fd, ipc.BATCH, *parts)
             if not self._dead:
                 ipc.write_frame(self._write_fd, ipc.STOP)
         except OSError:
@@ -164,6 +177,7 @@ class SubprocessActor(Actor):
             self.pool.fail_internal(f"the thread sending batches to {self.label}", exc)
         finally:
             os.close(self._write_fd)
+            self._done_with_slots()
 
     def _receive_loop(self) -> None:
         try:
@@ -175,7 +189,23 @@ class SubprocessActor(Actor):
         finally:
             # This thread owns the read end (see _send_loop).
             os.close(self._read_fd)
-            self._ended()
+            try:
+                self._ended()
+            finally:
+                self._done_with_slots()
+
+    def _done_with_slots(self) -> None:
+        with self._slot_lock:
+            self._slot_users -= 1
+            last = self._slot_users == 0
+        if last:
+            self._slots.close()
+
+    def _free_slot(self, token: int) -> None:
+        """The reply to batch ``token`` is in: its slot, if it had one, is the driver's again."""
+        slot = self._slot_of.pop(token, None)
+        if slot is not None:
+            self._slots.give_back(slot)
 
     def _handshake(self) -> bool:
         try:
@@ -203,8 +233,11 @@ class SubprocessActor(Actor):
                 return
             token, a, _, rest = ipc.unpack_ids(body)
             if kind == ipc.RESULT:
-                self._delivered(token, ipc.read_outcome(rest, a))
+                outcome = ipc.read_outcome(rest, a, self._slots)
+                self._free_slot(token)
+                self._delivered(token, outcome)
             elif kind == ipc.FAILED:
+                self._free_slot(token)
                 self._delivered(token, ipc.error_from_bytes(rest))
             elif kind == ipc.HUNG:
                 seconds, where = json.loads(bytes(rest))
@@ -261,7 +294,16 @@ class SubprocessPool(ActorPool):
     ) -> None:
         super().__init__(spec, schema, step)
         self._visible_gpus = visible_gpus
-        self.init = pickled_spec(spec, {"schema": schema, "step": step, "sys_path": list(sys.path)})
+        self.slot_limit = shm.SLOT_LIMIT
+        self.init = pickled_spec(
+            spec,
+            {
+                "schema": schema,
+                "step": step,
+                "sys_path": list(sys.path),
+                "slot_limit": self.slot_limit,
+            },
+        )
 
     def _start_actor(self, index: int, slot: int) -> Actor:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
