@@ -3,10 +3,11 @@
 
 It reads the INIT frame (the cloudpickled UDF spec), hosts an ``ActorBody`` (which constructs
 the UDF on its own thread), answers READY, then hands each BATCH to the body and writes back each
-result, until STOP. SLOTS are the descriptors of the actor's shared-memory slots, comma
-separated (``shm.py``): a batch that came in a slot is copied out of it at once, and its result
-is written back into the same slot. A call that overruns ``batch_timeout_s`` cannot be stopped,
-so the worker reports it (HUNG) and exits; the driver replaces it.
+result, until STOP; once the UDF's teardown() has run it says STOPPED and exits. SLOTS are the
+descriptors of the actor's shared-memory slots, comma separated (``shm.py``): a batch that came
+in a slot is copied out of it at once, and its result is written back into the same slot. A call
+that overruns ``batch_timeout_s`` cannot be stopped, so the worker reports it (HUNG) and exits;
+the driver replaces it.
 
 A worker never outlives its driver. On Linux it asks the kernel to SIGKILL it when the driver
 dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); everywhere, the main
@@ -137,6 +138,7 @@ def main(read_fd: int, write_fd: int, driver: int, slot_fds: list[int]) -> None:
         actor.submit(token, task)
     actor.stop(graceful=True)
     actor.join()
+    replies.send(ipc.STOPPED)  # the driver need not wait for this interpreter to wind down
 
 
 if __name__ == "__main__":

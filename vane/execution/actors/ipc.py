@@ -64,6 +64,7 @@ RESULT = b"O"  # worker -> driver: token, outcome's counts, where the table lies
 FAILED = b"E"  # worker -> driver: token (or -1 for construction), the error
 HUNG = b"H"  # worker -> driver: token, attempt, where it was stuck; then the worker exits
 STOP = b"S"  # driver -> worker: finish the batches sent, then exit
+STOPPED = b"D"  # worker -> driver: every batch is answered and teardown() ran; it exits next
 
 _IDS = struct.Struct("<qqq")
 # Where a table lies: its slot (or INLINE: the rest of the frame) and its size in the slot.
