@@ -14,6 +14,10 @@ import pytest
 import vane
 from tests.integration import udfs
 from vane.execution.actors import shm
+from vane.execution.actors.subprocess import PLAIN_BATCHES_IN_FLIGHT
+
+# One slot per batch an actor holds at once.
+SLOTS = min(PLAIN_BATCHES_IN_FLIGHT, shm.MAX_SLOTS)
 
 SCHEMA = {"id": "BIGINT", "text": "VARCHAR", "slots": "BIGINT", "slot_bytes": "BIGINT"}
 
@@ -65,7 +69,7 @@ def test_batches_and_results_larger_than_a_slot_grow_it():
     assert out["id"] == table["id"]
     assert out["text"] == pc.binary_repeat(table["text"], 3)
     # Each batch reached the worker through a slot that had grown to hold it.
-    assert set(out["slots"].to_pylist()) == {2}
+    assert set(out["slots"].to_pylist()) == {SLOTS}
     assert min(out["slot_bytes"].to_pylist()) > shm.MIN_SLOT_BYTES
     assert _driver_lets_go_of_its_slots()
     assert _ours_in_dev_shm() <= before
@@ -111,7 +115,7 @@ def test_a_worker_killed_holding_a_slot_is_replaced_and_leaves_nothing(tmp_path)
     out = _echo(table, udfs.KillOnceWithSlots, 500, fn_constructor_args=(str(tmp_path / "m"),))
     assert (tmp_path / "m").exists()  # the first worker did die mid-batch
     assert out["id"] == table["id"] and out["text"] == table["text"]
-    assert set(out["slots"].to_pylist()) == {2}  # the replacement has slots of its own
+    assert set(out["slots"].to_pylist()) == {SLOTS}  # the replacement has slots of its own
     assert _driver_lets_go_of_its_slots()
     assert _ours_in_dev_shm() <= before
 
@@ -122,6 +126,6 @@ def test_many_batches_reuse_the_same_slots():
     out = _echo(table, udfs.EchoWithSlots, 64)
     assert out.num_rows == 20_000
     assert out["id"] == table["id"] and out["text"] == table["text"]
-    assert set(out["slots"].to_pylist()) == {2}
+    assert set(out["slots"].to_pylist()) == {SLOTS}
     assert set(out["slot_bytes"].to_pylist()) == {shm.MIN_SLOT_BYTES}
     assert _driver_lets_go_of_its_slots()
