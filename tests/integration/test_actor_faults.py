@@ -10,7 +10,7 @@ import pytest
 import vane
 from tests.integration import udfs
 from vane.errors import ActorDiedError, ExecutionError, UDFError
-from vane.execution.actors import ipc
+from vane.execution.actors import ipc, shm
 
 # ---- poison rows: a row that kills or hangs its actor ------------------------------------------
 
@@ -144,7 +144,7 @@ def test_an_exception_only_the_worker_can_import_keeps_its_name_and_text(tmp_pat
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("broken", ["table_to_buffer", "buffer_to_table"])
+@pytest.mark.parametrize("broken", ["write_table", "read_table"])
 def test_a_failure_of_the_pools_own_threads_fails_the_job_clearly(monkeypatch, broken):
     def fails(*args: object, **kwargs: object) -> object:
         raise ArithmeticError("injected fault")
@@ -153,7 +153,7 @@ def test_a_failure_of_the_pools_own_threads_fails_the_job_clearly(monkeypatch, b
     out = vane.range(30).map_batches(
         udfs.noop, schema={"id": "BIGINT"}, batch_size=10, execution_backend="subprocess_actor"
     )
-    thread = "sending batches to" if broken == "table_to_buffer" else "receiving results from"
+    thread = "sending batches to" if broken == "write_table" else "receiving results from"
     with pytest.raises(ExecutionError, match=f"the thread {thread} noop actor 0 failed") as info:
         out.to_arrow()
     assert "ArithmeticError: injected fault" in str(info.value)
@@ -165,11 +165,17 @@ def test_a_table_survives_the_trip_through_the_codecs():
     from vane.udf.runtime import BatchOutcome, Task
 
     table = pa.table({"id": [1, 2, 3]})
-    token, task = ipc.read_batch(
-        b"".join(bytes(p) for p in ipc.batch_parts(7, Task(0, 40, table, 1)))
-    )
-    assert (token, task.offset, task.attempts_done, task.table) == (7, 40, 1, table)
-    outcome = BatchOutcome(table, 1, 0, "ValueError: x", [2], ["input row 42: died"])
-    head, meta, body = ipc.outcome_parts(3, outcome)
-    token, size, _, rest = ipc.unpack_ids(memoryview(head + meta + bytes(body)))
-    assert token == 3 and ipc.read_outcome(rest, size) == outcome
+    slots = shm.Slots.create(2, limit=shm.SLOT_LIMIT)
+    try:
+        for slot in (None, 1):  # inline, then in a slot
+            parts = ipc.batch_parts(7, Task(0, 40, table, 1), slots, slot)
+            frame = b"".join(bytes(p) for p in parts)
+            token, came_in, task = ipc.read_batch(memoryview(frame), slots)
+            assert (token, task.offset, task.attempts_done, task.table) == (7, 40, 1, table)
+            assert came_in == (ipc.INLINE if slot is None else slot)
+            outcome = BatchOutcome(table, 1, 0, "ValueError: x", [2], ["input row 42: died"])
+            frame = b"".join(bytes(p) for p in ipc.outcome_parts(3, outcome, slots, slot))
+            token, size, _, rest = ipc.unpack_ids(memoryview(frame))
+            assert token == 3 and ipc.read_outcome(rest, size, slots) == outcome
+    finally:
+        slots.close()

@@ -4,17 +4,20 @@ connection pools on the loop that made them."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 import vane
+from tests.integration.support import gone
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["thread", "subprocess_actor"]
@@ -64,6 +67,41 @@ def test_teardown_runs_once_per_actor_after_every_batch(tmp_path, backend, cls):
     done = list(tmp_path.glob("*.done"))
     assert len(done) == 2  # one per actor
     assert sum(int(p.read_text()) for p in done) == 10  # after the last batch of each
+
+
+class SlowExit(Marks):
+    """Marks, whose worker's interpreter then takes its time to exit: an atexit handler that
+    waits for a ``release`` file (``<pid>.exiting`` says it started, ``<pid>.exited`` it ended)."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        atexit.register(self._linger)
+
+    def _linger(self) -> None:
+        pid = os.getpid()
+        (self.directory / f"{pid}.exiting").touch()
+        deadline = time.monotonic() + 60
+        while not (self.directory / "release").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (self.directory / f"{pid}.exited").touch()
+
+
+@pytest.mark.timeout(120)
+def test_an_action_returns_after_teardown_without_waiting_for_the_worker_to_exit(tmp_path):
+    out = vane.range(10).map_batches(
+        SlowExit,
+        schema={"id": "BIGINT"},
+        execution_backend="subprocess_actor",
+        fn_constructor_args=(str(tmp_path),),
+    )
+    assert out.count() == 10
+    (done,) = tmp_path.glob("*.done")  # teardown() ran before the action returned
+    pid = int(done.name.split("-")[0])
+    # The worker is still exiting: the action did not wait for its interpreter to wind down.
+    assert not gone(pid, within=0.1) and not (tmp_path / f"{pid}.exited").exists()
+    (tmp_path / "release").touch()
+    assert gone(pid, within=30)
+    assert (tmp_path / f"{pid}.exiting").exists() and (tmp_path / f"{pid}.exited").exists()
 
 
 def test_a_failing_teardown_is_logged_and_the_job_succeeds(tmp_path, caplog):

@@ -394,3 +394,55 @@ class HangAlways:
             (self.pid_dir / str(os.getpid())).write_text("hanging")
         RELEASE.wait()
         return pa.table({"id": batch["id"]})
+
+
+def slot_files() -> dict[int, int]:
+    """This process's shared-memory slots (``vane.execution.actors.shm``): inode -> size (a
+    mapping holds a descriptor of its own). Each must be an anonymous memory file, never a file
+    in /dev/shm."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # the descriptor listdir itself used
+        if "vane-slot" in target:
+            assert target.startswith("/memfd:"), target
+            stat = os.fstat(int(name))
+            found[stat.st_ino] = stat.st_size
+    return found
+
+
+class EchoWithSlots:
+    """Returns its rows with ``text`` repeated ``repeat`` times, and the number and largest size
+    of the slots its worker held when it ran the batch."""
+
+    def __init__(self, repeat: int = 1) -> None:
+        self.repeat = repeat
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        slots = slot_files()
+        rows = batch.num_rows
+        return pa.table(
+            {
+                "id": batch["id"],
+                "text": pc.binary_repeat(batch["text"], self.repeat),
+                "slots": pa.array([len(slots)] * rows, pa.int64()),
+                "slot_bytes": pa.array([max(slots.values(), default=0)] * rows, pa.int64()),
+            }
+        )
+
+
+class KillOnceWithSlots(EchoWithSlots):
+    """``EchoWithSlots`` that SIGKILLs its process on its first batch, while that batch's slot is
+    the worker's (once: a marker file remembers it across processes)."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = Path(marker)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if not self.marker.exists():
+            self.marker.write_text("killed")
+            os.kill(os.getpid(), 9)
+        return super().__call__(batch)

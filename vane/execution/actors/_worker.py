@@ -1,9 +1,13 @@
-"""The entry point of a subprocess actor: ``python -m vane.execution.actors._worker IN OUT DRIVER``.
+"""The entry point of a subprocess actor:
+``python -m vane.execution.actors._worker IN OUT DRIVER [SLOTS]``.
 
 It reads the INIT frame (the cloudpickled UDF spec), hosts an ``ActorBody`` (which constructs
 the UDF on its own thread), answers READY, then hands each BATCH to the body and writes back each
-result, until STOP. A call that overruns ``batch_timeout_s`` cannot be stopped, so the worker
-reports it (HUNG) and exits; the driver replaces it.
+result, until STOP; once the UDF's teardown() has run it says STOPPED and exits. SLOTS are the
+descriptors of the actor's shared-memory slots, comma separated (``shm.py``): a batch that came
+in a slot is copied out of it at once, and its result is written back into the same slot. A call
+that overruns ``batch_timeout_s`` cannot be stopped, so the worker reports it (HUNG) and exits;
+the driver replaces it.
 
 A worker never outlives its driver. On Linux it asks the kernel to SIGKILL it when the driver
 dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); everywhere, the main
@@ -31,6 +35,7 @@ import cloudpickle
 
 from vane.execution.actors import ipc
 from vane.execution.actors.body import ActorBody, Hang, Result
+from vane.execution.actors.shm import SLOT_LIMIT, Slots
 
 # The exit code of a worker that gave up on a hung call (after its HUNG frame).
 EXIT_HUNG = 75
@@ -56,14 +61,19 @@ def follow_driver(driver: int, *, linger: bool = False) -> None:
 class _Replies:
     """The worker's side of the result pipe, written from the body's thread."""
 
-    def __init__(self, write_fd: int) -> None:
+    def __init__(self, write_fd: int, slots: Slots | None) -> None:
         self._fd = write_fd
         self._lock = threading.Lock()
         self.running = 0  # batches received and not yet answered
+        self._slots = slots
+        self._slot_of: dict[int, int] = {}  # token -> the slot its batch came in
 
-    def received(self) -> None:
+    def expect(self, token: int, slot: int) -> None:
+        """The batch ``token`` came in ``slot``: its result goes back there."""
         with self._lock:
             self.running += 1
+        if slot != ipc.INLINE:
+            self._slot_of[token] = slot
 
     def send(self, kind: bytes, *parts: Any) -> None:
         try:
@@ -73,10 +83,11 @@ class _Replies:
             os._exit(1)  # the driver is gone
 
     def deliver(self, token: int, result: Result) -> None:
+        slot = self._slot_of.pop(token, None)
         try:
             if not isinstance(result, BaseException):
                 try:
-                    parts = ipc.outcome_parts(token, result)
+                    parts = ipc.outcome_parts(token, result, self._slots, slot)
                 except Exception as exc:
                     result = exc
                 else:
@@ -105,7 +116,9 @@ class _Replies:
             self.failed(-1, error)
 
 
-def main(read_fd: int, write_fd: int, driver: int, linger: bool = False) -> None:
+def main(
+    read_fd: int, write_fd: int, driver: int, slot_fds: list[int], linger: bool = False
+) -> None:
     follow_driver(driver, linger=linger)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -115,7 +128,8 @@ def main(read_fd: int, write_fd: int, driver: int, linger: bool = False) -> None
     assert kind == ipc.INIT, kind
     init = cloudpickle.loads(body)
     sys.path[:0] = [p for p in init["sys_path"] if p not in sys.path]
-    replies = _Replies(write_fd)
+    slots = Slots.attach(slot_fds, init.get("slot_limit", SLOT_LIMIT)) if slot_fds else None
+    replies = _Replies(write_fd, slots)
     try:
         actor = ActorBody(
             cloudpickle.loads(init["spec"]),
@@ -138,11 +152,14 @@ def main(read_fd: int, write_fd: int, driver: int, linger: bool = False) -> None
             os._exit(1)  # the driver is gone: nobody will read what this batch returns
         if kind == ipc.STOP:
             break
-        replies.received()
-        actor.submit(*ipc.read_batch(body))
+        token, slot, task = ipc.read_batch(body, slots)
+        replies.expect(token, slot)
+        actor.submit(token, task)
     actor.stop(graceful=True)
     actor.join(LINGER_SECONDS if linger else None)
+    replies.send(ipc.STOPPED)  # the driver need not wait for this interpreter to wind down
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["linger"])
+    slot_fds = [int(fd) for fd in sys.argv[4].split(",") if fd] if len(sys.argv) > 4 else []
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), slot_fds, sys.argv[5:] == ["linger"])
