@@ -108,11 +108,13 @@ def peer_variants(workload: str) -> list[Variant]:
     ]
 
 
-def workloads(quick: bool) -> list[Workload]:
-    overhead_rows = 200_000 if quick else 2_000_000
+def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
+    """Every workload at its full size (or quick); ``rows`` replaces the input size of the
+    throughput workloads (overhead, prompt, embed), not of memory or first_result."""
+    overhead_rows = rows or (200_000 if quick else 2_000_000)
     memory_rows = (200_000, 2_000_000) if quick else (2_000_000, 20_000_000)
-    embed_rows = 1_000 if quick else 20_000
-    prompt_rows = 500 if quick else 5_000
+    embed_rows = rows or (1_000 if quick else 20_000)
+    prompt_rows = rows or (500 if quick else 5_000)
     batch = ("--batch-size", "4096")
 
     overhead = [
@@ -124,6 +126,9 @@ def workloads(quick: bool) -> list[Workload]:
     embed = [
         Variant("hand-loop", "embed_handloop.py", "vane"),
         *vane_variants("embed"),
+        # vane on a local Ray cluster (the same ray.init as Ray Data's): the Ray runner's cost
+        # against the local runner, on the same model and batches.
+        Variant("vane-ray", "embed_vane.py", "vane", ("--runner", "ray")),
         *peer_variants("embed"),
     ]
     prompt = [
@@ -413,15 +418,28 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, help="runs of each variant (3; quick: 1)")
     parser.add_argument("--only", nargs="*", help="run only these workloads")
     parser.add_argument("--timeout", type=float, help="seconds before a run is stopped")
+    parser.add_argument(
+        "--rows", type=int, help="input rows of the throughput workloads (overhead, prompt, embed)"
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=BENCH,
+        help="directory for results.json and RESULTS.md (default bench/: a partial run written "
+        "elsewhere leaves the suite's results as they are)",
+    )
     args = parser.parse_args()
     repetitions = args.repetitions or (1 if args.quick else 3)
     timeout = args.timeout or (900.0 if args.quick else 3600.0)
-    suite = [w for w in workloads(args.quick) if not args.only or w.name in args.only]
+    suite = [w for w in workloads(args.quick, args.rows) if not args.only or w.name in args.only]
     WORK.mkdir(parents=True, exist_ok=True)
+    args.output.mkdir(parents=True, exist_ok=True)
+    results_json = args.output / "results.json"
 
     results: dict[str, Any] = {
         "quick": args.quick,
         "repetitions": repetitions,
+        "command": " ".join(["bench/run.py", *sys.argv[1:]]),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "versions": {"vane venv": versions("vane", VANE_DISTS)}
@@ -449,12 +467,12 @@ def main() -> None:
                         record.update(server_stats(base_url))
                     results["runs"].append(record)
                     print(report.one_line(record), flush=True)
-                    (BENCH / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+                    results_json.write_text(json.dumps(results, indent=1) + "\n")
     results["machine"]["load_average_at_end"] = list(os.getloadavg())
     results["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    (BENCH / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (BENCH / "RESULTS.md").write_text(report.render(results))
-    print(f"wrote {BENCH / 'RESULTS.md'} and {BENCH / 'results.json'}")
+    results_json.write_text(json.dumps(results, indent=1) + "\n")
+    (args.output / "RESULTS.md").write_text(report.render(results))
+    print(f"wrote {args.output / 'RESULTS.md'} and {results_json}")
 
 
 if __name__ == "__main__":

@@ -56,3 +56,24 @@ def exact_batches(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.R
     while not rechunker.exhausted:
         pieces = list(rechunker.take(size))
         yield pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+
+
+def coalesced(
+    batches: Iterable[pa.RecordBatch], max_rows: int, max_bytes: int
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` in order, consecutive small ones joined into one of at most ``max_rows``
+    rows and ``max_bytes`` bytes (a batch already past either bound passes as it is). Memory
+    holds at most one joined batch's worth of rows, whatever the input's size."""
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        if pending and (rows + batch.num_rows > max_rows or size + batch.nbytes > max_bytes):
+            yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+            pending, rows, size = [], 0, 0
+        pending.append(batch)
+        rows += batch.num_rows
+        size += batch.nbytes
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)

@@ -1,5 +1,8 @@
-"""embed, vane: read_parquet -> map_batches(Embedder class) -> write_parquet on one backend
-(``--backend thread`` or ``subprocess_actor``). The model loads once, inside the actor."""
+"""embed, vane: read_parquet -> map_batches(Embedder class) -> write_parquet, on the local runner
+with one backend (``--backend thread`` or ``subprocess_actor``) or on a local Ray cluster
+(``--runner ray``: ``ray.init(num_cpus=2)`` as for Ray Data, then
+``vane.configure(runner="ray")``, so the step runs on one Ray actor). The model loads once,
+inside the actor."""
 
 from __future__ import annotations
 
@@ -21,6 +24,12 @@ class Embedder:
 def main(args: argparse.Namespace) -> dict[str, object]:
     import vane
 
+    record: dict[str, object] = {}
+    if args.runner == "ray":
+        # The same cluster as the Ray Data variant, started the same way; vane connects to it.
+        # ray.init is timed apart (engine start), as for Ray Data.
+        record["startup_s"] = benchlib.start_ray()
+        vane.configure(runner="ray")
     vane.configure(progress=False)
     with benchlib.Stopwatch() as watch:
         result = (
@@ -33,11 +42,23 @@ def main(args: argparse.Namespace) -> dict[str, object]:
             )
             .write_parquet(args.out + "/")
         )
-    return {"rows": result.rows, "seconds": watch.seconds}
+    if args.runner == "ray":
+        import ray
+
+        ray.shutdown()
+    return {"rows": result.rows, "seconds": watch.seconds, **record}
 
 
 if __name__ == "__main__":
     parser = benchlib.parser(__doc__)
-    parser.add_argument("--backend", required=True, choices=["thread", "subprocess_actor"])
+    parser.add_argument("--runner", default="local", choices=["local", "ray"])
+    parser.add_argument(
+        "--backend",
+        choices=["thread", "subprocess_actor", "ray_actor"],
+        help="the UDF step's backend (default: thread locally, ray_actor on Ray)",
+    )
     args = parser.parse_args()
-    benchlib.run("embed", f"vane-{args.backend}", lambda: main(args))
+    if args.backend is None:
+        args.backend = "ray_actor" if args.runner == "ray" else "thread"
+    name = f"vane-{args.backend}" if args.runner == "local" else "vane-ray"
+    benchlib.run("embed", name, lambda: main(args))

@@ -12,6 +12,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     import ray
 
     startup = benchlib.start_ray()
+    benchlib.warm_overhead_udf()
     with benchlib.Stopwatch() as watch:
         ray.data.read_parquet(args.data).map_batches(
             benchlib.overhead_udf, batch_size=args.batch_size, batch_format="pyarrow"

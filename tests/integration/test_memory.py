@@ -95,3 +95,39 @@ def test_partitioned_write_memory_is_flat_in_input_size(tmp_path):
     assert ratio < MAX_RATIO, f"peak RSS grew {ratio:.2f}x for 10x the rows: {peaks}"
     back = __import__("vane").read_parquet(tmp_path / "out_2000000")
     assert back.count() == 2_000_000 and len(back.columns) == 3
+
+
+@pytest.mark.slow
+def test_udf_over_parquet_with_large_row_groups_memory_is_flat(tmp_path):
+    # DuckDB prefetched the row groups of a Parquet file ahead of its reader, up to ~160 MB of
+    # them: with pyarrow's default 1M-row row groups, peak 304 MB at 2M rows, 500 MB at 20M.
+    peaks = {}
+    for rows in (2_000_000, 20_000_000):
+        source = tmp_path / f"in_{rows}.parquet"
+        generate = f"""
+import duckdb, pyarrow.parquet as pq
+batches = duckdb.sql(
+    "SELECT range AS id, concat(md5(range::VARCHAR), ' ', range) AS text "
+    "FROM range({rows})"
+).to_arrow_reader(1_000_000)
+with pq.ParquetWriter({str(source)!r}, batches.schema) as writer:
+    for batch in batches:
+        writer.write_batch(batch)  # one 1M-row row group each
+"""
+        subprocess.run([sys.executable, "-c", generate], check=True)
+        peaks[rows] = peak_rss_mb(
+            f"""
+            import vane
+            from tests.integration.udfs import noop
+            result = (
+                vane.read_parquet({str(source)!r})
+                .map_batches(
+                    noop, schema={{"id": "BIGINT", "text": "VARCHAR"}}, batch_size=4096
+                )
+                .write_parquet({str(tmp_path / f"out_{rows}")!r})
+            )
+            assert result.rows == {rows}, result
+            """
+        )
+    ratio = peaks[20_000_000] / peaks[2_000_000]
+    assert ratio < MAX_RATIO, f"peak RSS grew {ratio:.2f}x for 10x the rows: {peaks}"

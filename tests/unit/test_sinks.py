@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import vane
@@ -168,3 +169,29 @@ def test_interrupt_during_write_leaves_nothing_behind(tmp_path):
 def test_write_result_reads_as_a_sentence(tmp_path):
     text = str(sample(10).write_parquet(tmp_path / "o"))
     assert text.startswith("wrote 10 rows to ") and "in 1 file " in text
+
+
+def test_parquet_joins_small_batches_into_row_groups(tmp_path):
+    # A UDF's 1,000-row batches used to become 1,000-row row groups: 150 of them here.
+    rel = vane.range(150_000).map_batches(lambda b: b, schema={"id": "BIGINT"}, batch_size=1000)
+    rel.write_parquet(tmp_path / "out")
+    (path,) = (tmp_path / "out").iterdir()
+    metadata = pq.ParquetFile(path).metadata
+    sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert len(sizes) == 3 and max(sizes) <= 65_536 and sum(sizes) == 150_000
+    assert pq.read_table(path).column("id").to_pylist() == list(range(150_000))
+
+
+def test_parquet_row_groups_stay_under_the_byte_bound(tmp_path, monkeypatch):
+    from vane.io import sinks
+
+    wide = vane.range(10_000).select("id", "repeat('x', 1000) AS text")
+    monkeypatch.setattr(sinks, "ROW_GROUP_BYTES", 1_000_000)
+    wide.map_batches(lambda b: b, schema=wide.schema, batch_size=100).write_parquet(
+        tmp_path / "out"
+    )
+    (path,) = (tmp_path / "out").iterdir()
+    metadata = pq.ParquetFile(path).metadata
+    sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert sum(sizes) == 10_000 and max(sizes) < 1_000  # ~1 KB a row: under 1,000 rows a group
+    assert_table_equal(vane.read_parquet(path), wide)

@@ -80,6 +80,25 @@ def test_a_file_that_is_not_parquet_is_a_source_error(tmp_path):
         vane.read_parquet(bad)
 
 
+def test_files_replaced_while_the_relation_is_built_say_so(tmp_path, monkeypatch):
+    # Another write can replace the listed files before DuckDB opens them (an overwrite's
+    # exchange), on every listing read_parquet tries: the error is the one a later read
+    # gives, not DuckDB's "no files found".
+    vane.range(10).write_parquet(tmp_path / "out", rows_per_file=5)
+    from vane import api
+    from vane.io import readers
+
+    monkeypatch.setattr(api, "_LISTING_ATTEMPTS", 1)
+
+    def replaced(files):  # returns None, as when pyarrow cannot read a footer
+        for name in files:
+            (tmp_path / "out" / name).unlink(missing_ok=True)
+
+    monkeypatch.setattr(readers, "parquet_schemas", replaced)
+    with pytest.raises(SourceError, match="no longer exist"):
+        vane.read_parquet(tmp_path / "out")
+
+
 def test_from_pydict_pylist_pandas_arrow():
     expected = pa.table({"id": [1, 2], "text": ["a", None]})
     assert_table_equal(vane.from_pydict({"id": [1, 2], "text": ["a", None]}), expected)

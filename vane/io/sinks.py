@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from vane._arrow import Rechunker
+from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
@@ -34,6 +34,14 @@ if TYPE_CHECKING:
     from vane.io.formats import FileWriter
 
 _SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
+
+# A Parquet file gets a row group per batch it is given, and a UDF's batches are often a few
+# thousand rows: 2M rows out of a 4,096-row UDF made 489 row groups, written ~20 % slower than
+# 31 of 65,536 rows, read back slower, with a footer that grew with the input. Small batches are
+# joined up to these bounds first (the bytes bound keeps wide rows, embeddings say, from
+# buffering 65,536 of them); the partitioned writer has its own buffers of the same size.
+ROW_GROUP_ROWS = 65_536
+ROW_GROUP_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True)
@@ -218,18 +226,25 @@ class PartWriter:
         worker: str | None,
     ) -> list[tuple[Path, int]]:
         directory, name = Path(self.directory), self._name(worker)
+
+        def row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            if self.format != "parquet":
+                return batches
+            return coalesced(batches, ROW_GROUP_ROWS, ROW_GROUP_BYTES)
+
         if self.single_name is not None:
             path = directory / self.single_name
-            return [(path, _write_file(path, batches, schema, open_file))]
+            return [(path, _write_file(path, row_groups(batches), schema, open_file))]
         if self.rows_per_file is None:
             path = directory / name(0)
-            return [(path, _write_file(path, batches, schema, open_file))]
+            return [(path, _write_file(path, row_groups(batches), schema, open_file))]
         rechunker = Rechunker(batches)
         written = []
         number = 0
         while number == 0 or not rechunker.exhausted:
             path = directory / name(number)
-            rows = _write_file(path, rechunker.take(self.rows_per_file), schema, open_file)
+            pieces = rechunker.take(self.rows_per_file)
+            rows = _write_file(path, row_groups(pieces), schema, open_file)
             written.append((path, rows))
             number += 1
         return written

@@ -163,6 +163,17 @@ class FileScan(Source):
         count = len(self.files)
         return f"Read{self.format.capitalize()} {self.label} ({count} file{'s' * (count != 1)})"
 
+    def _derive_schema(self) -> None:
+        try:
+            super()._derive_schema()
+        except SourceError as exc:
+            # Another write can replace the files between their listing and DuckDB opening
+            # them: say so, as a read does later (DuckDB only says no file matches).
+            gone = self.vanished()
+            if gone is None:
+                raise
+            raise gone from exc.__cause__
+
     def vanished(self) -> SourceError | None:
         """If files listed when the relation was built are gone (another write replaced
         them), the error that says so; None if they are all there."""
@@ -172,8 +183,8 @@ class FileScan(Source):
         return SourceError(
             f"`{self.describe()}`: {gone[0]!r}"
             + (f" and {len(gone) - 1} other file(s)" if len(gone) > 1 else "")
-            + " no longer exist(s): the files changed after the relation was built (another "
-            f"write replaced them?). Build the relation again, e.g. "
+            + " no longer exist(s): the files changed since they were listed (another write "
+            f"replaced them?). Build the relation again, e.g. "
             f"vane.read_{self.format}({self.label!r}), to read what is there now"
         )
 
