@@ -1,22 +1,18 @@
-"""The prompt workload's server: tests/ai_server.py's FakeServer, plus two things the benchmark
-needs. Run from the repository root: ``python bench/prompt_server.py --port P --latency 0.05``.
+"""The prompt workload's server: tests/ai_server.py's FakeServer (which also reads message
+content given as a list of parts, as Daft's prompt sends it), plus what the benchmark needs.
+Run from the repository root: ``python bench/prompt_server.py --port P --latency 0.05``.
 
-* Message content given as a list of parts (``[{"type": "text", "text": ...}]``, valid in the
-  OpenAI API and what Daft's prompt sends) is read as the text of its parts. The tests' server
-  takes only a string, and answered Daft's every request with a 500.
-* ``GET /bench/stats`` returns the requests answered and the most ever in flight since the
-  last call, then starts counting anew: the driver records both after each run, so the table
-  shows that each engine really kept the same number of requests in flight.
+``GET /bench/stats`` returns the requests answered and the most ever in flight since the last
+call, then starts counting anew: the driver records both after each run, so the table shows
+that each engine really kept the same number of requests in flight.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 
@@ -25,23 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from tests.ai_server import Behaviour, FakeServer
 
 
-def as_text(content: Any) -> Any:
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return content
-
-
 class BenchServer(FakeServer):
-    async def chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        messages = [{**m, "content": as_text(m["content"])} for m in body["messages"]]
-        if messages != body["messages"]:
-            body["messages"] = messages
-            # aiohttp keeps the body it read in _read_bytes, and json() reads that again: the
-            # tests' handler then sees plain strings. Only requests with parts pay for this.
-            request._read_bytes = json.dumps(body).encode()
-        return await super().chat(request)
-
     async def stats(self, request: web.Request) -> web.Response:
         with self._lock:
             body = {"requests": self.requests, "max_in_flight": self.max_in_flight}
