@@ -179,3 +179,16 @@ def test_a_table_survives_the_trip_through_the_codecs():
             assert token == 3 and ipc.read_outcome(rest, size, slots) == outcome
     finally:
         slots.close()
+
+
+def test_a_vane_folder_in_the_working_directory_does_not_shadow_the_workers_vane(
+    tmp_path, monkeypatch
+):
+    fake = tmp_path / "vane"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the wrong vane')\n")
+    monkeypatch.chdir(tmp_path)
+    out = vane.range(6).map_batches(
+        udfs.noop, schema={"id": "BIGINT"}, execution_backend="subprocess_actor"
+    )
+    assert out.count() == 6

@@ -126,6 +126,9 @@ class SubprocessActor(Actor):
             self.process = _SPAWNER.popen(
                 [
                     sys.executable,
+                    # -P: the working directory is not put first on sys.path, so a `vane`
+                    # folder there cannot stand in for the vane this driver runs
+                    "-P",
                     "-m",
                     "vane.execution.actors._worker",
                     str(request_r),
