@@ -331,3 +331,32 @@ def test_ai_functions_run_on_ray_each_row_once_with_their_usage(tmp_path, on_ray
     assert result.usage == {
         "prompt[openai m](text)": {"requests": 30, "prompt_tokens": 60, "completion_tokens": 120}
     }
+
+
+def stalls_on_7(batch):
+    import time
+
+    if 7 in batch["id"].to_pylist():
+        time.sleep(60)  # a plain call: it cannot be cancelled, only its worker ended
+    return {"id": batch["id"]}
+
+
+@pytest.mark.timeout(300)
+def test_a_row_that_hangs_its_worker_is_isolated_on_ray_as_locally(on_ray):
+    with pytest.warns(UserWarning, match=r"kept 1 failing row\(s\) as nulls.*batch_timeout_s"):
+        rows = (
+            vane.range(12)
+            .map_batches(
+                stalls_on_7,
+                schema={"id": "BIGINT"},
+                batch_size=4,
+                batch_timeout_s=2,
+                on_error="null",
+            )
+            .to_pylist()
+        )
+    # the stalled row is kept (its id is an input column of the same name and type) with its
+    # error; its neighbours in the batch were answered
+    assert [r["id"] for r in rows] == list(range(12))
+    failed = [r for r in rows if any(v for k, v in r.items() if k != "id")]
+    assert [r["id"] for r in failed] == [7]

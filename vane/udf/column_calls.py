@@ -59,14 +59,11 @@ class CallPlan:
     def conformed(self, values: Any) -> pa.ChunkedArray:
         """The call's values as its output type, or a ``ContractError`` naming the call (not
         the step's hidden column) and the first value that does not fit its return type."""
-        shown = self.shown or self.udf.name
-        verb = "yielded" if self.udf.is_generator else "returned"
+        verb = "yielded, per row, lists of" if self.udf.is_generator else "returned"
         subject = Subject(
-            f"{shown} {verb}",
+            f"{self.shown or self.udf.name} {verb}",
             f"declare that type with return_dtype= on {self.udf.name}",
         )
-        if self.udf.is_generator:
-            subject = Subject(f"{shown} yielded, per row, lists of", subject.declare)
         return to_column(values, self.output_type, subject)
 
 
@@ -215,8 +212,8 @@ def _each_row(fn: Any, call: CallPlan, batch: pa.Table) -> list[Any]:
 
 
 def _row_values(call: CallPlan, batch: pa.Table) -> list[tuple[list[Any], dict[str, Any]]]:
-    columns = [batch.column(name).to_pylist() for name in call.columns]
-    return [_arguments(call.layout, list(values)) for values in zip(*columns, strict=True)]
+    """Each row's arguments, for calls that are not made at once (an async function's)."""
+    return _each_row(lambda *args, **kwargs: (list(args), kwargs), call, batch)
 
 
 def _run_batch(fn: Any, call: CallPlan, batch: pa.Table) -> Any:

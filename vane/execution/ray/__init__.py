@@ -239,7 +239,6 @@ class _Progress:
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
         self.finished: list[StageFinished] = []
         self._done = False
-        self._lock = threading.Lock()
         self._stopped = threading.Event()
         for node in steps.values():
             self.events.emit(StageStarted(node.udf.name, node.udf.min_actors))
@@ -258,25 +257,24 @@ class _Progress:
                 return
 
     def _update(self, totals: dict[int, StepCounts]) -> None:
-        with self._lock:
-            for key, counts in totals.items():
-                if key not in self.steps:
-                    continue
-                seen = self._seen[key]
-                if counts.rows_in == seen.rows_in and counts.rows_out == seen.rows_out:
-                    continue
-                self._seen[key] = counts
-                usage = {k: v - seen.usage.get(k, 0) for k, v in counts.usage.items()}
-                self.events.emit(
-                    BatchDone(
-                        self.steps[key].udf.name,
-                        counts.rows_in - seen.rows_in,
-                        counts.rows_out - seen.rows_out,
-                        max(counts.busy, 0),
-                        max(counts.actors, counts.busy, 0),
-                        {k: v for k, v in usage.items() if v},
-                    )
+        """``BatchDone`` for what moved since the last poll (only the polling thread calls
+        this until ``finish`` has stopped it)."""
+        for key, counts in totals.items():
+            seen = self._seen.get(key)
+            if seen is None or (counts.rows_in, counts.rows_out) == (seen.rows_in, seen.rows_out):
+                continue
+            self._seen[key] = counts
+            usage = {k: v - seen.usage.get(k, 0) for k, v in counts.usage.items()}
+            self.events.emit(
+                BatchDone(
+                    self.steps[key].udf.name,
+                    counts.rows_in - seen.rows_in,
+                    counts.rows_out - seen.rows_out,
+                    max(counts.busy, 0),
+                    max(counts.actors, counts.busy, 0),
+                    {k: v for k, v in usage.items() if v},
                 )
+            )
 
     def finish(self) -> list[StageFinished]:
         """The steps' summaries, emitted once (later calls return the same)."""
