@@ -42,8 +42,9 @@ import pyarrow as pa
 # Slots are grown to a power of two at least this large: a batch of a few thousand short rows
 # fits the first one.
 MIN_SLOT_BYTES = 1 << 20
-# No slot grows past this: a larger table travels inline, rather than keep this much mapped.
-SLOT_LIMIT = 1 << 30
+# No slot grows past this: a larger table travels inline, rather than keep this much mapped
+# (and reserved) for the actor's life. The transport's gain was measured on tables of a few MB.
+SLOT_LIMIT = 64 << 20
 # At most this many slots per actor; batches beyond them (an async UDF with many calls at once)
 # travel inline.
 MAX_SLOTS = 8
@@ -77,8 +78,8 @@ class Slot:
         if needed > limit or not self._grow(min(limit, max(MIN_SLOT_BYTES, _power_of_two(needed)))):
             return None
         written = self._try_write(table, os.fstat(self.fd).st_size)
-        assert written == needed, (written, needed)
-        return written
+        # None (the grown slot could not be mapped: out of memory) or a surprise: go inline
+        return written if written == needed else None
 
     def _grow(self, capacity: int) -> bool:
         try:

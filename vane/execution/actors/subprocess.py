@@ -80,6 +80,11 @@ def _forward(stream: IO[bytes], target: IO[str], prefix: str) -> None:
     stream.close()
 
 
+# -P (Python 3.11+): the working directory is not put first on the worker's sys.path, so a
+# `vane` folder there cannot stand in for the vane this driver runs.
+_SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
+
+
 class _Spawner:
     """The one thread that starts worker processes, alive as long as the driver."""
 
@@ -126,9 +131,7 @@ class SubprocessActor(Actor):
             self.process = _SPAWNER.popen(
                 [
                     sys.executable,
-                    # -P: the working directory is not put first on sys.path, so a `vane`
-                    # folder there cannot stand in for the vane this driver runs
-                    "-P",
+                    *_SAFE_PATH,
                     "-m",
                     "vane.execution.actors._worker",
                     str(request_r),
