@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import vane
 
 PUBLIC = [
@@ -51,7 +53,37 @@ HEAVY = [
 ]
 
 
+def fresh_python(code: str) -> str:
+    """What ``code`` prints in a new interpreter, where nothing is imported yet."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def test_import_vane_imports_nothing_heavy():
     code = f"import sys, vane\nprint([m for m in {HEAVY!r} if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert fresh_python(code) == "[]"
+
+
+def test_public_names_load_on_first_use():
+    code = (
+        "import sys, vane\n"
+        "before = 'vane.relation' in sys.modules\n"
+        "from vane import read_parquet, func\n"
+        "print(before, 'vane.relation' in sys.modules, callable(read_parquet), callable(func))"
+    )
+    assert fresh_python(code).split() == ["False", "True", "True", "True"]
+    assert set(PUBLIC) <= set(dir(vane))
+    assert vane.range is vane.range  # cached after the first lookup
+    with pytest.raises(AttributeError, match="no attribute 'read_parket'"):
+        vane.read_parket  # noqa: B018
+
+
+def test_worker_process_does_not_load_duckdb_or_the_planner():
+    """A subprocess actor imports only what runs a UDF: starting one is paid per worker."""
+    code = (
+        "import sys\n"
+        "import vane.execution.actors._worker\n"
+        "print(sorted(m for m in ('duckdb', 'vane.plan', 'vane.relation', 'vane.api') "
+        "if m in sys.modules))"
+    )
+    assert fresh_python(code) == "[]"

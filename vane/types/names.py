@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import functools
 
-import duckdb
 import pyarrow as pa
 
-from vane import _engine
 from vane.errors import SchemaError
+
+# DuckDB is imported by the functions that ask it, not here: ``vane.types`` is imported by
+# worker processes, which only name types when describing a mismatch.
 
 # A type name is one expression of the type grammar; anything that could end or extend the
 # statement is rejected before it reaches SQL.
@@ -33,6 +34,10 @@ def duckdb_to_arrow(name: str) -> pa.DataType:
         raise SchemaError(f"a type name must be a non-empty string such as 'BIGINT', got {name!r}")
     if any(token in name for token in _FORBIDDEN):
         raise SchemaError(f"invalid type name {name!r}: it contains {_FORBIDDEN!r} characters")
+    import duckdb
+
+    from vane import _engine
+
     with _engine.scratch() as cursor:
         try:
             schema = cursor.sql(f"SELECT NULL::{name} AS t").to_arrow_table().schema
@@ -52,6 +57,10 @@ def arrow_to_duckdb(arrow_type: pa.DataType) -> str:
     >>> arrow_to_duckdb(pa.list_(pa.float32(), 3))
     'FLOAT[3]'
     """
+    import duckdb
+
+    from vane import _engine
+
     empty = pa.table({"t": pa.array([], type=arrow_type)})
     with _engine.scratch() as cursor:
         try:

@@ -46,12 +46,15 @@ from vane.udf.spec import UdfSpec
 
 _VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
-# A plain UDF's batches sent to a worker process at once: the one it runs and three queued
+# A plain UDF's batches sent to a worker process at once: the one it runs and seven queued
 # behind it. A batch's trip (the pool's sender thread, the pipe, the worker's reader, and the
-# result's way back to the stage) is longer than a thread actor's queue hand-off, and with only
-# one queued the worker was seen waiting for its next batch: 4 was 8-13% faster than 2 on the
-# bench's overhead workload (4,096-row batches, 2M rows), same run, alternating.
-PLAIN_BATCHES_IN_FLIGHT = 4
+# result's way back to the stage) crosses four threads in two processes, and on a busy 2-core
+# machine each hand-off can wait for a core: with fewer queued the worker was seen idle, waiting
+# for its next batch. On the bench's overhead workload (4,096-row batches, same runs,
+# alternating) 4 was 8-13% faster than 2, and 8 another 8-12% faster than 4 at 20M rows. Eight
+# is also the number of shared-memory slots (shm.MAX_SLOTS); the cost is up to eight batches
+# held per worker, and at the end of a job up to eight queued on one worker.
+PLAIN_BATCHES_IN_FLIGHT = 8
 
 
 def exit_description(returncode: int | None) -> str:
