@@ -137,7 +137,17 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Variant("vane", "prompt_vane.py", "vane"),
         *peer_variants("prompt"),
     ]
-    memory = [overhead[1], overhead[2]]  # the hand loop and vane's thread backend
+    # DuckDB alone (how much its own scan grows with the file), the hand loop, vane's two local
+    # backends, and a partitioned write (a file open per partition value).
+    memory = [
+        *overhead[:4],
+        Variant(
+            "vane-thread-partitioned",
+            "overhead_vane.py",
+            "vane",
+            ("--backend", "thread", "--partitions", "16"),
+        ),
+    ]
     first = [
         Variant("duckdb", "first_duckdb.py", "vane"),
         Variant("hand-loop", "first_handloop.py", "vane"),

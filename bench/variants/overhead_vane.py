@@ -1,5 +1,6 @@
 """overhead, vane: read_parquet -> map_batches(UDF) -> write_parquet on one backend
-(``--backend thread`` or ``subprocess_actor``)."""
+(``--backend thread`` or ``subprocess_actor``); with ``--partitions N`` the output is written
+partitioned by ``hash(x) % N`` (hive-style directories), for the memory workload."""
 
 from __future__ import annotations
 
@@ -14,21 +15,25 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     vane.configure(progress=False)
     benchlib.warm_overhead_udf()
     with benchlib.Stopwatch() as watch:
-        result = (
-            vane.read_parquet(args.data)
-            .map_batches(
-                benchlib.overhead_udf,
-                schema={"x": "BIGINT", "n": "BIGINT"},
-                batch_size=args.batch_size,
-                execution_backend=args.backend,
-            )
-            .write_parquet(args.out + "/")
+        mapped = vane.read_parquet(args.data).map_batches(
+            benchlib.overhead_udf,
+            schema={"x": "BIGINT", "n": "BIGINT"},
+            batch_size=args.batch_size,
+            execution_backend=args.backend,
         )
+        if args.partitions:
+            mapped = mapped.with_column("part", vane.sql_expr(f"hash(x) % {args.partitions}"))
+            result = mapped.write_parquet(args.out + "/", partition_by="part")
+        else:
+            result = mapped.write_parquet(args.out + "/")
     return {"rows": result.rows, "seconds": watch.seconds}
 
 
 if __name__ == "__main__":
     parser = benchlib.parser(__doc__)
     parser.add_argument("--backend", required=True, choices=["thread", "subprocess_actor"])
+    parser.add_argument(
+        "--partitions", type=int, default=0, help="write partitioned by hash(x) % N"
+    )
     args = parser.parse_args()
     benchlib.run("overhead", f"vane-{args.backend}", lambda: main(args))
