@@ -22,7 +22,7 @@ class Embedder:
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    import vane
+    vane = benchlib.import_vane()
 
     record: dict[str, object] = {}
     if args.runner == "ray":

@@ -10,7 +10,7 @@ import benchlib
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    import vane
+    vane = benchlib.import_vane()
 
     vane.configure(progress=False)
     benchlib.warm_overhead_udf()

@@ -9,7 +9,7 @@ import benchlib
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    import vane
+    vane = benchlib.import_vane()
 
     vane.configure(progress=False)
     with benchlib.Stopwatch() as watch:
