@@ -192,3 +192,10 @@ async def stalls_on_two(value: int) -> int:
     if value == 2:
         await asyncio.sleep(30)
     return value
+
+
+@vane.func(on_error="skip", batch_size=10)
+def fragile_skip_in_small_batches(value: int) -> int:
+    if value == 4003:
+        raise ValueError("4003 is unlucky")
+    return value * 10

@@ -446,3 +446,18 @@ class KillOnceWithSlots(EchoWithSlots):
             self.marker.write_text("killed")
             os.kill(os.getpid(), 9)
         return super().__call__(batch)
+
+
+class CallSizes:
+    """Each row with the size and the first row id of the call that saw it."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        ids = batch["id"]
+        first = ids[0].as_py() if len(ids) else 0
+        return pa.table(
+            {
+                "id": ids,
+                "call_rows": pa.array([batch.num_rows] * batch.num_rows, pa.int64()),
+                "call_first": pa.array([first] * batch.num_rows, pa.int64()),
+            }
+        )

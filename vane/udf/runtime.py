@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -47,6 +48,10 @@ class BatchOutcome:
     poisoned: list[str] = field(default_factory=list)
     # What the UDF counted while this batch ran (``usage_counters``): requests, tokens, ...
     usage: dict[str, int] = field(default_factory=dict)
+    # Seconds the actor spent on the batch's calls (retries and on_error included), and how
+    # many calls the batch held: the stage sizes its transport units from these.
+    seconds: float = 0.0
+    calls: int = 1
 
     def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
         """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
@@ -58,6 +63,8 @@ class BatchOutcome:
             self.dropped + [rows + i for i in other.dropped],
             self.poisoned + other.poisoned,
             add_counts(self.usage, other.usage),
+            self.seconds + other.seconds,
+            self.calls + other.calls,
         )
 
 
@@ -94,13 +101,38 @@ class Task:
     or, when ``batch_rows`` is set, in a batch of that many rows whose place in the input the
     host does not know (a Ray actor is given a batch, not its place); messages then say "rows
     2..3 of a batch of 5". ``attempts_done`` counts attempts already spent on it by an actor
-    that hung."""
+    that hung.
+
+    With ``call_rows`` set, the table may hold several of the function's batches, one after
+    the other: the actor calls the function on each ``call_rows`` rows in turn, exactly as if
+    they had been sent one by one (a *unit* of batches, which crosses to the actor at the cost
+    of one)."""
 
     seq: int
     offset: int
     table: pa.Table
     attempts_done: int = 0
     batch_rows: int | None = None
+    call_rows: int | None = None
+
+    @property
+    def calls(self) -> int:
+        """How many calls of the function the batch holds."""
+        rows: int = self.table.num_rows
+        if self.call_rows is None or rows <= self.call_rows:
+            return 1
+        return -(-rows // self.call_rows)
+
+    def split_calls(self) -> list[Task]:
+        """A unit of several calls as one task per call; a single call as itself."""
+        if self.calls == 1:
+            return [self]
+        assert self.call_rows is not None
+        step = self.call_rows
+        return [
+            self.piece(start, step, self.attempts_done)
+            for start in range(0, self.table.num_rows, step)
+        ]
 
     @property
     def rows(self) -> str:
@@ -123,6 +155,7 @@ class Task:
             self.table.slice(start, rows),
             attempts_done,
             self.batch_rows,
+            self.call_rows,
         )
 
 
@@ -320,9 +353,20 @@ class UdfRuntime:
 
     async def run(self, task: Task, watch: Watch) -> BatchOutcome:
         """The batch's output under the step's retry and ``on_error`` policy, with what the
-        UDF counted meanwhile (``usage_counters``)."""
-        outcome = await self._run(task, watch)  # (a failed batch's counts go with the next one)
+        UDF counted meanwhile (``usage_counters``). A unit of several calls (``Task.call_rows``)
+        runs them in turn, each under the policy on its own; the first call that raises under
+        ``on_error="raise"`` fails the unit, with its own rows in the message."""
+        started = time.perf_counter()
+        calls = task.split_calls()
+        outcome: BatchOutcome | None = None
+        for call in calls:
+            done = await self._run(call, watch)
+            outcome = done if outcome is None else outcome.then(done, call.offset - task.offset)
+        assert outcome is not None
+        # (a failed batch's counts go with the next one)
         outcome.usage = add_counts(outcome.usage, self._usage_since_last())
+        outcome.seconds = time.perf_counter() - started
+        outcome.calls = len(calls)
         return outcome
 
     async def _run(self, task: Task, watch: Watch) -> BatchOutcome:

@@ -17,6 +17,10 @@ treats the batch that was running as follows:
   split in halves that run on their own (a hang first uses up its retries); a single row that
   kills or hangs its actor is a *poison row*: dropped, or kept as nulls with the error text, and
   listed in the step's warning. One poison row among n costs about log2(n) + 1 lost actors.
+
+A lost *unit* (several of the function's batches sent as one: ``Task.call_rows``) is first
+split into its batches, each sent again on its own and uncharged, since which of them was
+running is not known; the rules above then apply to each. A poison row costs one more actor.
 """
 
 from __future__ import annotations
@@ -433,6 +437,12 @@ class ActorPool(ABC):
 
     def _after_loss(self, request: Request, loss: Loss, actor: Actor) -> None:
         spec, task = self.spec, request.task
+        if task.calls > 1:
+            # A unit of several calls (``Task.call_rows``): which of them hung or killed the
+            # actor is not known, so none is charged. Each is sent again as a batch of its own,
+            # and is charged as above if it is lost again.
+            self._send_apart(request, task.split_calls())
+            return
         if loss.hung:
             attempts = loss.attempt + 1
             if attempts <= spec.max_retries:
@@ -458,25 +468,32 @@ class ActorPool(ABC):
         middle = task.table.num_rows // 2
         # A hang used up the batch's retries; a death did not touch them.
         attempts = self.spec.max_retries if loss.hung else task.attempts_done
-        halves = (
-            Request(task.piece(0, middle, attempts)),
-            Request(task.piece(middle, attempts_done=attempts)),
+        self._send_apart(
+            request, [task.piece(0, middle, attempts), task.piece(middle, attempts_done=attempts)]
         )
 
+    def _send_apart(self, request: Request, tasks: list[Task]) -> None:
+        """Run ``tasks``, consecutive pieces of ``request``'s batch, as batches of their own;
+        ``request`` gets their outcomes joined in order, or the first error among them."""
+        first_row = request.task.offset
+        parts = [Request(task) for task in tasks]
+
         def settle(_: Future[BatchOutcome]) -> None:
-            if not all(half.future.done() for half in halves):
+            if not all(part.future.done() for part in parts):
                 return
-            for half in halves:
-                error = half.future.exception()
+            for part in parts:
+                error = part.future.exception()
                 if error is not None:
                     _resolve(request.future, error=error)
                     return
-            first, second = (half.future.result() for half in halves)
-            _resolve(request.future, first.then(second, middle))
+            joined = parts[0].future.result()
+            for part in parts[1:]:
+                joined = joined.then(part.future.result(), part.task.offset - first_row)
+            _resolve(request.future, joined)
 
-        for half in halves:
-            half.future.add_done_callback(settle)
-            self._dispatch(half)
+        for part in parts:
+            part.future.add_done_callback(settle)
+            self._dispatch(part)
 
     def _loss_error(self, request: Request, loss: Loss, actor: Actor) -> ExecutionError:
         rows = request.task.rows

@@ -149,7 +149,8 @@ def read_table(body: memoryview, slots: Slots | None) -> tuple[int, pa.Table]:
 # ---- what the frames carry -------------------------------------------------------------------
 
 
-_BATCH_ROWS = struct.Struct("<q")
+# A batch's ``batch_rows`` and ``call_rows``, -1 for None.
+_BATCH_ROWS = struct.Struct("<qq")
 
 
 def batch_parts(
@@ -157,16 +158,20 @@ def batch_parts(
 ) -> list[Part]:
     # -1: the offset is the batch's place in the step's input, not in a batch of n rows
     whole = -1 if task.batch_rows is None else task.batch_rows
+    call = -1 if task.call_rows is None else task.call_rows
     ids = pack_ids(token, task.offset, task.attempts_done)
-    return [ids, _BATCH_ROWS.pack(whole), *write_table(task.table, slots, slot)]
+    return [ids, _BATCH_ROWS.pack(whole, call), *write_table(task.table, slots, slot)]
 
 
 def read_batch(body: memoryview, slots: Slots | None = None) -> tuple[int, int, Task]:
     """The batch's token, the slot it came in (``INLINE``: none), and the batch."""
     token, offset, attempts, rest = unpack_ids(body)
-    (whole,) = _BATCH_ROWS.unpack(rest[: _BATCH_ROWS.size])
+    whole, call = _BATCH_ROWS.unpack(rest[: _BATCH_ROWS.size])
     slot, table = read_table(rest[_BATCH_ROWS.size :], slots)
-    return token, slot, Task(token, offset, table, attempts, None if whole < 0 else whole)
+    task = Task(
+        token, offset, table, attempts, None if whole < 0 else whole, None if call < 0 else call
+    )
+    return token, slot, task
 
 
 def outcome_parts(
@@ -180,15 +185,17 @@ def outcome_parts(
             outcome.dropped,
             outcome.poisoned,
             outcome.usage,
+            outcome.seconds,
+            outcome.calls,
         ]
     ).encode()
     return [pack_ids(token, len(meta)), meta, *write_table(outcome.table, slots, slot)]
 
 
 def read_outcome(rest: memoryview, meta_size: int, slots: Slots | None = None) -> BatchOutcome:
-    skipped, nulled, first_error, dropped, poisoned, usage = json.loads(bytes(rest[:meta_size]))
+    meta = json.loads(bytes(rest[:meta_size]))
     _, table = read_table(rest[meta_size:], slots)
-    return BatchOutcome(table, skipped, nulled, first_error, dropped, poisoned, usage)
+    return BatchOutcome(table, *meta)
 
 
 class RemoteTraceback(Exception):
