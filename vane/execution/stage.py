@@ -123,7 +123,7 @@ class UdfStage:
                 # Hand on whatever is finished, so in-flight counts only real backlog.
                 while inflight and self._next_is_ready(inflight):
                     yield from self._next_outputs(inflight, pool)
-                while len(inflight) >= pool.capacity:
+                while len(inflight) >= self._units_in_flight(pool):
                     if pool.can_scale_up() and pool.saturated():
                         now = time.perf_counter()
                         saturated_since = saturated_since or now
@@ -181,6 +181,12 @@ class UdfStage:
         for batch in table.to_batches():
             if batch.num_rows:
                 yield batch
+
+    def _units_in_flight(self, pool: ActorPool) -> int:
+        """The pool's capacity counts batches sent one by one; units of several count as
+        their batches, down to two per actor (one running, one waiting behind it)."""
+        per_actor = max(2, pool.slots_per_actor // self.calls_per_unit)
+        return min(pool.capacity, per_actor * max(1, len(pool.actors)))
 
     def _size_units(self, outcome: BatchOutcome, chunk: pa.Table) -> None:
         """Size the next units from the last one: its calls' time and its input's bytes."""
