@@ -170,9 +170,12 @@ WHY = {
     ),
     "embed/vane-ray": (
         "Ray's start-up (`ray.init`) is timed apart, but starting the Ray actor and its worker "
-        "process (a fresh interpreter that loads the model) is in the timed part, every batch "
-        "and its embeddings pass through Ray's object store, and Ray's own processes share the "
-        "cores with the model (docs/ray.md)."
+        "process (a fresh interpreter that imports Ray and torch and loads the model) is in the "
+        "timed part, every batch and its embeddings pass through Ray's object store, and Ray's "
+        "own processes (raylet, GCS) share the two cores with the model. Ray Data, on the same "
+        "cluster, pays the same and is slower still. What would remove it: actors started "
+        "before the timed part (a long-lived cluster whose actors keep the model loaded), which "
+        "is how Ray is used in production but not what this run measures (docs/ray.md)."
     ),
     "prompt/vane": (
         "vane sends the same requests with the same client (aiohttp) as the loop, but also "
@@ -181,24 +184,51 @@ WHY = {
     ),
     "overhead/vane-thread": (
         "DuckDB computes the projection in its own vectorised operators with no Python; vane "
-        "hands every batch to the Python UDF under the GIL and writes it with pyarrow: the "
-        "UDF's own cost, which the hand loop pays with no engine at all."
+        "hands every batch to the Python UDF under the GIL and writes it with pyarrow. Batches "
+        "of a quick function travel to the actor in units of up to 8, so the per-batch hand-off "
+        "is small; what remains at 2M rows is mostly paid once per run: the first action's "
+        "imports of vane's execution modules and pyarrow.parquet, DuckDB's database creation "
+        "(which the DuckDB variant pays too), the actor's start, and the pipeline filling and "
+        "draining. A second run of the same pipeline in one process pays none of the imports, "
+        "and the ratio falls at 10x the rows (below). What would remove the rest: a smaller "
+        "import graph for the first action."
     ),
     "overhead/vane-subprocess_actor": (
-        "On top of the thread backend's cost, a fresh worker process pays interpreter start and "
-        "the imports of vane and pyarrow before its first batch, and every batch and its result "
-        "are copied into and out of a shared-memory slot."
+        "A fresh worker process starts inside the timed part: the interpreter, the imports of "
+        "vane's worker and pyarrow, and on the UDF's first call in it the import of pandas "
+        "(which pyarrow makes on its first conversion of Python values; the other variants "
+        "make it before the clock, in their own process). That start alone is more than the "
+        "whole budget of 2x DuckDB's time at 2M rows. After it, batches travel in units of up "
+        "to 8 through shared-memory slots, and the ratio at 10x the rows is shown below. What "
+        "would remove the start: a worker started before the action (a warm pool kept between "
+        "actions, or started while the plan is built and the input is read), which vane does "
+        "not do yet."
     ),
     "memory/vane-thread": (
-        "The input's row groups are as long as data.py's write chunks, so an input smaller than "
-        "one chunk is a single short row group. Parquet readers work a row group at a time, "
-        "pyarrow's (the hand loop's) as DuckDB's (vane's), which has one in flight per thread: "
-        "memory grows with the input until its row groups are full and one per thread."
+        "The growth is in DuckDB's parallel, ordered streaming scan, which vane reads its input "
+        "from: `duckdb-stream` (DuckDB streaming the same rows out to pyarrow's writer, with no "
+        "UDF and no vane) grows alike, and reading the file through vane with no UDF and no "
+        "writer does too, while the UDF stage and the writer add nothing that grows. It levels "
+        "off within seconds (a run of three times the largest input peaked as the largest "
+        "did). With DuckDB on one thread the scan stays flat but the pipeline is much slower, "
+        "so vane keeps DuckDB's threads. What would remove it: a scan that holds fewer row "
+        "groups ahead of its reader; the DuckDB settings tried (the streaming buffer's size, "
+        "the external file cache off) did not change it."
+    ),
+    "memory/vane-subprocess_actor": (
+        "As for vane-thread: the growth is DuckDB's streaming scan in the driver (compare "
+        "`duckdb-stream`); the worker process holds a bounded number of batches (eight, or two "
+        "units of several) and their shared-memory slots, whatever the input's size."
+    ),
+    "memory/vane-thread-partitioned": (
+        "As for vane-thread: the growth is DuckDB's streaming scan (compare `duckdb-stream`); "
+        "the partitioned writer holds at most one row group's worth of rows per open "
+        "partition, whatever the input's size."
     ),
     "first_result/vane": (
-        "Most of it is the interpreter's start and the imports of duckdb and pyarrow that "
-        "`import vane` makes before any row is read; the duckdb and hand-loop rows of the "
-        "first_result table pay those imports alone."
+        "Most of it is the interpreter's start and the imports of duckdb and pyarrow, which "
+        "vane makes on its first call rather than at `import vane`; the duckdb and hand-loop "
+        "rows of the first_result table pay those imports alone."
     ),
 }
 
