@@ -83,7 +83,19 @@ def test_worker_process_does_not_load_duckdb_or_the_planner():
     code = (
         "import sys\n"
         "import vane.execution.actors._worker\n"
-        "print(sorted(m for m in ('duckdb', 'vane.plan', 'vane.relation', 'vane.api') "
+        "print(sorted(m for m in ('duckdb', 'vane.plan', 'vane.relation', 'vane.api', 'asyncio') "
         "if m in sys.modules))"
     )
     assert fresh_python(code) == "[]"
+
+
+def test_a_plain_udf_runs_without_loading_asyncio():
+    """asyncio (20-50 ms to import) is loaded for async functions only."""
+    code = (
+        "import sys, vane\n"
+        "vane.configure(progress=False)\n"
+        "rel = vane.range(10).map_batches(lambda t: t, schema={'id': 'BIGINT'})\n"
+        "assert rel.count() == 10\n"
+        "print('asyncio' in sys.modules)"
+    )
+    assert fresh_python(code) == "False"

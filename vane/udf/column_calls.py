@@ -9,7 +9,6 @@ get Python values row by row; batch functions get one ``pa.Array`` per column ar
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import itertools
@@ -125,6 +124,8 @@ class AsyncColumnCalls(ColumnCalls):
             (c.udf.options.max_concurrency or DEFAULT_ASYNC_ROWS for _, c in self._calls),
             default=DEFAULT_ASYNC_ROWS,
         )
+        import asyncio  # only for async calls: plain ones never load it
+
         self._rows_in_flight = asyncio.Semaphore(int(limit))  # type: ignore[arg-type]
 
     async def __call__(self, batch: pa.Table) -> dict[str, Any]:  # type: ignore[override]
@@ -145,6 +146,8 @@ class AsyncColumnCalls(ColumnCalls):
                     if inspect.isgenerator(value):
                         return _plain(list(value), call)
                     return await value if inspect.isawaitable(value) else value
+
+            import asyncio
 
             rows = _row_values(call, batch)
             values = await asyncio.gather(*(one(a, k) for a, k in rows))

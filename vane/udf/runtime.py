@@ -10,14 +10,13 @@ it may call ``asyncio.run`` itself.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +27,9 @@ from vane.udf.batch_contract import ContractError, conform, shorten
 from vane.udf.batch_format import to_format
 from vane.udf.failures import describe_exception
 from vane.udf.spec import UdfSpec
+
+if TYPE_CHECKING:
+    import asyncio
 
 # What the actor body wraps each attempt in (attempt number -> context): its batch timeout.
 Watch = Callable[[int], AbstractContextManager[None]]
@@ -205,9 +207,13 @@ class UdfRuntime:
         self.fn = (
             spec.fn(*spec.constructor_args, **spec.constructor_kwargs) if spec.is_class else spec.fn
         )
-        self._row_limit = (
-            asyncio.Semaphore(spec.max_concurrency_per_actor) if self.is_async else None
-        )
+        # asyncio is imported for an async function only: a worker process running a plain one
+        # never loads it (20-50 ms of its start).
+        self._row_limit: asyncio.Semaphore | None = None
+        if self.is_async:
+            import asyncio
+
+            self._row_limit = asyncio.Semaphore(spec.max_concurrency_per_actor)
         self._where = f"{spec.verb} step `{step}`"
         # The counters as last reported with a batch's outcome.
         self._reported: dict[str, int] = {}
@@ -221,6 +227,11 @@ class UdfRuntime:
         delta = {k: v - self._reported.get(k, 0) for k, v in now.items()}
         self._reported = now
         return {k: v for k, v in delta.items() if v}
+
+    @property
+    def has_teardown(self) -> bool:
+        """Whether the UDF instance has a ``teardown()`` to call when its actor ends."""
+        return self.spec.is_class and callable(getattr(self.fn, "teardown", None))
 
     async def teardown(self) -> None:
         """The UDF instance's ``teardown()`` (plain or ``async``), if it has one: called once,
@@ -276,6 +287,8 @@ class UdfRuntime:
             return pa.concat_tables(pieces) if pieces else self.declared.empty_table()
         rows = table.to_pylist()
         if self.is_async:
+            import asyncio
+
             results = await asyncio.gather(*(self._call_row(row) for row in rows))
         else:  # a plain row function: called in turn, with no event loop involved
             results = [await self._call_one(row) for row in rows]
@@ -326,6 +339,8 @@ class UdfRuntime:
         # Cancels the running task itself (as asyncio.timeout does on 3.11) rather than wrap
         # the call in a task of its own: the actor body then knows which batch a blocked event
         # loop is running.
+        import asyncio
+
         task = asyncio.current_task()
         assert task is not None
         expired = False

@@ -19,7 +19,6 @@ whatever hosts it. A thread actor (``thread.py``) wraps it in futures, a worker 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -33,13 +32,16 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from queue import SimpleQueue
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from vane.errors import ConfigurationError
 from vane.udf.runtime import BatchOutcome, Task, UdfRuntime, Watch
 from vane.udf.spec import UdfSpec
+
+if TYPE_CHECKING:
+    import asyncio
 
 Result = BatchOutcome | BaseException
 Deliver = Callable[[int, Result], None]
@@ -123,7 +125,13 @@ class ActorBody:
         # Resolved once the UDF is constructed (or its constructor raised); a host that stops
         # waiting fails it, and a constructor that finishes later then discards the actor.
         self.ready: Future[None] = Future()
-        self._loop = asyncio.new_event_loop() if spec.is_async else None
+        # asyncio is imported for an async UDF only: a worker process running a plain one never
+        # loads it.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if spec.is_async:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
         self._queue: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
         self._tasks: dict[asyncio.Task[None], int] = {}  # an async UDF's batches, by token
         self._dropping = False  # stopped without grace: batches not started are dropped
@@ -143,6 +151,8 @@ class ActorBody:
 
     def _main(self, schema: pa.Schema, step: str) -> None:
         if self._loop is not None:
+            import asyncio
+
             asyncio.set_event_loop(self._loop)
         try:
             self.runtime = UdfRuntime(self.spec, schema, step)
@@ -155,7 +165,9 @@ class ActorBody:
             return
         try:
             if self._loop is None:
-                if self._serve_queue():
+                if self._serve_queue() and self.runtime.has_teardown:
+                    import asyncio  # teardown() may be async, even on a plain UDF
+
                     asyncio.run(self.runtime.teardown())
             else:
                 self._serve_loop(self._loop)
@@ -183,6 +195,8 @@ class ActorBody:
             return self._failure(task, exc)
 
     def _serve_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        import asyncio
+
         self._slots = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
         try:
             loop.run_forever()
@@ -199,6 +213,8 @@ class ActorBody:
         running.add_done_callback(self._tasks.pop)
 
     async def _run_async(self, token: int, task: Task) -> None:
+        import asyncio
+
         assert self.runtime is not None
         result: Result
         async with self._slots:
@@ -238,6 +254,8 @@ class ActorBody:
         self._hung = True
         token, attempt = running[0]
         if self._loop is not None:
+            import asyncio
+
             current = asyncio.current_task(self._loop)
             blocked = self._tasks.get(current) if current is not None else None
             token, attempt = next(((t, a) for t, a in running if t == blocked), (token, attempt))
@@ -287,6 +305,8 @@ class ActorBody:
             self._loop.call_soon_threadsafe(self._shutdown, graceful)
 
     def _shutdown(self, graceful: bool) -> None:
+        import asyncio
+
         assert self._loop is not None
         loop = self._loop
         if not graceful:
