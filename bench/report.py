@@ -16,6 +16,7 @@ failed "error": no target is ever left out.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import statistics
@@ -34,8 +35,9 @@ ABOUT = {
         "pyarrow loop is what the UDF costs without an engine."
     ),
     "memory": (
-        "Memory against input size: the overhead pipeline at two sizes, 10x apart. Flat memory "
-        "means the peak at the large size is close to the peak at the small one."
+        "Memory against input size: the overhead pipeline at two sizes 10x apart (the target "
+        "compares their peaks) and, in a full run, a third 3x the second, which shows whether "
+        "what grew keeps growing. Flat memory means a ratio close to 1.0."
     ),
     "first_result": (
         "Start to first result: seconds from the interpreter's start (process creation) to the "
@@ -57,6 +59,9 @@ ABOUT = {
         "as *engine start*)."
     ),
 }
+# A peak that grows by less than this when the input grows 3x more has levelled off.
+LEVELLED_OFF = 1.05
+
 BASELINES = {"overhead": "hand-loop", "embed": "hand-loop", "prompt": "aiohttp-loop"}
 
 
@@ -66,7 +71,8 @@ class Target:
     any) must be ``op`` ``limit``.
 
     kind: ``throughput`` (rows/s over the baseline's), ``time`` (seconds over the baseline's),
-    ``memory`` (peak at the largest input over the peak at the smallest) or ``seconds``.
+    ``memory`` (peak at the second input size, 10x the first, over the peak at the first) or
+    ``seconds``.
     """
 
     workload: str
@@ -102,7 +108,7 @@ def memory_target(variant: str, absent: str = "") -> Target:
         kind="memory",
         op="<",
         limit=1.1,
-        words=f"memory: {variant}, peak at the largest input over the smallest",
+        words=f"memory: {variant}, peak at 10x the smallest input over the smallest",
         absent=absent,
     )
 
@@ -199,7 +205,8 @@ WHY = {
         "(which pyarrow makes on its first conversion of Python values; the other variants "
         "make it before the clock, in their own process). That start alone is more than the "
         "whole budget of 2x DuckDB's time at 2M rows. After it, batches travel in units of up "
-        "to 8 through shared-memory slots, and the ratio at 10x the rows is shown below. What "
+        "to 8 through shared-memory slots; the ratio at the memory workload's largest input "
+        "is shown below. What "
         "would remove the start: a worker started before the action (a warm pool kept between "
         "actions, or started while the plan is built and the input is read), which vane does "
         "not do yet."
@@ -208,12 +215,13 @@ WHY = {
         "The growth is in DuckDB's parallel, ordered streaming scan, which vane reads its input "
         "from: `duckdb-stream` (DuckDB streaming the same rows out to pyarrow's writer, with no "
         "UDF and no vane) grows alike, and reading the file through vane with no UDF and no "
-        "writer does too, while the UDF stage and the writer add nothing that grows. It levels "
-        "off within seconds (a run of three times the largest input peaked as the largest "
-        "did). With DuckDB on one thread the scan stays flat but the pipeline is much slower, "
+        "writer does too, while the UDF stage and the writer add nothing that grows. The "
+        "memory table's last ratio (a third, larger input) shows whether it goes on growing. "
+        "With DuckDB on one thread the scan stays flat but the pipeline is much slower, "
         "so vane keeps DuckDB's threads. What would remove it: a scan that holds fewer row "
         "groups ahead of its reader; the DuckDB settings tried (the streaming buffer's size, "
-        "the external file cache off) did not change it."
+        "the external file cache off, the allocator's flush thresholds and background "
+        "threads) did not change it."
     ),
     "memory/vane-subprocess_actor": (
         "As for vane-thread: the growth is DuckDB's streaming scan in the driver (compare "
@@ -352,35 +360,31 @@ def throughput_section(name: str, variants: list[Variant]) -> list[str]:
 
 
 def memory_section(variants: list[Variant]) -> list[str]:
-    sizes = sorted({int(v.label.rsplit("@", 1)[1]) for v in variants})
-    small, large = sizes[0], sizes[-1]
+    sizes = sorted({size(v) for v in variants})
     names = list(dict.fromkeys(v.name for v in variants))
-    by = {(v.name, int(v.label.rsplit("@", 1)[1])): v for v in variants}
+    by = {(v.name, size(v)): v for v in variants}
+    pairs = list(itertools.pairwise(sizes))
     header = [
         "variant",
-        f"peak tree RSS @ {small:,} rows",
-        f"peak tree RSS @ {large:,} rows",
-        f"{large // small}x rows: peak ratio",
-        f"median s @ {small:,}",
-        f"median s @ {large:,}",
+        *(f"peak tree RSS @ {n:,} rows" for n in sizes),
+        *(f"peak ratio {b:,} / {a:,}" for a, b in pairs),
+        *(f"median s @ {n:,}" for n in sizes),
         "notes",
     ]
     rows = []
     for name in names:
-        lo, hi = by[(name, small)], by[(name, large)]
-        notes = "; ".join(n for n in (lo.note(), hi.note()) if n)
-        if not (lo.ok and hi.ok):
-            rows.append([name, "error", "", "", "", "", notes])
+        runs = [by[(name, n)] for n in sizes if (name, n) in by]
+        notes = "; ".join(n for n in (v.note() for v in runs) if n)
+        if len(runs) < len(sizes) or not all(v.ok for v in runs):
+            rows.append([name, "error", *[""] * (len(header) - 3), notes])
             continue
-        lo_peak, hi_peak = median(lo.values("peak_rss_bytes")), median(hi.values("peak_rss_bytes"))
+        peaks = [peak(v) for v in runs]
         rows.append(
             [
                 name,
-                mib(lo_peak),
-                mib(hi_peak),
-                f"{hi_peak / lo_peak:.2f}",
-                f"{lo.seconds:.2f}",
-                f"{hi.seconds:.2f}",
+                *(mib(p) for p in peaks),
+                *(f"{b / a:.2f}" for a, b in itertools.pairwise(peaks)),
+                *(f"{v.seconds:.2f}" for v in runs),
                 notes,
             ]
         )
@@ -484,7 +488,7 @@ def figure(target: Target, found: list[Variant], base: Variant | None) -> tuple[
     """The target's value, computed from medians, and the medians it comes from."""
     variant = found[-1]
     if target.kind == "memory":
-        small, large = peak(found[0]), peak(found[-1])
+        small, large = peak(found[0]), peak(found[1])
         return large / small, f"median peaks {mib(large)} / {mib(small)}"
     if target.kind == "seconds":
         return variant.seconds, f"median of {len(variant.ok)} run(s)"
@@ -505,7 +509,8 @@ def outcome(target: Target, workloads: dict[str, list[Variant]]) -> Outcome:
         return not_measured(target.absent or f"no {target.variant} runs")
     if target.kind == "memory" and len(found) < 2:
         return not_measured(f"{target.variant} ran at one input size only")
-    needed = [found[0], found[-1]] if target.kind == "memory" else [found[-1]]
+    needed = found[0:2] if target.kind == "memory" else [found[-1]]
+    inputs = " and ".join(f"{size(v):,}" for v in needed)
     base = None
     if target.baseline:
         bases = named(variants, target.baseline)
@@ -513,7 +518,6 @@ def outcome(target: Target, workloads: dict[str, list[Variant]]) -> Outcome:
             return not_measured(f"no {target.baseline} runs to compare with")
         base = bases[-1]
         needed.append(base)
-    inputs = " and ".join(f"{size(v):,}" for v in dict.fromkeys(found[0:1] + found[-1:]))
     failed = [v for v in needed if not v.ok]
     if failed:
         return Outcome(inputs, "-", "error", "; ".join(f"{v.label}: {v.note()}" for v in failed))
@@ -543,7 +547,7 @@ def comparison(target: Target, variants: list[Variant]) -> str:
 
 def at_largest(target: Target, workloads: dict[str, list[Variant]]) -> str:
     """For a time target, the same ratio at the memory workload's largest input (the overhead
-    pipeline at 10x the rows), where costs paid once per run weigh a tenth as much."""
+    pipeline at many times the rows), where costs paid once per run weigh that much less."""
     if target.kind != "time" or "memory" not in workloads:
         return ""
     variants = workloads["memory"]
@@ -554,6 +558,22 @@ def at_largest(target: Target, workloads: dict[str, list[Variant]]) -> str:
     return (
         f" At {size(found[-1]):,} rows (the memory workload) the same ratio is "
         f"{shown(ratio, target)} ({found[-1].seconds:.2f} / {bases[-1].seconds:.2f} s)."
+    )
+
+
+def beyond(target: Target, workloads: dict[str, list[Variant]]) -> str:
+    """For a memory target, what the peak did from the second input size to a third, larger
+    one: whether the growth the target measures goes on or has levelled off."""
+    if target.kind != "memory" or "memory" not in workloads:
+        return ""
+    found = named(workloads["memory"], target.variant)
+    if len(found) < 3 or not (found[1].ok and found[2].ok):
+        return ""
+    low, high = peak(found[1]), peak(found[2])
+    verdict = "it has levelled off" if high / low < LEVELLED_OFF else "it is still growing"
+    return (
+        f" From {size(found[1]):,} to {size(found[2]):,} rows its peak went from {mib(low)} to "
+        f"{mib(high)} ({high / low:.2f}x): {verdict}."
     )
 
 
@@ -585,7 +605,11 @@ def targets_section(results: dict[str, Any], workloads: dict[str, list[Variant]]
         rows.append([target.words, found.inputs, found.measured, limit, found.result, found.notes])
         if found.result == "short":
             prose = WHY.get(target.key, "no explanation in report.py's WHY yet.")
-            extra = comparison(target, workloads[target.workload]) + at_largest(target, workloads)
+            extra = (
+                comparison(target, workloads[target.workload])
+                + at_largest(target, workloads)
+                + beyond(target, workloads)
+            )
             why.append(f"- **{target.workload}, {target.variant}**: {prose}{extra}")
     lines += table(header, rows)
     if why:

@@ -113,7 +113,9 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
     """Every workload at its full size (or quick); ``rows`` replaces the input size of the
     throughput workloads (overhead, prompt, embed), not of memory or first_result."""
     overhead_rows = rows or (200_000 if quick else 2_000_000)
-    memory_rows = (200_000, 2_000_000) if quick else (2_000_000, 20_000_000)
+    # Two sizes 10x apart (the target compares them) and, in a full run, a third 3x the second:
+    # whether what grows from the first to the second keeps growing or has levelled off.
+    memory_rows = (200_000, 2_000_000) if quick else (2_000_000, 20_000_000, 60_000_000)
     embed_rows = rows or (1_000 if quick else 20_000)
     prompt_rows = rows or (500 if quick else 5_000)
     batch = ("--batch-size", "4096")

@@ -12,12 +12,13 @@ own threads for a worker (a sender and a receiver) report their own failure as t
 Workers are forked by one long-lived thread: Linux sends the parent-death signal that ends a
 worker with its driver when the *thread* that forked it ends, not the process.
 
-What a worker process costs (the bench's overhead workload: 2M rows in 4,096-row batches of a
-trivial UDF, Parquet to Parquet, 2 cores): its start, a fresh interpreter importing vane and
-pyarrow before the UDF is constructed, about 0.45 s that the thread backend does not pay; then
-about 0.2 s more than threads over the 490 batches. Slots, four batches in flight and not
-waiting for the worker's interpreter to exit took the pipeline from 1.78 s to 1.52 s (DuckDB
-alone: 0.35 s, the thread backend 0.87 s).
+What a worker process costs, beyond the thread backend (the bench's overhead workload: a
+trivial UDF over 4,096-row batches, Parquet to Parquet, 2 cores; bench/RESULTS.md has the
+current figures): its start, paid inside the action, of about 0.4 s: a fresh interpreter
+(~40 ms), pyarrow's import (~175 ms) and vane's worker modules before the UDF is constructed,
+then pyarrow's import of pandas (~200 ms) on the UDF's first conversion of Python values. Then
+per batch: its trip through a slot and the pipes, about 0.4 ms each when batches went one by
+one, which is why quick calls travel in units of several batches (``stage.py``).
 """
 
 from __future__ import annotations
