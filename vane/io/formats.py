@@ -1,4 +1,4 @@
-"""Writers of one output file each, fed Arrow record batches in order.
+"""Writers of one output file each, fed Arrow tables in order.
 
 Parquet and CSV use pyarrow's streaming writers; JSON lines are rendered by DuckDB's ``to_json``
 (one object per row) and written as bytes. Measured on 13M rows: pyarrow's Parquet writer without
@@ -27,14 +27,18 @@ _DICTIONARY_SAMPLE_ROWS = 8_192
 
 
 class FileWriter(Protocol):
-    def write(self, batch: pa.RecordBatch) -> None: ...
+    """``write`` takes a table of rows as the pipeline gathered them (its columns may have many
+    chunks): a Parquet file makes one row group of each without joining the chunks first,
+    which would hold the rows twice."""
+
+    def write(self, rows: pa.Table) -> None: ...
     def close(self) -> None: ...
 
 
-def _dictionary_columns(batch: pa.RecordBatch) -> list[str]:
-    batch = batch.slice(0, _DICTIONARY_SAMPLE_ROWS)
+def _dictionary_columns(first: pa.Table) -> list[str]:
+    sample = first.slice(0, _DICTIONARY_SAMPLE_ROWS)
     chosen = []
-    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+    for name, column in zip(sample.schema.names, sample.columns, strict=True):
         kind = column.type
         if not (
             pa.types.is_string(kind)
@@ -50,24 +54,25 @@ def _dictionary_columns(batch: pa.RecordBatch) -> list[str]:
 
 
 class ParquetFile:
-    def __init__(self, path: Path, first: pa.RecordBatch) -> None:
+    def __init__(self, path: Path, first: pa.Table) -> None:
         self._writer = pq.ParquetWriter(
             path, first.schema, compression="snappy", use_dictionary=_dictionary_columns(first)
         )
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
+    def write(self, rows: pa.Table) -> None:
+        if rows.num_rows:
+            self._writer.write_table(rows, row_group_size=rows.num_rows)
 
     def close(self) -> None:
         self._writer.close()
 
 
 class CsvFile:
-    def __init__(self, path: Path, first: pa.RecordBatch) -> None:
+    def __init__(self, path: Path, first: pa.Table) -> None:
         self._writer = pacsv.CSVWriter(path, first.schema)
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
+    def write(self, rows: pa.Table) -> None:
+        self._writer.write_table(rows)
 
     def close(self) -> None:
         self._writer.close()
@@ -76,16 +81,14 @@ class CsvFile:
 class JsonFile:
     """Newline-delimited JSON: DuckDB's ``to_json`` renders each row, in order."""
 
-    def __init__(
-        self, path: Path, first: pa.RecordBatch, cursor: duckdb.DuckDBPyConnection
-    ) -> None:
+    def __init__(self, path: Path, first: pa.Table, cursor: duckdb.DuckDBPyConnection) -> None:
         self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._cursor = cursor
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        if not batch.num_rows:
+    def write(self, rows: pa.Table) -> None:
+        if not rows.num_rows:
             return
-        relation = self._cursor.from_arrow(pa.Table.from_batches([batch])).query(
+        relation = self._cursor.from_arrow(rows).query(
             "t", "SELECT to_json(t)::VARCHAR AS line FROM t AS t"
         )
         assert relation is not None  # a SELECT always gives a relation

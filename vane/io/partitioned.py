@@ -34,11 +34,11 @@ Key = tuple[str, ...]
 
 
 class FileWriter(Protocol):
-    def write(self, batch: pa.RecordBatch) -> None: ...
+    def write(self, rows: pa.Table) -> None: ...
     def close(self) -> None: ...
 
 
-OpenFile = Callable[[Path, pa.RecordBatch], FileWriter]
+OpenFile = Callable[[Path, pa.Table], FileWriter]
 
 
 class _Partition:
@@ -122,7 +122,7 @@ class PartitionedWriter:
         partition = self._partitions[key]
         if not partition.pending:
             return
-        rows = pa.Table.from_batches(partition.pending).combine_chunks()
+        rows = pa.Table.from_batches(partition.pending)  # its chunks, not joined: one copy
         self._pending_bytes -= partition.pending_bytes
         partition.pending, partition.pending_rows, partition.pending_bytes = [], 0, 0
         offset = 0
@@ -135,9 +135,7 @@ class PartitionedWriter:
             else:
                 room = rows.num_rows
             piece = rows.slice(offset, room)
-            writer = self._file(key, piece)
-            for batch in piece.to_batches():
-                writer.write(batch)
+            self._file(key, piece).write(piece)
             partition.file_rows += piece.num_rows
             assert partition.path is not None
             self._rows[partition.path] += piece.num_rows
@@ -150,7 +148,7 @@ class PartitionedWriter:
                 self._close(next(iter(self._open)))
             partition.directory.mkdir(parents=True, exist_ok=True)
             path = partition.directory / self._name(partition.files)
-            partition.file = self._open_file(path, first.to_batches()[0])
+            partition.file = self._open_file(path, first)
             partition.path = path
             partition.files += 1
             self._rows[path] = 0

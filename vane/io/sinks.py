@@ -222,14 +222,14 @@ class PartWriter:
         self,
         batches: Iterator[pa.RecordBatch],
         schema: pa.Schema,
-        open_file: Callable[[Path, pa.RecordBatch], FileWriter],
+        open_file: Callable[[Path, pa.Table], FileWriter],
         worker: str | None,
     ) -> list[tuple[Path, int]]:
         directory, name = Path(self.directory), self._name(worker)
 
-        def row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
             if self.format != "parquet":
-                return batches
+                return (pa.Table.from_batches([batch]) for batch in batches)
             return coalesced(batches, ROW_GROUP_ROWS, ROW_GROUP_BYTES)
 
         if self.single_name is not None:
@@ -252,7 +252,7 @@ class PartWriter:
     def _partitioned(
         self,
         batches: Iterator[pa.RecordBatch],
-        open_file: Callable[[Path, pa.RecordBatch], FileWriter],
+        open_file: Callable[[Path, pa.Table], FileWriter],
         worker: str | None,
     ) -> list[tuple[Path, int]]:
         from vane.io.partitioned import PartitionedWriter
@@ -275,11 +275,11 @@ class PartWriter:
 
 def _opener(
     fmt: FileFormat, cursor: duckdb.DuckDBPyConnection | None
-) -> Callable[[Path, pa.RecordBatch], FileWriter]:
+) -> Callable[[Path, pa.Table], FileWriter]:
     # pyarrow's writers load on first write, not at `import vane`.
     from vane.io.formats import CsvFile, JsonFile, ParquetFile
 
-    def open_file(path: Path, first: pa.RecordBatch) -> FileWriter:
+    def open_file(path: Path, first: pa.Table) -> FileWriter:
         if fmt == "parquet":
             return ParquetFile(path, first)
         if fmt == "csv":
@@ -292,21 +292,21 @@ def _opener(
 
 def _write_file(
     path: Path,
-    batches: Iterator[pa.RecordBatch],
+    tables: Iterator[pa.Table],
     schema: pa.Schema,
-    open_file: Callable[[Path, pa.RecordBatch], FileWriter],
+    open_file: Callable[[Path, pa.Table], FileWriter],
 ) -> int:
-    """Write ``batches`` to one new file; an empty run still makes a file that holds the schema."""
+    """Write ``tables`` to one new file; an empty run still makes a file that holds the schema."""
     writer: FileWriter | None = None
     rows = 0
     try:
-        for batch in batches:
+        for table in tables:
             if writer is None:
-                writer = open_file(path, batch)
-            writer.write(batch)
-            rows += batch.num_rows
+                writer = open_file(path, table)
+            writer.write(table)
+            rows += table.num_rows
         if writer is None:
-            writer = open_file(path, pa.RecordBatch.from_pylist([], schema=schema))
+            writer = open_file(path, schema.empty_table())
     finally:
         if writer is not None:
             writer.close()
