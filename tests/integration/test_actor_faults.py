@@ -4,6 +4,10 @@ decode, and failures of the pool's own threads."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+
 import pyarrow as pa
 import pytest
 
@@ -100,6 +104,31 @@ def test_a_row_whose_output_breaks_the_schema_is_a_failing_row(on_error):
             rows[3]["id"] == 3 and rows[3]["label"] is None and "column 'label'" in rows[3]["error"]
         )
         assert rows[4] == {"id": 4, "label": 8, "error": None}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["shell", "fork"])
+def test_a_worker_that_dies_is_replaced_though_a_process_it_started_lives_on(tmp_path, how):
+    # The driver learns of a death from the end of the worker's result pipe: a helper the UDF
+    # left running (sleeping 600 s) must not hold that pipe open, or every death waits for it.
+    out = vane.range(12).map_batches(
+        udfs.LeavesAHelperThenDies,
+        schema={"id": "BIGINT"},
+        batch_size=4,
+        execution_backend="subprocess_actor",
+        fn_constructor_args=(5, how, str(tmp_path)),
+        on_error="skip",
+    )
+    try:
+        with pytest.warns(UserWarning, match="skipped 1 row"):
+            ids = out.to_arrow()["id"].to_pylist()
+        assert ids == [i for i in range(12) if i != 5]
+    finally:
+        helpers = [int(p.read_text()) for p in tmp_path.glob("helper-of-*") if p.read_text()]
+        for pid in helpers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert helpers  # the helpers were started, so the test tried what it says
 
 
 # ---- GPU shares --------------------------------------------------------------------------------

@@ -461,3 +461,26 @@ class CallSizes:
                 "call_first": pa.array([first] * batch.num_rows, pa.int64()),
             }
         )
+
+
+class LeavesAHelperThenDies:
+    """On a batch holding ``row``: starts a process that outlives the worker, as a UDF that runs
+    a tool in the background or forks a helper would, writes its pid into ``pid_dir``, then ends
+    its own process. ``how`` is ``"shell"`` (``os.system`` with ``&``) or ``"fork"``."""
+
+    def __init__(self, row: int, how: str, pid_dir: str) -> None:
+        self.row, self.how, self.pid_dir = row, how, Path(pid_dir)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.row in batch["id"].to_pylist():
+            record = self.pid_dir / f"helper-of-{os.getpid()}"
+            if self.how == "shell":
+                os.system(f"sleep 600 & echo $! > {record}")
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(600)
+                    os._exit(0)
+                record.write_text(str(pid))
+            os._exit(3)
+        return pa.table({"id": batch["id"]})

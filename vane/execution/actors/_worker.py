@@ -20,10 +20,15 @@ A worker that a Ray actor hosts is started with ``linger``: Ray Data ends its ac
 a worker asks for no death signal, and on EOF with no batch running it ends as after STOP,
 running the UDF's ``teardown()``, within ``LINGER_SECONDS``; with a batch running, it exits at
 once as any worker does.
+
+The pipes and slots it inherited are its own: processes the UDF starts (a shell job left
+running, a forked helper) must not hold them, or the driver, which learns of the worker's death
+from the end of its result pipe, would wait for those processes instead (``keep_to_itself``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,6 +61,26 @@ def follow_driver(driver: int, *, linger: bool = False) -> None:
             pass  # the pipe's EOF still ends this worker
     if os.getppid() != driver:  # it died before the request above took effect
         os._exit(1)
+
+
+def keep_to_itself(fds: list[int]) -> None:
+    """Keep ``fds`` (the worker's pipes and slots) out of every process the UDF starts.
+
+    They came through ``pass_fds``, which makes them inheritable: a program the UDF runs
+    (``os.system``, ``subprocess`` with ``close_fds=False``) would hold them open after the
+    worker died, and the driver would see no end of the result pipe, so no death, until that
+    program exited. A plain ``os.fork`` copies every descriptor whatever its flags, so the child
+    closes them at once; it cannot speak for the worker anyway.
+    """
+    for fd in fds:
+        os.set_inheritable(fd, False)
+
+    def close_in_child() -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    os.register_at_fork(after_in_child=close_in_child)
 
 
 class _Replies:
@@ -120,6 +145,7 @@ def main(
     read_fd: int, write_fd: int, driver: int, slot_fds: list[int], linger: bool = False
 ) -> None:
     follow_driver(driver, linger=linger)
+    keep_to_itself([read_fd, write_fd, *slot_fds])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         kind, body = ipc.read_frame(read_fd)
