@@ -7,6 +7,9 @@ rows. A file is made once and reused; its name carries the kind, the row count a
 * ``overhead``: ``id BIGINT, text VARCHAR`` with texts of about 40 characters, all distinct.
   Built with Arrow compute in chunks of a million rows, so 20M rows take seconds and little
   memory.
+* ``overhead_small_groups``: the same rows as ``overhead`` (which pyarrow writes in row groups
+  of a million rows), in row groups of 122,880 rows, the size DuckDB writes by default: the
+  memory workload reads both, to tell a cost of the input's size from one of its row groups.
 * ``sentences``: ``id BIGINT, text VARCHAR``, sentences of 8 to 30 words drawn from ``WORDS``
   (the embed and prompt workloads).
 """
@@ -50,7 +53,12 @@ def ensure(kind: str, rows: int) -> Path:
     if not path.exists():
         DATA_DIR.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial")
-        {"overhead": _overhead, "sentences": _sentences}[kind](partial, rows)
+        makers = {
+            "overhead": _overhead,
+            "overhead_small_groups": _overhead_small_groups,
+            "sentences": _sentences,
+        }
+        makers[kind](partial, rows)
         os.replace(partial, path)  # a killed run never leaves a half file under the real name
     return path
 
@@ -72,6 +80,27 @@ def _overhead(path: Path, rows: int) -> None:
             picks = pa.array(rng.integers(0, len(phrases), size=len(ids)))
             text = pc.binary_join_element_wise(phrases.take(picks), pc.cast(ids, pa.string()), " #")
             writer.write_table(pa.table({"id": ids, "text": text}, schema=schema))
+
+
+SMALL_ROW_GROUP = 122_880  # DuckDB's default ROW_GROUP_SIZE for COPY ... (FORMAT parquet)
+
+
+def _overhead_small_groups(path: Path, rows: int) -> None:
+    source = pq.ParquetFile(ensure("overhead", rows))
+    with pq.ParquetWriter(path, source.schema_arrow) as writer:
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for batch in source.iter_batches(batch_size=SMALL_ROW_GROUP):
+            pending.append(batch)
+            held += batch.num_rows
+            if held >= SMALL_ROW_GROUP:
+                table = pa.Table.from_batches(pending)
+                full = held - held % SMALL_ROW_GROUP
+                writer.write_table(table.slice(0, full), row_group_size=SMALL_ROW_GROUP)
+                pending = table.slice(full).to_batches()
+                held -= full
+        if held:
+            writer.write_table(pa.Table.from_batches(pending, source.schema_arrow))
 
 
 def _sentences(path: Path, rows: int) -> None:

@@ -162,12 +162,20 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Variant("ray-data", "first_ray.py", "peers"),
     ]
     in_flight = ("--in-flight", str(IN_FLIGHT))
+    # vane-thread again on the same rows in DuckDB's row-group size instead of pyarrow's: a
+    # control (no target of its own) that tells growth with the input's size from a scan that
+    # has few row groups to work on in a small file.
+    small_groups = Variant(
+        "vane-thread-small-groups", "overhead_vane.py", "vane", ("--backend", "thread")
+    )
+    memory_cases = [
+        Case(v, kind, rows, batch)
+        for rows in memory_rows
+        for v, kind in [*((v, "overhead") for v in memory), (small_groups, "overhead_small_groups")]
+    ]
     return [
         Workload("overhead", [Case(v, "overhead", overhead_rows, batch) for v in overhead]),
-        Workload(
-            "memory",
-            [Case(v, "overhead", rows, batch) for rows in memory_rows for v in memory],
-        ),
+        Workload("memory", memory_cases),
         Workload("first_result", [Case(v, "overhead", 10, writes=False) for v in first]),
         Workload(
             "prompt",
