@@ -360,3 +360,41 @@ def test_a_row_that_hangs_its_worker_is_isolated_on_ray_as_locally(on_ray):
     assert [r["id"] for r in rows] == list(range(12))
     failed = [r for r in rows if any(v for k, v in r.items() if k != "id")]
     assert [r["id"] for r in failed] == [7]
+
+
+class OneAtATime:
+    """Says, for each batch, whether another call of this instance was running when it began."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.running = threading.Lock()
+
+    def __call__(self, batch):
+        import time
+
+        import pyarrow as pa
+
+        overlapped = not self.running.acquire(blocking=False)
+        try:
+            time.sleep(0.01)
+        finally:
+            if not overlapped:
+                self.running.release()
+        return pa.table({"id": batch["id"], "overlapped": [overlapped] * batch.num_rows})
+
+
+@pytest.mark.timeout(300)
+def test_a_plain_function_runs_one_batch_at_a_time_on_its_ray_actor(on_ray):
+    # The Ray actor takes two calls at once, so that its worker has the next batch queued;
+    # the user's function must still see one batch at a time, and the rows keep their order.
+    from vane.execution.ray.lowering import PLAIN_CALLS_PER_ACTOR
+
+    assert PLAIN_CALLS_PER_ACTOR > 1
+    rows = (
+        vane.range(300)
+        .map_batches(OneAtATime, schema={"id": "BIGINT", "overlapped": "BOOLEAN"}, batch_size=5)
+        .to_pylist()
+    )
+    assert [r["id"] for r in rows] == list(range(300))
+    assert not any(r["overlapped"] for r in rows)

@@ -9,10 +9,12 @@ own restarts are left to what Ray is for: a Ray actor lost with its node is rest
 batches sent again, as often as it takes. (Counting a batch's restarts from Ray's side cannot
 tell a retry from another batch that holds the same values, and fails a healthy job.)
 
-Ray Data calls the actor with one batch at a time (an async UDF: up to
-``max_concurrency_per_actor`` at once, from Ray's threads); each call hands the batch to the
-pool and waits for its outcome. Rows that ``on_error`` handled are counted by the action's
-``Tally`` actor, so the driver can warn as the local runner does. When Ray Data lets go of the
+Ray Data calls the actor from Ray's threads with two batches at a time (an async UDF: up to
+``max_concurrency_per_actor``); each call hands its batch to the pool and waits for its
+outcome, so the worker has the next batch queued while it runs one (``lowering.py`` says what
+that saves). A plain function still runs on one batch at a time: the worker's body does that.
+Rows that ``on_error`` handled are counted by the action's ``Tally`` actor, so the driver can
+warn as the local runner does. When Ray Data lets go of the
 actor at the end of the dataset, or kills it (Ray Data does once the input is consumed), the
 worker finishes and runs the UDF's ``teardown()``.
 """
