@@ -183,7 +183,8 @@ WHY = {
         "process (a fresh interpreter that imports Ray and torch and loads the model) is in the "
         "timed part, every batch and its embeddings pass through Ray's object store, and Ray's "
         "own processes (raylet, GCS) share the two cores with the model. Ray Data, on the same "
-        "cluster, pays the same and is slower still. What would remove it: actors started "
+        "cluster, pays the same (compare its row: the two are within each other's spread). "
+        "What would remove it: actors started "
         "before the timed part (a long-lived cluster whose actors keep the model loaded), which "
         "is how Ray is used in production but not what this run measures (docs/ray.md)."
     ),
