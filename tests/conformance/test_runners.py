@@ -398,3 +398,36 @@ def test_a_plain_function_runs_one_batch_at_a_time_on_its_ray_actor(on_ray):
     )
     assert [r["id"] for r in rows] == list(range(300))
     assert not any(r["overlapped"] for r in rows)
+
+
+def slow_double(batch):
+    import time
+
+    time.sleep(0.05)
+    return double(batch)
+
+
+async def slow_double_async(batch):
+    import asyncio
+
+    await asyncio.sleep(0.05)
+    return double(batch)
+
+
+@pytest.mark.parametrize("fn", [slow_double, slow_double_async], ids=["plain", "async"])
+def test_ray_progress_counts_busy_actors_not_calls(on_ray, fn):
+    # One actor takes several calls at once on Ray (a plain function's next batch waits in its
+    # worker; an async one runs many): the progress line must still say one actor, never more.
+    from vane.observe.events import BatchDone, subscribe
+
+    seen: list[object] = []
+    unsubscribe = subscribe(seen.append)
+    try:
+        out = vane.range(200).map_batches(fn, schema={"id": "BIGINT", "v": "BIGINT"}, batch_size=5)
+        assert out.count() == 200
+    finally:
+        unsubscribe()
+    done = [e for e in seen if isinstance(e, BatchDone)]
+    assert len(done) >= 3  # polled while it ran (twice a second, ~2 s of batches)
+    assert all(e.busy_actors <= e.actors <= 1 for e in done), done
+    assert any(e.busy_actors == 1 for e in done), done

@@ -271,7 +271,7 @@ class _Progress:
                     counts.rows_in - seen.rows_in,
                     counts.rows_out - seen.rows_out,
                     max(counts.busy, 0),
-                    max(counts.actors, counts.busy, 0),
+                    max(counts.actors, 0),
                     {k: v for k, v in usage.items() if v},
                 )
             )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,6 +57,7 @@ class RayUdf:
         self.schema = schema
         self.tally = tally
         self.key = key
+        self.name = uuid.uuid4().hex  # this actor, to the tally (its calls overlap)
         self._tokens = itertools.count()
         # Ray gave this actor its GPUs (CUDA_VISIBLE_DEVICES): its one worker gets them all.
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
@@ -63,18 +65,18 @@ class RayUdf:
             replace(spec, min_actors=1, max_actors=1), udf_schema, step, visible, linger=True
         )
         self._pool.start()
-        tally.joined.remote(key)
+        tally.joined.remote(key, self.name)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         reads = self.spec.reads
         shipped = batch.select(list(reads)) if reads is not None else batch
-        self.tally.begin.remote(self.key)  # (a caller's calls to an actor run in order)
+        self.tally.begin.remote(self.key, self.name)  # (a caller's calls run in order)
         task = Task(next(self._tokens), 0, shipped, batch_rows=shipped.num_rows)
         future = self._pool.submit(task)
         try:
             outcome = future.result()
         except BaseException as exc:
-            self.tally.done.remote(self.key, 0, (0, 0, 0, None, [], {}))
+            self.tally.done.remote(self.key, self.name, 0, (0, 0, 0, None, [], {}))
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
             # it travels as bytes, rebuilt in the driver as the subprocess backend does.
             raise RemoteFailure(error_to_bytes(exc), str(exc)) from None
@@ -87,7 +89,7 @@ class RayUdf:
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.teardown(graceful=True)
-            self.tally.left.remote(self.key)
+            self.tally.left.remote(self.key, self.name)
 
     def _output(self, batch: pa.Table, outcome: BatchOutcome) -> pa.Table:
         import ray
@@ -101,7 +103,7 @@ class RayUdf:
             outcome.usage,
         )
         # Waited for: the counts must be in before the driver reads the totals at the end.
-        ray.get(self.tally.done.remote(self.key, batch.num_rows, counts))
+        ray.get(self.tally.done.remote(self.key, self.name, batch.num_rows, counts))
         if not self.spec.passthrough:
             return outcome.table
         if outcome.dropped:
@@ -133,28 +135,40 @@ class RemoteFailure(Exception):
 
 class Tally:
     """One per action (a Ray actor on the driver's node): per UDF step, the actors up, the
-    batches running, rows in and out, and rows that on_error skipped or nulled. The driver
-    reads it for progress events while the action runs and for the warning at its end."""
+    actors busy, rows in and out, and rows that on_error skipped or nulled. The driver reads it
+    for progress events while the action runs and for the warning at its end.
+
+    An actor's calls overlap (two at once, or an async UDF's many), so an actor is busy while
+    any call of its own runs: the tally keeps each actor's running calls, by the actor's name.
+    """
 
     def __init__(self) -> None:
         self.steps: dict[int, StepCounts] = {}
+        self._calls: dict[tuple[int, str], int] = {}  # (step, actor) -> calls running
 
     def _step(self, key: int) -> StepCounts:
         return self.steps.setdefault(key, StepCounts())
 
-    def joined(self, key: int) -> None:
+    def _running(self, key: int, actor: str, change: int) -> None:
+        calls = self._calls.get((key, actor), 0)
+        self._calls[(key, actor)] = calls + change
+        self._step(key).busy += (calls + change > 0) - (calls > 0)
+
+    def joined(self, key: int, actor: str) -> None:
         self._step(key).actors += 1
 
-    def left(self, key: int) -> None:
+    def left(self, key: int, actor: str) -> None:
         self._step(key).actors -= 1
+        if self._calls.pop((key, actor), 0) > 0:
+            self._step(key).busy -= 1
 
-    def begin(self, key: int) -> None:
-        self._step(key).busy += 1
+    def begin(self, key: int, actor: str) -> None:
+        self._running(key, actor, +1)
 
-    def done(self, key: int, rows_in: int, outcome: tuple[Any, ...]) -> None:
+    def done(self, key: int, actor: str, rows_in: int, outcome: tuple[Any, ...]) -> None:
         counts = self._step(key)
         rows_out, skipped, nulled, first_error, poisoned, usage = outcome
-        counts.busy -= 1
+        self._running(key, actor, -1)
         counts.rows_in += rows_in
         counts.rows_out += rows_out
         counts.skipped += skipped
