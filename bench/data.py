@@ -88,19 +88,9 @@ SMALL_ROW_GROUP = 122_880  # DuckDB's default ROW_GROUP_SIZE for COPY ... (FORMA
 def _overhead_small_groups(path: Path, rows: int) -> None:
     source = pq.ParquetFile(ensure("overhead", rows))
     with pq.ParquetWriter(path, source.schema_arrow) as writer:
-        pending: list[pa.RecordBatch] = []
-        held = 0
+        # iter_batches cuts across the source's row groups: every batch but the last is full.
         for batch in source.iter_batches(batch_size=SMALL_ROW_GROUP):
-            pending.append(batch)
-            held += batch.num_rows
-            if held >= SMALL_ROW_GROUP:
-                table = pa.Table.from_batches(pending)
-                full = held - held % SMALL_ROW_GROUP
-                writer.write_table(table.slice(0, full), row_group_size=SMALL_ROW_GROUP)
-                pending = table.slice(full).to_batches()
-                held -= full
-        if held:
-            writer.write_table(pa.Table.from_batches(pending, source.schema_arrow))
+            writer.write_batch(batch, row_group_size=SMALL_ROW_GROUP)
 
 
 def _sentences(path: Path, rows: int) -> None:

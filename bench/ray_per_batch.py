@@ -70,6 +70,10 @@ def one_run(engine: str, batches: int, calls: int | None) -> float:
     return seconds
 
 
+def label(engine: str, calls: int | None) -> str:
+    return engine if calls is None else f"{engine} calls={calls}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--calls", type=int, nargs="*", default=[], help="vane calls per actor")
@@ -90,17 +94,16 @@ def main() -> None:
                 )
                 s = float(out.stdout.strip().splitlines()[-1])
                 seconds.setdefault((engine, calls, batches), []).append(s)
-                label = engine if calls is None else f"{engine} calls={calls}"
-                print(f"#{repetition + 1} {label:18} {batches:4} batches {s:6.2f} s", flush=True)
+                name = label(engine, calls)
+                print(f"#{repetition + 1} {name:18} {batches:4} batches {s:6.2f} s", flush=True)
     print(f"\nmedians; overhead = marginal time of a batch minus its {SLEEP_S * 1000:.0f} ms sleep")
     for engine, calls in engines:
         small = statistics.median(seconds[(engine, calls, SMALL)])
         large = statistics.median(seconds[(engine, calls, LARGE)])
         per_batch = (large - small) / (LARGE - SMALL)
         start = small - SMALL * per_batch
-        label = engine if calls is None else f"{engine} calls={calls}"
         print(
-            f"{label:18} overhead per batch {(per_batch - SLEEP_S) * 1000:5.2f} ms, "
+            f"{label(engine, calls):18} overhead per batch {(per_batch - SLEEP_S) * 1000:5.2f} ms, "
             f"start {start:5.2f} s ({small:.2f} s / {large:.2f} s)"
         )
 

@@ -168,11 +168,8 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
     small_groups = Variant(
         "vane-thread-small-groups", "overhead_vane.py", "vane", ("--backend", "thread")
     )
-    memory_cases = [
-        Case(v, kind, rows, batch)
-        for rows in memory_rows
-        for v, kind in [*((v, "overhead") for v in memory), (small_groups, "overhead_small_groups")]
-    ]
+    memory_inputs = [*((v, "overhead") for v in memory), (small_groups, "overhead_small_groups")]
+    memory_cases = [Case(v, kind, rows, batch) for rows in memory_rows for v, kind in memory_inputs]
     return [
         Workload("overhead", [Case(v, "overhead", overhead_rows, batch) for v in overhead]),
         Workload("memory", memory_cases),
