@@ -20,7 +20,7 @@ from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
 from vane.plan import nodes
 from vane.plan.explain import explain as explain_plan
-from vane.plan.expr import Expr, as_expr, col
+from vane.plan.expr import Alias, Expr, UdfErrorText, as_expr, col, udf_error_columns
 from vane.plan.nodes import UdfStep
 from vane.plan.parse import parse_sort_key
 from vane.plan.traverse import walk
@@ -42,6 +42,29 @@ def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
     if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise PlanError(f"{what} must be a string or a list of strings, got {value!r}")
+
+
+def _error_columns(exprs: Sequence[Expr], taken: Sequence[str], where: str) -> list[str]:
+    """The columns UDF calls in ``exprs`` keep their errors in, each a new column of its own."""
+    names = udf_error_columns(exprs)
+    seen = {n.lower() for n in taken}
+    for name in names:
+        if name.lower() in seen:
+            raise PlanError(
+                f"{where}(): a UDF keeps its errors in error_column={name!r}, and the step "
+                f"already has a column {name!r}; give the error column a name of its own"
+            )
+        seen.add(name.lower())
+    return names
+
+
+def _no_error_columns(exprs: Sequence[Expr], where: str) -> None:
+    names = udf_error_columns(exprs)
+    if names:
+        raise PlanError(
+            f"{where}(): a UDF with error_column={names[0]!r} adds a column, which {where} "
+            "cannot; compute the UDF's column with with_column() first, then use it here"
+        )
 
 
 class Relation:
@@ -131,12 +154,16 @@ class Relation:
         """Keep or compute columns: names, SQL text or expressions, side by side:
         ``rel.select("id", "price * qty AS total", (vane.col("x") + 1).alias("y"))``.
         A string that is exactly a column's name is that column, whatever characters it has."""
-        return Relation(nodes.Select(self._plan, self._exprs(exprs, "select")))
+        values = self._exprs(exprs, "select")
+        errors = _error_columns(values, [e.output_name for e in values], "select")
+        values += tuple(Alias(UdfErrorText(name), name) for name in errors)
+        return Relation(nodes.Select(self._plan, values))
 
     def filter(self, predicate: str | Expr) -> Relation:
         """Keep the rows where a predicate holds: ``rel.filter("score > 0.5")`` or
         ``rel.filter(vane.col("score") > 0.5)``."""
         (expr,) = self._exprs([predicate], "filter")
+        _no_error_columns([expr], "filter")
         return Relation(nodes.Filter(self._plan, expr))
 
     def with_column(self, name: str, expr: str | Expr) -> Relation:
@@ -152,6 +179,9 @@ class Relation:
             (name, as_expr(e, self.columns, f"with_column({name!r})"))
             for name, e in columns.items()
         )
+        taken = [*self.columns, *(name for name, _ in items)]
+        errors = _error_columns([e for _, e in items], taken, "with_column")
+        items += tuple((name, UdfErrorText(name)) for name in errors)
         return Relation(nodes.WithColumns(self._plan, items))
 
     def drop(self, *names: str) -> Relation:
@@ -186,6 +216,7 @@ class Relation:
             else:
                 (expr,) = self._exprs([key], "order_by")
                 sort_keys.append(nodes.SortKey(expr, bool(flag)))
+        _no_error_columns([k.expr for k in sort_keys], "order_by")
         return Relation(nodes.OrderBy(self._plan, tuple(sort_keys)))
 
     def join(
@@ -283,6 +314,7 @@ class Relation:
         max_concurrency_per_actor: int | None = None,
         max_retries: int = 0,
         on_error: str = "raise",
+        error_column: str | None = None,
         preserve_order: bool = True,
         batch_timeout_s: float | None = None,
         actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
@@ -295,7 +327,8 @@ class Relation:
         It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of
         columns or pandas DataFrame with exactly the columns of ``schema`` (``{"name": "DuckDB
         type"}`` or a ``pa.Schema``); the row count may change. See docs/map_batches.md for
-        backends, concurrency, GPUs, retries, ``on_error`` and the timeouts
+        backends, concurrency, GPUs, retries, ``on_error`` (with ``"null"``, each failing row's
+        error text is kept in ``error_column``, "error" by default) and the timeouts
         (``batch_timeout_s`` per attempt at a batch, ``actor_start_timeout_s`` for the
         constructor).
 
@@ -327,6 +360,7 @@ class Relation:
         max_concurrency_per_actor: int | None = None,
         max_retries: int = 0,
         on_error: str = "raise",
+        error_column: str | None = None,
         preserve_order: bool = True,
         batch_timeout_s: float | None = None,
         actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,
@@ -353,6 +387,7 @@ class Relation:
         max_concurrency_per_actor: int | None = None,
         max_retries: int = 0,
         on_error: str = "raise",
+        error_column: str | None = None,
         preserve_order: bool = True,
         batch_timeout_s: float | None = None,
         actor_start_timeout_s: float | None = DEFAULT_ACTOR_START_TIMEOUT_S,

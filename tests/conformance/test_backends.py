@@ -133,7 +133,7 @@ CASES = {
         lambda r, b: r.map_batches(
             fails_on_7, schema=SCHEMA, batch_size=8, execution_backend=b, on_error="null"
         ).filter("error IS NOT NULL"),
-        [{"id": 7, "v": None, "error": "ValueError: seven"}],
+        [{"id": None, "v": None, "error": "ValueError: seven"}],
     ),
     "unordered_two_workers": Case(
         lambda r, b: r.map_batches(

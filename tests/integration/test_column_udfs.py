@@ -398,3 +398,58 @@ def test_batch_timeout_s_applies_to_column_udfs():
     with pytest.warns(UserWarning, match="batch_timeout_s=0.5"):
         rows = vane.range(4).with_column("v", u.stalls_on_two(col("id"))).to_pylist()
     assert [r["v"] for r in rows] == [0, 1, None, 3]  # only the stalled row, as a null
+
+
+# ---- on_error="null" with an error column the user names --------------------------------------
+
+
+def strict_inverse(x: int) -> float:
+    if x == 0:
+        raise ZeroDivisionError("no inverse of 0")
+    return 1 / x
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_a_column_udf_keeps_each_failing_rows_error_in_the_column_named(backend):
+    fn = vane.func(on_error="null", error_column="why", use_process=backend != "thread")(
+        strict_inverse
+    )
+    rel = vane.from_pydict({"id": [0, 1, 2], "key": ["a", "b", "c"]})
+    with pytest.warns(UserWarning, match=r"kept 1 failing row\(s\) as nulls, .*column 'why'"):
+        rows = rel.with_column("inv", fn(col("id"))).to_pylist()
+    assert rows == [
+        {"id": 0, "key": "a", "inv": None, "why": "ZeroDivisionError: no inverse of 0"},
+        {"id": 1, "key": "b", "inv": 1.0, "why": None},
+        {"id": 2, "key": "c", "inv": 0.5, "why": None},
+    ]
+    with pytest.warns(UserWarning, match="column 'why'"):
+        selected = rel.select("key", fn(col("id")).alias("inv")).to_pylist()
+    assert selected[0] == {"key": "a", "inv": None, "why": "ZeroDivisionError: no inverse of 0"}
+
+
+def test_without_an_error_column_the_warning_says_how_to_keep_one():
+    fn = vane.func(on_error="null")(strict_inverse)
+    rel = vane.from_pydict({"id": [0, 1]})
+    out = rel.with_column("inv", fn(col("id")))
+    assert out.columns == ["id", "inv"]
+    with pytest.warns(UserWarning, match=r"pass error_column='error' to the UDF") as caught:
+        out.to_arrow()
+    assert "__vane" not in str(caught[0].message)
+
+
+def test_an_error_column_is_checked_where_it_is_written():
+    with pytest.raises(ConfigurationError, match=r"error_column='why'.*on_error='null' too"):
+        vane.func(error_column="why")(strict_inverse)
+    fn = vane.func(on_error="null", error_column="key")(strict_inverse)
+    rel = vane.from_pydict({"id": [0, 1], "key": ["a", "b"]})
+    with pytest.raises(PlanError, match=r"error_column='key'.*already has a column"):
+        rel.with_column("inv", fn(col("id")))
+    with pytest.raises(PlanError, match=r"filter\(\).*with_column\(\) first"):
+        rel.filter(fn(col("id")) > 0)
+    kept = rel.with_column(
+        "inv", vane.func(on_error="null", error_column="why")(strict_inverse)(col("id"))
+    )
+    assert kept.columns == ["id", "key", "inv", "why"]
+    assert kept.schema.field("why").type == pa.string()
+    with pytest.raises(ConfigurationError, match=r"error_column='why'.*on_error is 'skip'"):
+        rel.map_batches(lambda b: b, schema=rel.schema, on_error="skip", error_column="why")

@@ -174,7 +174,7 @@ def test_on_error_null_keeps_the_row_with_the_error_text():
     with pytest.warns(UserWarning, match="1 failing row"):
         rows = out.to_pylist()
     assert len(rows) == 20
-    assert rows[5] == {"id": 5, "score": None, "error": "ValueError: cannot score row 5"}
+    assert rows[5] == {"id": None, "score": None, "error": "ValueError: cannot score row 5"}
     assert rows[6] == {"id": 6, "score": 60, "error": None}
 
 

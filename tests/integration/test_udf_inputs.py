@@ -240,7 +240,7 @@ def test_an_unknown_batch_format_is_an_error():
         vane.range(3).map_batches(add, schema=SCHEMA, batch_format="arrow", fn_args=(1,))
 
 
-# ---- on_error="null" keeps keys --------------------------------------------------------------
+# ---- on_error="null": every column the function returns is null ------------------------------
 
 
 def picky(batch: pa.Table) -> dict:
@@ -250,7 +250,10 @@ def picky(batch: pa.Table) -> dict:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_on_error_null_keeps_input_columns_of_the_same_name_and_type(backend):
+def test_on_error_null_never_passes_an_input_value_off_as_an_output(backend):
+    """A function that returns a column named like an input column (an id, or a price it
+    transforms in place) answers nothing for a failing row: the column is null there, never
+    the input's value, which would read as a success."""
     rel = vane.range(6).select("id", "'n' || id AS name")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -261,10 +264,22 @@ def test_on_error_null_keeps_input_columns_of_the_same_name_and_type(backend):
             batch_size=4,
             execution_backend=backend,
         ).to_pylist()
-        # an output column of another type than its input is not the input: null
-        retyped = rel.map_batches(
-            picky, schema={"id": "INTEGER", "name": "VARCHAR", "v": "BIGINT"}, on_error="null"
+        rows = rel.map(
+            lambda row: {"id": row["id"] * 100 // (row["id"] - 3)},
+            schema={"id": "BIGINT"},
+            on_error="null",
+            execution_backend=backend,
         ).to_pylist()
-    assert out[3] == {"id": 3, "name": "n3", "v": None, "error": "ValueError: no threes"}
+        flat = rel.flat_map(
+            lambda row: [{"id": row["id"] // (row["id"] - 3)}] * 2,
+            schema={"id": "BIGINT"},
+            on_error="null",
+            error_column="why",
+            execution_backend=backend,
+        ).to_pylist()
+    assert out[3] == {"id": None, "name": None, "v": None, "error": "ValueError: no threes"}
     assert [r["v"] for r in out] == [0, 1, 2, None, 4, 5]
-    assert retyped[3] == {"id": None, "name": "n3", "v": None, "error": "ValueError: no threes"}
+    assert rows[3] == {"id": None, "error": "ZeroDivisionError: integer division or modulo by zero"}
+    assert [r["id"] for r in rows if r["error"] is None] == [0, -50, -200, 400, 250]
+    assert flat[6] == {"id": None, "why": "ZeroDivisionError: integer division or modulo by zero"}
+    assert len(flat) == 11

@@ -28,7 +28,14 @@ from vane.errors import ConfigurationError
 from vane.plan.expr import Expr, FunctionCall, Literal, col
 from vane.udf.column import ClassInstance, ClassUdf, UdfOptions, make_column_udf
 
-_EXECUTION = ("batch_size", "concurrency", "execution_backend", "gpus_per_actor", "on_error")
+_EXECUTION = (
+    "batch_size",
+    "concurrency",
+    "execution_backend",
+    "gpus_per_actor",
+    "on_error",
+    "error_column",
+)
 DEFAULT_BATCH_SIZE = {"prompt": 256, "embed_text": 64, "embed_image": 32, "classify_text": 64}
 
 
@@ -65,6 +72,7 @@ def _call(
         max_retries=0,  # providers retry each request themselves
         on_error=execution.get("on_error", "raise"),
         backend=execution.get("execution_backend"),
+        error_column=execution.get("error_column"),
     )
     instance = ClassInstance(ClassUdf(runner, options), (descriptor,), dict(runner_options))
     udf = make_column_udf(

@@ -242,12 +242,18 @@ def on_error_warning(
     """What a step says at its end about the rows on_error handled (None: there were none)."""
     if not skipped and not nulled:
         return None
-    what = (
-        f"skipped {skipped:,} row(s) on which the function failed"
-        if skipped
-        else f"kept {nulled:,} failing row(s) as nulls, with the error text in column "
-        f"{spec.error_column!r}"
-    )
+    if skipped:
+        what = f"skipped {skipped:,} row(s) on which the function failed"
+    elif spec.error_shown_as is not None:
+        what = (
+            f"kept {nulled:,} failing row(s) as nulls, with the error text in column "
+            f"{spec.error_shown_as!r}"
+        )
+    else:
+        what = (
+            f"kept {nulled:,} failing row(s) as nulls (pass error_column='error' to the UDF to "
+            "keep each row's error in a column)"
+        )
     killed = ""
     if poisoned:
         shown = "; ".join(poisoned[:3]) + ("; ..." if len(poisoned) > 3 else "")

@@ -411,6 +411,27 @@ class UdfCall(Expr):
     layout: tuple[Slot, ...] = ()
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class UdfErrorText(Expr):
+    """The error text of the failing rows of the UDF call, in the same step, whose
+    ``error_column`` is ``name`` (null where the call succeeded). The verbs add one next to each
+    such call; lifting the call turns it into a reference to its step's error column."""
+
+    name: str
+
+
+def udf_error_columns(exprs: Sequence[Expr]) -> list[str]:
+    """The error columns that UDF calls in ``exprs`` keep (``on_error="null"`` with an
+    ``error_column``), in order, once each."""
+    names: dict[int, str] = {}
+    for expr in exprs:
+        for call in expr.udf_calls():
+            name = call.udf.options.error_column
+            if name is not None:
+                names.setdefault(id(call), name)
+    return list(names.values())
+
+
 def col(name: str) -> Expr:
     """A reference to the column ``name`` (any name: it is quoted when compiled).
 

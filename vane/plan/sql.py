@@ -28,6 +28,7 @@ from vane.plan.expr import (
     Literal,
     SqlText,
     UdfCall,
+    UdfErrorText,
     UnaryOp,
 )
 
@@ -58,6 +59,13 @@ def to_sql(expr: Expr, *, probe: bool = False) -> str:
             return typed_null
         checks = " AND ".join(f"({to_sql(a, probe=True)}) IS NULL" for a in expr.args)
         return f"(CASE WHEN {checks} THEN {typed_null} ELSE {typed_null} END)"
+    if isinstance(expr, UdfErrorText):
+        if not probe:
+            raise PlanError(
+                f"the error column {expr.name!r} reached SQL without its UDF call being lifted "
+                "into a UDF step; this is a bug in vane's optimizer, please report it"
+            )
+        return "CAST(NULL AS VARCHAR)"
     raise TypeError(f"cannot compile {type(expr).__name__}")
 
 
@@ -135,4 +143,6 @@ def display(expr: Expr) -> str:
         return " ".join(expr.text.split())
     if isinstance(expr, UdfCall):
         return f"{expr.udf.name}({sql_list(display(a) for a in expr.args)})"
+    if isinstance(expr, UdfErrorText):
+        return f"<errors of the call keeping {expr.name!r}>"
     raise TypeError(f"cannot display {type(expr).__name__}")

@@ -22,6 +22,7 @@ from vane.errors import ConfigurationError, PlanError, SchemaError
 from vane.plan.expr import Expr, UdfCall
 from vane.types import arrow_to_duckdb, to_arrow_type
 from vane.types.python import python_to_arrow
+from vane.udf.spec import check_error_column
 
 ON_ERROR = ("raise", "skip", "null")
 
@@ -38,12 +39,15 @@ class UdfOptions:
     on_error: str = "raise"
     backend: str | None = None  # an execution_backend; overrides use_process
     batch_timeout_s: float | None = None  # per call of the step's batch, as in map_batches
+    # A column of the relation that gets each failing row's error text (on_error="null").
+    error_column: str | None = None
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
             raise ConfigurationError(
                 f"on_error={self.on_error!r} is not one of {', '.join(ON_ERROR)}"
             )
+        check_error_column(self.on_error, self.error_column, "the UDF")
 
 
 @dataclass(frozen=True)

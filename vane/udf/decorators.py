@@ -58,7 +58,8 @@ class _FuncDecorator:
     Options: ``return_dtype`` (a DuckDB type name or pyarrow type; else the return annotation),
     ``max_concurrency`` (rows in flight for an ``async def``), ``batch_size``, ``use_process``
     (run in subprocess actors), ``max_retries``, ``on_error`` ("raise", "null", "skip"),
-    ``batch_timeout_s`` (seconds for one batch of rows; an overrun fails that batch)."""
+    ``batch_timeout_s`` (seconds for one batch of rows; an overrun fails that batch),
+    ``error_column`` (with ``on_error="null"``: a column that gets each failing row's error)."""
 
     @overload
     def __call__(self, fn: Callable[..., Any], /) -> ColumnUdf: ...
@@ -75,6 +76,7 @@ class _FuncDecorator:
         max_retries: int = 0,
         on_error: str = "raise",
         batch_timeout_s: float | None = None,
+        error_column: str | None = None,
     ) -> Callable[[Callable[..., Any]], ColumnUdf]: ...
 
     def __call__(
@@ -89,6 +91,7 @@ class _FuncDecorator:
         max_retries: int = 0,
         on_error: str = "raise",
         batch_timeout_s: float | None = None,
+        error_column: str | None = None,
     ) -> Any:
         options = UdfOptions(
             batch_size,
@@ -98,6 +101,7 @@ class _FuncDecorator:
             max_retries,
             on_error,
             batch_timeout_s=batch_timeout_s,
+            error_column=error_column,
         )
         return _func(fn, batch=False, return_dtype=return_dtype, options=options)
 
@@ -112,11 +116,19 @@ class _FuncDecorator:
         max_retries: int = 0,
         on_error: str = "raise",
         batch_timeout_s: float | None = None,
+        error_column: str | None = None,
     ) -> Any:
         """A function over Arrow arrays (one per column argument) that returns an array, list
         or numpy array with one value per row."""
         options = UdfOptions(
-            batch_size, None, 0, use_process, max_retries, on_error, batch_timeout_s=batch_timeout_s
+            batch_size,
+            None,
+            0,
+            use_process,
+            max_retries,
+            on_error,
+            batch_timeout_s=batch_timeout_s,
+            error_column=error_column,
         )
         return _func(fn, batch=True, return_dtype=return_dtype, options=options)
 
@@ -135,6 +147,7 @@ def cls(
     max_retries: int = 0,
     on_error: str = "raise",
     batch_timeout_s: float | None = None,
+    error_column: str | None = None,
 ) -> Any:
     """A class whose instances are built once per actor, inside the worker, and whose
     ``__call__`` and methods compute columns.
@@ -142,7 +155,8 @@ def cls(
     ``gpus`` per actor, ``max_concurrency`` actors (or ``(min, max)``), ``use_process=True`` for
     subprocess actors (own GIL), ``batch_size`` rows per call of a batch method, and the fault
     policy ``max_retries`` / ``on_error`` / ``batch_timeout_s`` (seconds for one batch of the
-    step, as in map_batches: an overrun is a failure of that batch).
+    step, as in map_batches: an overrun is a failure of that batch); with ``on_error="null"``,
+    ``error_column`` names a column that gets each failing row's error text.
     """
     options = UdfOptions(
         batch_size,
@@ -152,6 +166,7 @@ def cls(
         max_retries,
         on_error,
         batch_timeout_s=batch_timeout_s,
+        error_column=error_column,
     )
 
     def wrap(klass: type) -> ClassUdf:

@@ -171,19 +171,18 @@ def failed_rows(
 ) -> BatchOutcome:
     """The failing input rows ``inputs`` under ``on_error="skip"`` (dropped) or ``"null"`` (one
     row each, with the error text); ``schema`` is the step's output, error column included.
-    Under "null" an output column that is also an input column of the same type (an id, a key)
-    keeps the input's values, so that a failing row can be traced; the others are null."""
+    Under "null" every column the function returns is null, even one named like an input
+    column: a value there would pass the input off as the function's answer. (Columns a step
+    carries past the function, a column UDF's input columns, are untouched.)"""
     rows = inputs.num_rows
     if spec.on_error == "skip":
         return BatchOutcome(schema.empty_table(), rows, 0, error, list(range(rows)), list(poisoned))
-    columns = []
-    for f in schema:
-        if f.name == spec.error_column:
-            columns.append(pa.array([error] * rows, pa.string()))
-        elif f.name in inputs.column_names and inputs.schema.field(f.name).type == f.type:
-            columns.append(inputs.column(f.name))
-        else:
-            columns.append(pa.nulls(rows, f.type))
+    columns = [
+        pa.array([error] * rows, pa.string())
+        if f.name == spec.error_column
+        else pa.nulls(rows, f.type)
+        for f in schema
+    ]
     return BatchOutcome(
         pa.Table.from_arrays(columns, schema=schema), 0, rows, error, [], list(poisoned)
     )

@@ -86,6 +86,10 @@ class UdfSpec:
     label: str | None = None
     # The column on_error="null" adds with each failing row's error text.
     error_column: str = ERROR_COLUMN
+    # The column a user sees that error text in: the same column for the UDF verbs; for a
+    # column UDF the step's column is the optimizer's own, shown under the UDF's
+    # ``error_column`` if it names one (None: kept by nobody, and messages say how to keep it).
+    error_shown_as: str | None = ERROR_COLUMN
 
     @property
     def is_class(self) -> bool:
@@ -241,7 +245,8 @@ def build_spec(
     reads: tuple[str, ...] | None = None,
     passthrough: bool = False,
     label: str | None = None,
-    error_column: str = ERROR_COLUMN,
+    error_column: str | None = None,
+    hidden_error_column: str | None = None,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
     for option, value in (
@@ -303,6 +308,7 @@ def build_spec(
         raise ConfigurationError(
             f"{verb}(): on_error={on_error!r} is not one of {', '.join(ON_ERROR)}"
         )
+    check_error_column(on_error, error_column, f"{verb}()")
     _positive_int(verb, "max_retries", max_retries, allow_zero=True)
     if passthrough and kind == "flat":
         raise ConfigurationError(
@@ -345,12 +351,29 @@ def build_spec(
         batch_timeout_s=_seconds(verb, "batch_timeout_s", batch_timeout_s),
         actor_start_timeout_s=_seconds(verb, "actor_start_timeout_s", actor_start_timeout_s),
         label=label,
-        error_column=error_column,
+        error_column=hidden_error_column or error_column or ERROR_COLUMN,
+        error_shown_as=error_column if hidden_error_column else error_column or ERROR_COLUMN,
     )
     from vane.udf.shipping import check_shippable  # it imports this module
 
     check_shippable(spec)
     return spec
+
+
+def check_error_column(on_error: str, error_column: object, where: str) -> None:
+    """``error_column`` names the column that keeps each failing row's error, which only
+    ``on_error="null"`` keeps."""
+    if error_column is None:
+        return
+    if not isinstance(error_column, str) or not error_column:
+        raise ConfigurationError(
+            f"{where}: error_column must be a column name, got {error_column!r}"
+        )
+    if on_error != "null":
+        raise ConfigurationError(
+            f"{where}: error_column={error_column!r} keeps the error of each row that "
+            f"on_error='null' keeps, and on_error is {on_error!r}. Pass on_error='null' too"
+        )
 
 
 def output_schema(spec: UdfSpec, declared: pa.Schema) -> pa.Schema:
@@ -359,7 +382,8 @@ def output_schema(spec: UdfSpec, declared: pa.Schema) -> pa.Schema:
         return declared
     if spec.error_column in declared.names:
         raise ConfigurationError(
-            f"{spec.verb}(): on_error='null' adds a column {spec.error_column!r}, and the schema "
-            "already has one; rename that column"
+            f"{spec.verb}(): on_error='null' adds a column {spec.error_column!r} with each "
+            "failing row's error, and the schema already has one; rename that column, or pass "
+            "error_column='another_name'"
         )
     return declared.append(pa.field(spec.error_column, pa.string()))

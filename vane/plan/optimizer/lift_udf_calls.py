@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from vane._sql import quote_ident
 from vane.errors import PlanError
-from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall
+from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
 from vane.plan.sql import display
 from vane.types import arrow_to_duckdb, to_arrow_schema
@@ -52,17 +52,21 @@ class _Names:
                 return name
 
 
-def _rewrite(expr: Expr, outputs: dict[int, str]) -> Expr:
+def _rewrite(expr: Expr, outputs: dict[int, str], errors: dict[str, str]) -> Expr:
     if isinstance(expr, UdfCall) and id(expr) in outputs:
         return Column(outputs[id(expr)])
-    return expr.map_children(lambda child: _rewrite(child, outputs))
+    if isinstance(expr, UdfErrorText) and expr.name in errors:
+        return Column(errors[expr.name])
+    return expr.map_children(lambda child: _rewrite(child, outputs, errors))
 
 
-def _rebuilt(node: PlanNode, below: PlanNode, outputs: dict[int, str]) -> PlanNode:
+def _rebuilt(
+    node: PlanNode, below: PlanNode, outputs: dict[int, str], errors: dict[str, str]
+) -> PlanNode:
     if isinstance(node, Select):
         exprs = []
         for expr in node.exprs:
-            new = _rewrite(expr, outputs)
+            new = _rewrite(expr, outputs, errors)
             # Keep the column's name: a call is named after its first argument, a hidden
             # column after itself.
             if new is not expr and not isinstance(expr, Alias):
@@ -70,11 +74,11 @@ def _rebuilt(node: PlanNode, below: PlanNode, outputs: dict[int, str]) -> PlanNo
             exprs.append(new)
         return Select(below, tuple(exprs))
     if isinstance(node, Filter):
-        return Filter(below, _rewrite(node.predicate, outputs))
+        return Filter(below, _rewrite(node.predicate, outputs, errors))
     if isinstance(node, WithColumns):
-        return WithColumns(below, tuple((n, _rewrite(e, outputs)) for n, e in node.items))
+        return WithColumns(below, tuple((n, _rewrite(e, outputs, errors)) for n, e in node.items))
     assert isinstance(node, OrderBy)
-    keys = tuple(replace(k, expr=_rewrite(k.expr, outputs)) for k in node.keys)
+    keys = tuple(replace(k, expr=_rewrite(k.expr, outputs, errors)) for k in node.keys)
     return OrderBy(below, keys)
 
 
@@ -111,16 +115,20 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
     if computed:
         below = WithColumns(below, tuple(computed))
         hidden.extend(name for name, _ in computed)
+    errors: dict[str, str] = {}  # a kept error column's name -> its step's error column
     for group in groups.values():
         step = _udf_step(below, group, names)
         below = step
         hidden.extend(plan.output for _, plan in group)
         if step.udf.on_error == "null":
             hidden.append(step.udf.error_column)
+            for call, _ in group:
+                if call.udf.options.error_column is not None:
+                    errors[call.udf.options.error_column] = step.udf.error_column
         for call, plan in group:
             if call.udf.is_generator:
                 below = WithColumns(below, ((plan.output, _unnest(plan.output, call)),))
-    lifted = _rebuilt(node, below, outputs)
+    lifted = _rebuilt(node, below, outputs, errors)
     if isinstance(node, Select):
         return lifted  # it names what it keeps
     return Drop(lifted, tuple(n for n in hidden if n in lifted.schema.names))
@@ -156,7 +164,8 @@ def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Na
         reads=reads,
         passthrough=True,
         label=label,
-        error_column=names.fresh("error"),
+        error_column=options.error_column,
+        hidden_error_column=names.fresh("error"),
     )
     declared = to_arrow_schema(
         {
