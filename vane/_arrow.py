@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
+
+
+def is_pandas(values: object) -> bool:
+    return type(values).__module__.startswith("pandas")
+
+
+def exact_array(values: Any, arrow_type: pa.DataType | None = None) -> pa.Array | pa.ChunkedArray:
+    """``pa.array`` where only a null is null: NaN stays NaN, in lists, numpy arrays and pandas
+    float columns alike. A numpy masked array's mask, pandas' ``NA`` and ``NaT`` are nulls. In a
+    pandas column of Python objects, a NaN among values that are not floats (text, say) can
+    only be pandas' missing-value marker, and is read as one."""
+    try:
+        return pa.array(values, type=arrow_type, from_pandas=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        if not (is_pandas(values) and str(getattr(values, "dtype", "")) == "object"):
+            raise
+    return pa.array(values, type=arrow_type, from_pandas=True)
 
 
 class Rechunker:

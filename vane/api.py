@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
 from vane.io.files import FileFormat, Paths, resolve_files
 from vane.io.readers import duckdb_options
 from vane.plan import nodes
 from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
+from vane.types.storable import storable_reader, storable_table
 from vane.udf.attached import attached
 
 if TYPE_CHECKING:
@@ -151,7 +153,7 @@ def from_arrow(data: Any) -> Relation:
     """A ``pa.Table``, ``pa.RecordBatch``, ``pa.RecordBatchReader`` (streamed, readable once),
     or any object with an Arrow C stream (``__arrow_c_stream__``)."""
     if isinstance(data, pa.RecordBatchReader):
-        return Relation(nodes.ArrowStreamScan(data))
+        return Relation(nodes.ArrowStreamScan(storable_reader(data)))
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     elif not isinstance(data, pa.Table):
@@ -161,7 +163,7 @@ def from_arrow(data: Any) -> Relation:
                 f"object that exports an Arrow stream; got {type(data).__name__}"
             )
         data = pa.table(data)
-    return Relation(nodes.ArrowScan(data))
+    return Relation(nodes.ArrowScan(storable_table(data)))
 
 
 def _column(name: str, values: Any) -> pa.Array | pa.ChunkedArray:
@@ -192,7 +194,7 @@ def from_pydict(data: Mapping[str, Any]) -> Relation:
             f"from_pydict(): columns have different lengths: {lengths}; every column needs one "
             "value per row"
         )
-    return Relation(nodes.ArrowScan(pa.table(columns)))
+    return Relation(nodes.ArrowScan(storable_table(pa.table(columns))))
 
 
 def from_pylist(rows: Iterable[Mapping[str, Any]]) -> Relation:
@@ -212,13 +214,18 @@ def from_pandas(df: pd.DataFrame) -> Relation:
     pd = require("pandas", extra="pandas")
     if not isinstance(df, pd.DataFrame):
         raise ConfigurationError(f"from_pandas() takes a pandas DataFrame, got {type(df).__name__}")
-    try:
-        table = pa.Table.from_pandas(df, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise SchemaError(
-            f"from_pandas(): the DataFrame cannot be converted to Arrow: {exc}"
-        ) from exc
-    return Relation(nodes.ArrowScan(table))
+    names = [str(name) for name in df.columns]
+    if len(set(names)) != len(names):
+        raise SchemaError(f"from_pandas(): the DataFrame has duplicate column names: {names}")
+    columns = {}
+    for name, label in zip(names, df.columns, strict=True):
+        try:
+            columns[name] = exact_array(df[label])
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise SchemaError(
+                f"from_pandas(): column {name!r} cannot be converted to Arrow: {exc}"
+            ) from exc
+    return Relation(nodes.ArrowScan(storable_table(pa.table(columns))))
 
 
 def sql(query: str, **relations: Relation) -> Relation:

@@ -72,6 +72,8 @@ def castable(source: pa.DataType, target: pa.DataType) -> bool:
         return True
     if pa.types.is_dictionary(source):
         return castable(source.value_type, target)
+    if pa.types.is_dictionary(target):  # an ENUM or a dictionary-encoded column
+        return castable(source, target.value_type)
     if _is_number(source) and _is_number(target):
         return True
     if _any(_LISTS, source) and _any(_LISTS, target):
@@ -105,6 +107,9 @@ def cast_lossless(array: pa.Array, target: pa.DataType) -> pa.Array | pa.Chunked
         return array
     if pa.types.is_dictionary(source):
         return cast_lossless(array.dictionary_decode(), target)
+    if pa.types.is_dictionary(target):
+        values = cast_lossless(array, target.value_type)
+        return _cast(values, target) if isinstance(values, pa.Array) else values.cast(target)
     if not castable(source, target):
         raise LossyCast(mismatch(source, target))
     _check(array, target)

@@ -11,12 +11,14 @@ nested fixed-size lists (``DOUBLE[3][3]`` for one 3x3 matrix per row).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from vane._arrow import exact_array, is_pandas
 from vane.errors import SchemaMismatchError
 from vane.types import arrow_to_duckdb
 from vane.types.cast import LossyCast, cast_lossless, castable, mismatch
@@ -76,14 +78,39 @@ def _rows_of_tensors(values: list[Any]) -> np.ndarray | None:
     return np.stack(values) if len(shapes) == 1 else None
 
 
-def _natural(values: Any) -> pa.ChunkedArray:
+def _finer_unit(values: Any, column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Python timestamps and durations are read in microseconds unless asked otherwise, which
+    would cut the nanoseconds of a ``pandas.Timestamp``; read them again in ``target``'s finer
+    unit (keeping their own time zone, if any) when it has one."""
+    kind = column.type
+    if not (
+        (pa.types.is_timestamp(kind) and pa.types.is_timestamp(target))
+        or (pa.types.is_duration(kind) and pa.types.is_duration(target))
+    ) or _UNITS.index(target.unit) <= _UNITS.index(kind.unit):
+        return column
+    finer = (
+        pa.timestamp(target.unit, kind.tz)
+        if pa.types.is_timestamp(kind)
+        else pa.duration(target.unit)
+    )
+    try:
+        array = exact_array(values, finer)
+    except _CONVERSION_ERRORS:  # out of the finer unit's range: no finer part to keep
+        return column
+    return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+
+
+_UNITS = ("s", "ms", "us", "ns")
+
+
+def _natural(values: Any, target: pa.DataType) -> pa.ChunkedArray:
     """``values`` as Arrow in the type they have; raises a conversion error when Python values
     mix kinds Arrow cannot hold in one column."""
     if isinstance(values, pa.ChunkedArray):
         return values
     if isinstance(values, pa.Array):
         return pa.chunked_array([values])
-    if isinstance(values, np.ndarray) and values.ndim > 1:
+    if isinstance(values, np.ndarray) and values.ndim > 1 and not np.ma.isMaskedArray(values):
         return pa.chunked_array([_tensor(values)])
     if isinstance(values, (list, tuple)):
         stacked = _rows_of_tensors(list(values))
@@ -91,25 +118,129 @@ def _natural(values: Any) -> pa.ChunkedArray:
             return pa.chunked_array([_tensor(stacked)])
         if any(isinstance(v, np.ndarray) and v.ndim >= 2 for v in values):
             values = [v.tolist() if isinstance(v, np.ndarray) else v for v in values]
-    array = pa.array(values, from_pandas=True)  # a ChunkedArray past 2 GiB of text
-    return array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+    if _has_map(target) and not _is_arrow_like(values):
+        # Arrow reads a dict as a struct: maps are read with the declared type (below)
+        raise TypeError("a map column is read with its declared type")
+    if (
+        isinstance(values, np.ndarray)
+        and np.issubdtype(values.dtype, np.datetime64)
+        and pa.types.is_timestamp(target)
+        and target.tz is not None
+    ):
+        # numpy's datetime64 has no time zone: it holds UTC, as numpy and pandas mean it
+        unit = np.datetime_data(values.dtype)[0]
+        if unit in _UNITS:
+            values = pa.array(values).cast(pa.timestamp(unit, target.tz))
+    array = exact_array(values)  # a ChunkedArray past 2 GiB of text
+    column = array if isinstance(array, pa.ChunkedArray) else pa.chunked_array([array])
+    return _finer_unit(values, column, target)
+
+
+def _is_arrow_like(values: Any) -> bool:
+    return isinstance(values, np.ndarray) or is_pandas(values)
+
+
+def _python_objects(values: Any) -> list[Any] | None:
+    """``values`` as a list if they are Python objects (a list, or a numpy array or pandas
+    column of objects), else None."""
+    if isinstance(values, (list, tuple)):
+        return list(values)
+    if _is_arrow_like(values) and getattr(values, "dtype", None) == np.dtype(object):
+        return list(values)
+    return None
+
+
+def _typed_first(target: pa.DataType) -> bool:
+    """Nested types whose Python values Arrow would read in another shape or unit (a dict as
+    a struct instead of a map, a nanosecond ``pandas.Timestamp`` as microseconds, an aware
+    datetime inside a struct): such values are converted with the declared type directly,
+    and kept only if every one reads back the same."""
+    if not pa.types.is_nested(target):
+        return False
+    if _is_list(target):
+        return _typed_first(target.value_type) or _fine_leaf(target.value_type)
+    return True
+
+
+def _fine_leaf(arrow_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_temporal(arrow_type)
+        or pa.types.is_decimal(arrow_type)
+        or pa.types.is_dictionary(arrow_type)
+    )
+
+
+def _is_list(arrow_type: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+        or pa.types.is_list_view(arrow_type)
+        or pa.types.is_large_list_view(arrow_type)
+    )
+
+
+def _has_map(arrow_type: pa.DataType) -> bool:
+    if pa.types.is_map(arrow_type):
+        return True
+    return any(_has_map(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+
+
+def _as_pairs(value: Any, arrow_type: pa.DataType) -> Any:
+    """A Python value with each map given as a dict turned into Arrow's form of a map, a list
+    of (key, value) pairs, as deep as ``arrow_type`` nests maps."""
+    if value is None or not _has_map(arrow_type):
+        return value
+    if pa.types.is_map(arrow_type):
+        pairs = value.items() if isinstance(value, dict) else value
+        return [
+            (_as_pairs(k, arrow_type.key_type), _as_pairs(v, arrow_type.item_type))
+            for k, v in pairs
+        ]
+    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
+        return {
+            k: _as_pairs(v, arrow_type.field(k).type) if k in arrow_type.names else v
+            for k, v in value.items()
+        }
+    if _is_list(arrow_type) and isinstance(value, (list, tuple, np.ndarray)):
+        return [_as_pairs(v, arrow_type.value_type) for v in value]
+    return value
+
+
+def _same(got: Any, given: Any) -> bool:
+    """Whether a value read back from Arrow is the value given (NaN equal to NaN; a map read
+    back as pairs equal to the dict or pairs it was given as)."""
+    if isinstance(given, np.ndarray):
+        given = given.tolist()
+    if isinstance(given, float) and isinstance(got, float):
+        return got == given or (math.isnan(got) and math.isnan(given))
+    if isinstance(given, dict) and isinstance(got, list):
+        given = list(given.items())
+    if isinstance(given, dict) and isinstance(got, dict):
+        return given.keys() == got.keys() and all(_same(got[k], given[k]) for k in given)
+    if isinstance(given, (list, tuple)) and isinstance(got, (list, tuple)):
+        return len(given) == len(got) and all(_same(a, b) for a, b in zip(got, given, strict=True))
+    if isinstance(got, bool) != isinstance(given, bool):
+        return False  # True is 1 to Python, not to a column
+    return bool(got == given)
 
 
 def _typed_exactly(values: Any, target: pa.DataType) -> pa.Array | pa.ChunkedArray | None:
     """``values`` converted with the declared type, if every one reads back the same (for
-    values Arrow cannot type on its own: ints past 64 bits, maps given as pairs)."""
+    values Arrow cannot type on its own: ints past 64 bits, maps given as dicts or pairs)."""
+    values = list(values)
     try:
-        array = pa.array(values, type=target, from_pandas=True)
+        array = exact_array([_as_pairs(v, target) for v in values], target)
     except _CONVERSION_ERRORS:
         return None
-    return array if array.to_pylist() == list(values) else None
+    return array if _same(array.to_pylist(), values) else None
 
 
 def _first_bad_value(values: Any, target: pa.DataType) -> tuple[int, Any, str] | None:
     """The first Python value that cannot become ``target`` on its own (error path only)."""
     for row, value in enumerate(values):
         try:
-            cast_lossless(pa.array([value], from_pandas=True), target)
+            cast_lossless(exact_array([value]), target)
         except LossyCast as exc:
             return row, value, exc.reason
         except _CONVERSION_ERRORS as exc:
@@ -157,8 +288,13 @@ def to_column(values: Any, target: pa.DataType, subject: Subject) -> pa.ChunkedA
     """``values`` (an Arrow array, numpy array, pandas Series or Python list) as a column of
     ``target`` by lossless casts only, or a ``ContractError`` naming ``subject`` and the first
     value that does not fit."""
+    objects = _python_objects(values)
+    if objects is not None and _typed_first(target):
+        typed = _typed_exactly(objects, target)
+        if typed is not None:
+            return typed if isinstance(typed, pa.ChunkedArray) else pa.chunked_array([typed])
     try:
-        column = _natural(values)
+        column = _natural(values, target)
     except _CONVERSION_ERRORS:
         return _python_column(values, target, subject)
     if column.type.equals(target):

@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from vane.udf.batch_contract import ContractError, Subject, to_column
+from vane.udf.batch_format import python_values
 from vane.udf.column import ClassInstance, ColumnUdf, Const, Slot
 from vane.udf.runtime import RowFailures
 
@@ -194,7 +195,8 @@ def _each_row(fn: Any, call: CallPlan, batch: pa.Table) -> list[Any]:
     """``fn`` called on each row's arguments, in order: column by column, without building
     each row's argument list by hand (that cost more than the calls themselves)."""
     rows = batch.num_rows
-    columns = [batch.column(name).to_pylist() for name in call.columns]
+    where = call.shown or call.udf.name
+    columns = [python_values(batch.column(name), name, where) for name in call.columns]
 
     def values(source: int | Const) -> Any:
         return (

@@ -24,7 +24,7 @@ import pyarrow as pa
 from vane.errors import UDFError
 from vane.observe.events import add_counts
 from vane.udf.batch_contract import ContractError, conform, shorten
-from vane.udf.batch_format import to_format
+from vane.udf.batch_format import python_rows, to_format
 from vane.udf.failures import describe_exception
 from vane.udf.spec import UdfSpec
 
@@ -279,12 +279,12 @@ class UdfRuntime:
 
     async def _call_and_conform(self, table: pa.Table) -> pa.Table:
         if self.spec.kind == "batch":
-            result = await self._call_one(to_format(table, self.spec.batch_format))
+            result = await self._call_one(to_format(table, self.spec.batch_format, self._where))
             if not isinstance(result, Yielded):
                 return conform(result, self.declared, self._where)
             pieces = [conform(piece, self.declared, self._where) for piece in result]
             return pa.concat_tables(pieces) if pieces else self.declared.empty_table()
-        rows = table.to_pylist()
+        rows = python_rows(table, self._where)
         if self.is_async:
             import asyncio
 
