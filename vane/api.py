@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from vane._arguments import checked
 from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
 from vane.io.files import FileFormat, Paths, resolve_files
@@ -64,6 +65,7 @@ def _keep(columns: Sequence[str] | str | None, caller: str) -> tuple[str, ...] |
     return tuple(columns)
 
 
+@checked
 def read_parquet(
     path: Paths,
     *,
@@ -88,6 +90,7 @@ def read_parquet(
     return _read("parquet", path, "read_parquet", columns, options)
 
 
+@checked
 def read_csv(
     path: Paths,
     *,
@@ -127,6 +130,7 @@ def read_csv(
     return _read("csv", path, "read_csv", columns, options)
 
 
+@checked
 def read_json(
     path: Paths,
     *,
@@ -149,6 +153,7 @@ def read_json(
     return _read("json", path, "read_json", columns, options)
 
 
+@checked
 def from_arrow(data: Any) -> Relation:
     """A ``pa.Table``, ``pa.RecordBatch``, ``pa.RecordBatchReader`` (streamed, readable once),
     or any object with an Arrow C stream (``__arrow_c_stream__``)."""
@@ -178,6 +183,7 @@ def _column(name: str, values: Any) -> pa.Array | pa.ChunkedArray:
         ) from exc
 
 
+@checked
 def from_pydict(data: Mapping[str, Any]) -> Relation:
     """Columns given as ``{name: list or array}``.
 
@@ -197,6 +203,7 @@ def from_pydict(data: Mapping[str, Any]) -> Relation:
     return Relation(nodes.ArrowScan(storable_table(pa.table(columns))))
 
 
+@checked
 def from_pylist(rows: Iterable[Mapping[str, Any]]) -> Relation:
     """Rows given as dicts; a key missing from a row is null there. Columns appear in the order
     their keys are first seen."""
@@ -207,6 +214,7 @@ def from_pylist(rows: Iterable[Mapping[str, Any]]) -> Relation:
     return from_pydict({name: [row.get(name) for row in rows] for name in names})
 
 
+@checked
 def from_pandas(df: pd.DataFrame) -> Relation:
     """A pandas DataFrame (its index is not kept; ``reset_index()`` first to keep it)."""
     from vane._deps import require
@@ -243,6 +251,7 @@ def sql(query: str, **relations: Relation) -> Relation:
     return Relation(sql_query(query, inputs, attached()))
 
 
+@checked
 def range(n: int) -> Relation:
     """``n`` rows with one ``BIGINT`` column ``id`` = 0 .. n-1."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vane.errors import ConfigurationError
+from vane._arguments import checked
+from vane.errors import ArgumentError, ConfigurationError
 
 RUNNERS = ("local", "ray")
 
@@ -47,6 +49,10 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
+_SETTINGS = ("runner", "progress", "batch_size", "memory_budget", "spill_directory", "ai_cache")
+
+
+@checked
 def configure(
     *,
     runner: str | None = None,
@@ -75,6 +81,13 @@ def configure(
     False
     """
     global _config
+    for key in ray_init_kwargs:  # ray.init's own options pass through; a misspelled setting not
+        close = difflib.get_close_matches(key, _SETTINGS, n=1, cutoff=0.75)
+        if close:
+            raise ArgumentError(
+                f"configure(): it takes no argument {key!r} (did you mean {close[0]!r}?). "
+                f"It takes ({', '.join(_SETTINGS)}, and ray.init's options with runner='ray')"
+            )
     changes: dict[str, object] = {}
     if runner is not None:
         if runner not in RUNNERS:

@@ -7,6 +7,8 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
 
     VaneError
     ├── ConfigurationError        (ValueError)  bad argument to a vane function or vane.configure
+    │   └── ArgumentError         (TypeError)   a call with an unknown, misspelled or missing
+    │                                           argument (named, with the closest valid ones)
     ├── SchemaError               (ValueError)  an invalid type name or schema specification
     │   └── SchemaMismatchError                 data that does not match the declared schema
     ├── PlanError                 (ValueError)  a step that cannot be built: SQL that does not bind,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 __all__ = [
     "ActorDiedError",
+    "ArgumentError",
     "ConfigurationError",
     "ExecutionError",
     "MissingDependencyError",
@@ -47,6 +50,11 @@ class VaneError(Exception):
 
 class ConfigurationError(VaneError, ValueError):
     """An argument to a vane function, or a setting of ``vane.configure``, is not valid."""
+
+
+class ArgumentError(ConfigurationError, TypeError):
+    """A call with an argument the function does not take (a misspelled keyword, say) or
+    without one it needs; the message names the closest valid ones."""
 
 
 class SchemaError(VaneError, ValueError):

@@ -7,12 +7,14 @@ iteration) hands the plan to the runner.
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from vane._arguments import checked
 from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
 from vane.execution.runner import current_runner
@@ -20,7 +22,7 @@ from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
 from vane.plan import nodes
 from vane.plan.explain import explain as explain_plan
-from vane.plan.expr import Alias, Expr, UdfErrorText, as_expr, col, udf_error_columns
+from vane.plan.expr import Alias, Column, Expr, UdfErrorText, as_expr, col, udf_error_columns
 from vane.plan.nodes import UdfStep
 from vane.plan.parse import parse_sort_key
 from vane.plan.traverse import walk
@@ -56,6 +58,21 @@ def _error_columns(exprs: Sequence[Expr], taken: Sequence[str], where: str) -> l
             )
         seen.add(name.lower())
     return names
+
+
+def _check_references(exprs: Sequence[Expr], columns: Sequence[str], where: str) -> None:
+    """A ``vane.col`` that names no input column fails here, with the closest names (DuckDB's
+    own message for a quoted name it cannot bind talks of aliases instead)."""
+    known = {c.lower() for c in columns}
+    for expr in exprs:
+        for node in expr.walk():
+            if isinstance(node, Column) and node.name.lower() not in known:
+                close = difflib.get_close_matches(node.name, list(columns), n=3, cutoff=0.6)
+                guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+                raise PlanError(
+                    f"{where}(): there is no column {node.name!r}{guess}. Input columns: "
+                    f"{', '.join(columns)}"
+                )
 
 
 def _no_error_columns(exprs: Sequence[Expr], where: str) -> None:
@@ -99,6 +116,7 @@ class Relation:
     def columns(self) -> list[str]:
         return list(self._plan.schema.names)
 
+    @checked
     def explain(self, optimized: bool = False, analyze: bool = False) -> str:
         """The logical plan as text, one line per step, the final step first; with
         ``optimized=True``, the plan as it will run, after the optimizer's rewrites. With
@@ -148,7 +166,9 @@ class Relation:
         return col(name)
 
     def _exprs(self, values: Sequence[Any], where: str) -> tuple[Expr, ...]:
-        return tuple(as_expr(v, self.columns, where) for v in values)
+        exprs = tuple(as_expr(v, self.columns, where) for v in values)
+        _check_references(exprs, self.columns, where)
+        return exprs
 
     def select(self, *exprs: str | Expr) -> Relation:
         """Keep or compute columns: names, SQL text or expressions, side by side:
@@ -179,6 +199,7 @@ class Relation:
             (name, as_expr(e, self.columns, f"with_column({name!r})"))
             for name, e in columns.items()
         )
+        _check_references([e for _, e in items], self.columns, "with_column")
         taken = [*self.columns, *(name for name, _ in items)]
         errors = _error_columns([e for _, e in items], taken, "with_column")
         items += tuple((name, UdfErrorText(name)) for name in errors)
@@ -193,9 +214,11 @@ class Relation:
             raise PlanError("rename() takes a dict such as {'old': 'new'}")
         return Relation(nodes.Rename(self._plan, tuple(mapping.items())))
 
+    @checked
     def limit(self, n: int, offset: int = 0) -> Relation:
         return Relation(nodes.Limit(self._plan, n, offset))
 
+    @checked
     def order_by(self, *keys: str | Expr, descending: bool | Sequence[bool] = False) -> Relation:
         """Sort by keys: column names, SQL (``"score DESC"``, ``"ts NULLS FIRST"``) or
         expressions; ``descending`` applies to every key, or gives one flag per key."""
@@ -219,6 +242,7 @@ class Relation:
         _no_error_columns([k.expr for k in sort_keys], "order_by")
         return Relation(nodes.OrderBy(self._plan, tuple(sort_keys)))
 
+    @checked
     def join(
         self,
         other: Relation,
@@ -250,6 +274,7 @@ class Relation:
             )
         )
 
+    @checked
     def aggregate(
         self,
         *aggs: str | Expr,
@@ -295,6 +320,7 @@ class Relation:
 
     # ---- UDF steps -----------------------------------------------------------------------
 
+    @checked
     def map_batches(
         self,
         fn: Any,
@@ -342,6 +368,7 @@ class Relation:
         """
         return self._udf("map_batches", "batch", locals())
 
+    @checked
     def map(
         self,
         fn: Any,
@@ -369,6 +396,7 @@ class Relation:
         dict. An ``async`` function runs up to ``max_concurrency_per_actor`` rows at once."""
         return self._udf("map", "row", locals())
 
+    @checked
     def flat_map(
         self,
         fn: Any,
@@ -523,6 +551,7 @@ class Relation:
         rows: list[dict[str, Any]] = self.to_arrow().to_pylist()
         return rows
 
+    @checked
     def iter_batches(self, batch_size: int | None = None) -> Iterator[pa.RecordBatch]:
         """Stream the rows as record batches of up to ``batch_size`` rows."""
         size = get_config().batch_size if batch_size is None else batch_size
@@ -535,6 +564,7 @@ class Relation:
         for batch in self.iter_batches():
             yield from batch.to_pylist()
 
+    @checked
     def show(self, n: int = 10) -> None:
         """Print the first ``n`` rows as a table; long values (vectors, text) are cut short,
         and columns that do not fit the terminal are left out in the middle."""
@@ -558,6 +588,7 @@ class Relation:
         )
         return current_runner().write(self._plan, sink)
 
+    @checked
     def write_parquet(
         self,
         path: str,
@@ -575,6 +606,7 @@ class Relation:
         """
         return self._write("parquet", path, mode, partition_by, rows_per_file)
 
+    @checked
     def write_csv(
         self,
         path: str,
@@ -586,6 +618,7 @@ class Relation:
         """Like ``write_parquet``, as CSV files with a header row."""
         return self._write("csv", path, mode, partition_by, rows_per_file)
 
+    @checked
     def write_json(
         self,
         path: str,

@@ -146,7 +146,7 @@ def test_order_by_keys_sql_and_expressions(people):
 
 
 def test_bad_expressions_fail_when_written_naming_the_column(people):
-    with pytest.raises(PlanError, match='"nope" not found'):
+    with pytest.raises(PlanError, match="there is no column 'nope'"):
         people.filter(col("nope") > 1)
     with pytest.raises(PlanError, match="no truth value"):
         people.filter(col("id") > 1 and col("id") < 3)

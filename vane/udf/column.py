@@ -192,6 +192,13 @@ class ClassUdf:
     options: UdfOptions
 
     def __call__(self, *args: Any, **kwargs: Any) -> ClassInstance:
+        if any(isinstance(v, Expr) for v in (*args, *kwargs.values())):
+            name = self.cls.__name__
+            raise ConfigurationError(
+                f"{name}(...) got a column expression: calling a @vane.cls class records its "
+                f"constructor arguments, it does not run it. Build an instance, then call it on "
+                f"columns: {name}()(col('x')) (or {name}(model_args...)(col('x')))"
+            )
         try:
             inspect.signature(self.cls).bind(*args, **kwargs)
         except TypeError as exc:
@@ -207,6 +214,10 @@ class ClassUdf:
 
     def __repr__(self) -> str:
         return f"<vane.cls {self.cls.__qualname__}>"
+
+    def __vane_class__(self) -> tuple[type, tuple[Any, ...], dict[str, Any]]:
+        """The class and constructor arguments ``map_batches`` and its kin run it with."""
+        return self.cls, (), {}
 
 
 class ClassInstance:
@@ -229,6 +240,11 @@ class ClassInstance:
     def construct(self) -> Any:
         """The user's object; only ever called inside an actor."""
         return self.cls(*self.args, **self.kwargs)
+
+    def __vane_class__(self) -> tuple[type, tuple[Any, ...], dict[str, Any]]:
+        """The class and the recorded constructor arguments: ``rel.map_batches(Model(path))``
+        runs ``Model`` constructed with ``path`` in each actor."""
+        return self.cls, self.args, self.kwargs
 
     def method(self, name: str) -> ColumnUdf:
         fn = getattr(self.cls, name, None)

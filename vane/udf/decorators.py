@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from vane._arguments import checked
 from vane.errors import ConfigurationError
 from vane.udf.column import (
     METHOD_ATTRIBUTE,
@@ -79,6 +80,7 @@ class _FuncDecorator:
         error_column: str | None = None,
     ) -> Callable[[Callable[..., Any]], ColumnUdf]: ...
 
+    @checked
     def __call__(
         self,
         fn: Callable[..., Any] | None = None,
@@ -105,6 +107,7 @@ class _FuncDecorator:
         )
         return _func(fn, batch=False, return_dtype=return_dtype, options=options)
 
+    @checked
     def batch(
         self,
         fn: Callable[..., Any] | None = None,
@@ -136,6 +139,7 @@ class _FuncDecorator:
 func = _FuncDecorator()
 
 
+@checked
 def cls(
     target: type | None = None,
     /,

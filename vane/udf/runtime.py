@@ -216,6 +216,8 @@ class UdfRuntime:
         self._where = f"{spec.verb} step `{step}`"
         # The counters as last reported with a batch's outcome.
         self._reported: dict[str, int] = {}
+        # Calls answered so far: a failure before any says so instead of suggesting on_error.
+        self._answered = 0
 
     def _usage_since_last(self) -> dict[str, int]:
         """What the UDF counted since the last batch reported: batches that overlap share it
@@ -442,14 +444,24 @@ class UdfRuntime:
 
     def failure(self, task: Task, error: BaseException) -> UDFError:
         tries = self.spec.max_retries + 1
+        if self._answered:
+            fix = (
+                "Fix the function, or pass on_error='skip' to drop failing rows or "
+                "on_error='null' to keep them as nulls"
+            )
+        else:  # nothing has worked yet: most likely a fault of the code, not of some rows
+            fix = (
+                "Fix the function: no batch has succeeded yet, so skipping failing rows "
+                "(on_error='skip') would likely drop them all"
+            )
         return UDFError(
             f"{self._where} raised on input rows {task.rows} (after {tries} "
             f"attempt{'s' * (tries != 1)}): {describe_exception(error)}. The function's own "
-            "exception, with its traceback, is this error's __cause__. Fix the function, or pass "
-            "on_error='skip' to drop failing rows or on_error='null' to keep them as nulls"
+            f"exception, with its traceback, is this error's __cause__. {fix}"
         )
 
     def _complete(self, table: pa.Table) -> BatchOutcome:
+        self._answered += 1
         if self.spec.on_error == "null":
             table = table.append_column(
                 pa.field(self.spec.error_column, pa.string()), pa.nulls(table.num_rows, pa.string())

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from vane._arguments import binding_problems
 from vane.errors import ConfigurationError
 
 Backend = Literal["thread", "subprocess_actor", "subprocess_task", "ray_actor"]
@@ -211,13 +212,31 @@ def _check_arguments(
         signature = _signature(target)
         if signature is None:
             continue
-        try:
-            signature.bind(*(None,) * supplied, *args, **kwargs)
-        except TypeError as exc:
+        problem = binding_problems(signature, (None,) * supplied + tuple(args), kwargs)
+        if problem is not None:
             raise ConfigurationError(
-                f"{verb}(): {what} cannot take the arguments given: {exc}. Its signature is "
-                f"{signature}; fix {options}"
-            ) from None
+                f"{verb}(): {what} cannot take the arguments given: {problem}. Its signature "
+                f"is {signature}; fix {options}"
+            )
+
+
+def _unwrap_vane_class(
+    verb: str, fn: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None
+) -> tuple[Any, tuple[Any, ...], Mapping[str, Any] | None]:
+    """A ``@vane.cls`` class as its class, and an instance of one (``Model(path)``, which
+    records its constructor arguments) as its class and those arguments."""
+    unwrap = getattr(fn, "__vane_class__", None)
+    if not callable(unwrap) or isinstance(fn, type):
+        return fn, args, kwargs
+    cls, recorded_args, recorded_kwargs = unwrap()
+    if not (recorded_args or recorded_kwargs):
+        return cls, args, kwargs
+    if args or kwargs:
+        raise ConfigurationError(
+            f"{verb}(): {cls.__name__}(...) already holds constructor arguments; pass them "
+            "there or in fn_constructor_args/fn_constructor_kwargs, not both"
+        )
+    return cls, tuple(recorded_args), dict(recorded_kwargs)
 
 
 def build_spec(
@@ -260,6 +279,9 @@ def build_spec(
             raise ConfigurationError(
                 f"{verb}(): {option} must be a tuple of positional arguments, got {positional!r}"
             )
+    fn, fn_constructor_args, fn_constructor_kwargs = _unwrap_vane_class(
+        verb, fn, fn_constructor_args, fn_constructor_kwargs
+    )
     fn, constructor_args, constructor_kwargs = _bind_partial(
         fn, tuple(fn_constructor_args), fn_constructor_kwargs
     )
