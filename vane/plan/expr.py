@@ -24,7 +24,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from vane.errors import PlanError
-from vane.plan.parse import ParsedExpression, is_aggregate, parse_expression
+from vane.plan.parse import ParsedExpression, check_text, is_aggregate, parse_expression
 
 if TYPE_CHECKING:
     from vane.udf.column import ColumnUdf, Slot
@@ -155,6 +155,7 @@ class Expr:
         """The same values under another column name."""
         if not isinstance(name, str) or not name:
             raise PlanError(f"alias() takes a non-empty column name, got {name!r}")
+        check_text(name, "alias()")
         inner = self.operand if isinstance(self, Alias) else self
         return Alias(inner, name)
 
@@ -320,6 +321,7 @@ class Column(Expr):
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise PlanError(f"col() takes a non-empty column name, got {self.name!r}")
+        check_text(self.name, "col()")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -338,7 +340,10 @@ def _check_literal(value: Any) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise PlanError(f"lit(): struct keys must be strings, got {key!r}")
+            check_text(key, "lit()")
             _check_literal(item)
+    elif isinstance(value, str):
+        check_text(value, "lit()")
     elif not (
         value is None
         or isinstance(
