@@ -5,6 +5,7 @@ calls); text with an accent, CJK, an emoji or a combining mark must come through
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 import vane
 from vane._sql import quote_ident, quote_literal
+from vane.plan.parse import _UNICODE_BLANKS as _BLANKS
 from vane.plan.parse import parse_expression, parse_sort_key, str_offsets, tokenize
 
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -153,6 +155,40 @@ def test_attached_function_calls_are_found_after_any_text(rel, shout, text, othe
 )
 def test_a_trailing_line_comment_does_not_swallow_the_sql_vane_writes_after_it(rel, verb):
     assert len(verb(rel).to_pylist()) >= 1
+
+
+def _parser_blanks() -> set[str]:
+    """The non-ASCII characters DuckDB's parser reads as a blank between two words."""
+    candidates = [
+        chr(code)
+        for code in range(0x80, 0x3100)
+        if chr(code).isspace() or unicodedata.category(chr(code)) in ("Zs", "Cf")
+    ] + ["\ufeff"]
+    return {c for c in candidates if parse_expression(f"1{c}AS{c}x").alias == "x"}
+
+
+def test_tokens_see_the_unicode_blanks_the_parser_sees():
+    assert _parser_blanks() == {
+        c for c in map(chr, range(0x80, 0x10000)) if c.translate(_BLANKS) == " "
+    }
+
+
+BLANK = st.sampled_from([" ", "\t", "\n", *sorted(_parser_blanks())])
+
+
+@EXAMPLES
+@given(BLANK, BLANK, TEXT)
+def test_unicode_blanks_between_words_work_in_every_verb(rel, a, b, text):
+    assert rel.select(f"t{a}AS{b}y").columns == ["y"]
+    assert [r["t"] for r in rel.order_by(f"t{a}DESC{b}NULLS{a}FIRST")] == ["b", "a"]
+    grouped = rel.aggregate(f"count(*){a}AS{b}c", group_by=f"n{a}%{b}1{a}AS{b}k")
+    assert grouped.to_pylist() == [{"k": 0, "c": 2}]
+    value = quote_literal(text)
+    query = f"{a}WITH{b}x{a}AS{b}(SELECT{a}{value}{b}AS{a}v){b}SELECT{a}v,{b}t FROM r,{a}x"
+    assert vane.sql(query, r=rel).order_by("t").to_pylist() == [
+        {"v": text, "t": "a"},
+        {"v": text, "t": "b"},
+    ]
 
 
 @pytest.mark.parametrize(

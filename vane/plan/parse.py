@@ -109,6 +109,17 @@ def str_offsets(text: str) -> Callable[[int], int]:
     return lambda position: bisect.bisect_left(starts, position)
 
 
+# The characters DuckDB's parser reads as blanks outside quotes and its tokenizer does not (it
+# would take "t<no-break space>DESC" for one word). One for one, so positions stay put.
+_UNICODE_BLANKS = str.maketrans(
+    dict.fromkeys(
+        "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+        "\u200a\u200b\u202f\u205f\u2060\u3000\ufeff",
+        " ",
+    )
+)
+
+
 @dataclass(frozen=True)
 class Token:
     """One of DuckDB's tokens of a text, at Python string offsets."""
@@ -120,7 +131,9 @@ class Token:
 
 
 def tokenize(text: str) -> list[Token]:
-    """DuckDB's tokens of ``text``: its tokenizer knows quoting and comments."""
+    """DuckDB's tokens of ``text``, as its parser sees them: its tokenizer knows quoting and
+    comments, and Unicode blanks are blanks."""
+    text = text.translate(_UNICODE_BLANKS)
     offset = str_offsets(text)
     found = [(offset(position), kind) for position, kind in duckdb.tokenize(text)]
     ends = [start for start, _ in found[1:]] + [len(text)]
