@@ -9,7 +9,7 @@ import unicodedata
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import vane
@@ -130,6 +130,9 @@ def shout() -> Iterator[None]:
 
 @EXAMPLES
 @given(TEXT, TEXT, NAME)
+# A Unicode space in a comment before the call: DuckDB 2.0.0 reported the call's position
+# shifted by it (2.0.1, the floor, does not).
+@example(text="é", other="\u3000", name="x")
 def test_attached_function_calls_are_found_after_any_text(rel, shout, text, other, name):
     query = (
         f"SELECT {quote_literal(other)} AS {quote_ident(name + '1')}, "
