@@ -68,3 +68,26 @@ bench: $(VENV)/.installed-bench $(BENCH_VENV)/.installed
 
 bench-quick: $(VENV)/.installed-bench $(BENCH_VENV)/.installed
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/run.py --quick
+
+# The declared floors, tested: a separate venv with the lowest duckdb, pyarrow and ray that
+# pyproject.toml allows (pinned with == from its ">=" lines, so the two never drift apart), then
+# the unit and conformance suites. Other packages resolve as usual.
+FLOORS_VENV := .floors-venv
+FLOORS_PIP := $(FLOORS_VENV)/bin/python -m pip
+FLOORS_PINS := $(FLOORS_VENV)/floors.txt
+
+.PHONY: test-floors
+
+$(FLOORS_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_PIP) install --quiet --upgrade pip
+	sed -n 's/.*"\(duckdb\|pyarrow\|ray\)\(\[data\]\)\{0,1\}>=\([0-9.]*\).*/\1==\3/p' \
+		pyproject.toml > $(FLOORS_PINS)
+	test "$$(wc -l < $(FLOORS_PINS))" -eq 3  # each of the three has a floor in pyproject.toml
+	$(FLOORS_PIP) install --quiet $(TORCH)
+	$(FLOORS_PIP) install --quiet --constraint $(FLOORS_PINS) -e '.[dev]'
+	touch $@
+
+test-floors: $(FLOORS_VENV)/.installed
+	$(FLOORS_VENV)/bin/python -m pip list 2>/dev/null | grep -iE '^(duckdb|pyarrow|ray) '
+	$(FLOORS_VENV)/bin/python -m pytest -p no:cacheprovider tests/unit tests/conformance

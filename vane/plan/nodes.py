@@ -27,7 +27,7 @@ from vane.io import readers
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
 from vane.plan.expr import Alias, Column, Expr, SqlText
-from vane.plan.parse import check_query
+from vane.plan.parse import check_query, code_tokens
 from vane.plan.sql import display, select_item, to_sql
 from vane.udf.spec import UdfSpec, output_schema
 
@@ -789,25 +789,12 @@ class SqlQuery(SqlStep):
 def _with_ctes(query: str, ctes: list[str]) -> str:
     """``query`` with ``ctes`` defined first: merged into its own WITH clause if it has one
     (found with DuckDB's tokenizer, so comments and letter case are no trouble)."""
-    words = _leading_words(query, 2)
-    if words and words[0][1] == "WITH":
-        position, word = words[1] if len(words) > 1 and words[1][1] == "RECURSIVE" else words[0]
-        end = position + len(word)
+    words = code_tokens(query)[:2]
+    if words and words[0].word == "WITH":
+        keyword = words[1] if len(words) > 1 and words[1].word == "RECURSIVE" else words[0]
+        end = keyword.start + len(keyword.word)
         return f"{query[:end]} {sql_list(ctes)}, {query[end:]}"
     return f"WITH {sql_list(ctes)} {query}"
-
-
-def _leading_words(query: str, count: int) -> list[tuple[int, str]]:
-    """The first ``count`` tokens of ``query`` that are not comments: position and upper-cased
-    text."""
-    tokens = duckdb.tokenize(query)
-    bounds = [position for position, _ in tokens[1:]] + [len(query)]
-    words = [
-        (position, query[position:end].strip().upper())
-        for (position, kind), end in zip(tokens, bounds, strict=True)
-        if kind != duckdb.token_type.comment
-    ]
-    return words[:count]
 
 
 # --------------------------------------------------------------------------------------------

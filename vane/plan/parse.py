@@ -4,13 +4,20 @@ know its quoting, comments, lambdas and nested types, and stay in step with the 
 
 The parser is reached through ``json_serialize_sql``, which returns the parse tree as JSON
 without binding anything, so no data or catalog is touched.
+
+DuckDB gives every position (a token's start, a node's ``query_location``) in UTF-8 bytes;
+Python slices ``str`` by code points. ``str_offsets`` is the one conversion, and ``tokenize``
+and every reader of ``query_location`` go through it: text with one ``é`` would otherwise be cut
+one character off.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +31,21 @@ from vane.errors import PlanError
 _QUERY = duckdb.StatementType.SELECT
 
 
+def check_text(text: str, where: str) -> None:
+    """A ``PlanError`` unless ``text`` can reach DuckDB, which takes UTF-8: a lone surrogate
+    (what ``errors="surrogateescape"`` leaves of undecodable bytes) cannot."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PlanError(
+            f"{where}: {text!r} holds a lone surrogate at position {exc.start}, which no SQL "
+            "text can; decode the bytes it came from with errors='replace'"
+        ) from None
+
+
 def check_query(query: str, where: str) -> None:
     """``query`` is one read-only query statement, or a ``PlanError`` saying what it is."""
+    check_text(query, where)
     try:
         statements = duckdb.extract_statements(query)
     except duckdb.Error as exc:
@@ -79,6 +99,69 @@ def _parse_error(sql: str) -> str:
     return str(tree.get("error_message") or "it is not a single expression")
 
 
+def str_offsets(text: str) -> Callable[[int], int]:
+    """From a position DuckDB gives in ``text`` (a UTF-8 byte offset) to the same position in
+    the Python string (a code point offset)."""
+    if text.isascii():
+        return lambda position: position
+    # The byte offset at which each character starts (and the end), ascending.
+    starts = list(itertools.accumulate((len(c.encode("utf-8")) for c in text), initial=0))
+    return lambda position: bisect.bisect_left(starts, position)
+
+
+# The characters DuckDB's parser reads as blanks outside quotes and its tokenizer does not (it
+# would take "t<no-break space>DESC" for one word). One for one, so positions stay put.
+_UNICODE_BLANKS = str.maketrans(
+    dict.fromkeys(
+        "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+        "\u200a\u200b\u202f\u205f\u2060\u3000\ufeff",
+        " ",
+    )
+)
+
+
+@dataclass(frozen=True)
+class Token:
+    """One of DuckDB's tokens of a text, at Python string offsets."""
+
+    start: int
+    end: int  # where the next token starts (or the text ends): trailing blanks included
+    kind: duckdb.token_type
+    word: str  # the token's text, stripped and upper-cased (keywords compare this way)
+
+
+def tokenize(text: str) -> list[Token]:
+    """DuckDB's tokens of ``text``, as its parser sees them: its tokenizer knows quoting and
+    comments, and Unicode blanks are blanks."""
+    text = text.translate(_UNICODE_BLANKS)
+    offset = str_offsets(text)
+    found = [(offset(position), kind) for position, kind in duckdb.tokenize(text)]
+    ends = [start for start, _ in found[1:]] + [len(text)]
+    return [
+        Token(start, end, kind, text[start:end].strip().upper())
+        for (start, kind), end in zip(found, ends, strict=True)
+    ]
+
+
+def code_tokens(text: str) -> list[Token]:
+    """The tokens of ``text`` that are not comments."""
+    return [t for t in tokenize(text) if t.kind != duckdb.token_type.comment]
+
+
+def _without_trailing_comments(text: str) -> str:
+    """``text`` up to its last token that is not a comment: vane writes expressions into
+    larger SQL (``(expr) AS name``), where a trailing ``-- note`` would swallow the rest."""
+    code = code_tokens(text)
+    return text[: code[-1].end].strip() if code else text.strip()
+
+
+def source_span(text: str, node: dict[str, Any]) -> tuple[int, int]:
+    """Where a parse-tree node of ``text`` was written, as Python string offsets."""
+    offset = str_offsets(text)
+    start = node["query_location"]
+    return offset(start), offset(start + node["query_location_length"])
+
+
 @dataclass(frozen=True)
 class ParsedExpression:
     """One SQL expression as the user wrote it."""
@@ -96,6 +179,7 @@ class ParsedExpression:
 def parse_expression(text: str) -> ParsedExpression:
     """Parse one select-list expression (``"price * qty AS total"``); a ``PlanError`` if the
     text is not exactly one expression."""
+    check_text(text, "SQL expression")
     node = _parse_select(f"SELECT {text}")
     items = node.get("select_list", []) if node else []
     clean = (
@@ -115,7 +199,8 @@ def parse_expression(text: str) -> ParsedExpression:
         )
     item = items[0]
     alias = item.get("alias") or None
-    body = _strip_alias(text, alias) if alias else text.strip()
+    code = _without_trailing_comments(text)
+    body = _strip_alias(code, alias) if alias else code
     return ParsedExpression(body, alias, _columns_of(item), _row_local(item))
 
 
@@ -131,6 +216,7 @@ _ORDER_WORDS = frozenset({"ASC", "DESC", "NULLS", "FIRST", "LAST"})
 
 def parse_sort_key(text: str) -> ParsedSortKey:
     """One ORDER BY key as written (``"score DESC NULLS FIRST"``), or a ``PlanError``."""
+    check_text(text, "order_by()")
     node = _parse_select(f"SELECT * ORDER BY {text}")
     modifiers = node.get("modifiers", []) if node else []
     orders = [o for m in modifiers if m.get("type") == "ORDER_MODIFIER" for o in m["orders"]]
@@ -139,13 +225,12 @@ def parse_sort_key(text: str) -> ParsedSortKey:
             f"order_by(): {text!r} is not one sort key. Pass each key as its own argument, "
             "such as order_by('score DESC', 'id')"
         )
-    tokens = duckdb.tokenize(text)
+    text = _without_trailing_comments(text)
     cut = len(text)
-    for position, kind in reversed(tokens):
-        word = text[position:cut].strip().upper()
-        if kind != duckdb.token_type.keyword or word not in _ORDER_WORDS:
+    for token in reversed(code_tokens(text)):
+        if token.kind != duckdb.token_type.keyword or token.word not in _ORDER_WORDS:
             break
-        cut = position
+        cut = token.start
     nulls = orders[0]["null_order"]
     return ParsedSortKey(
         text[:cut].strip(),
@@ -181,20 +266,18 @@ def is_aggregate(function: str) -> bool:
 
 def query_columns(text: str) -> frozenset[str] | None:
     """Every column name a whole query mentions, or None when unknown (``SELECT *``)."""
+    check_text(text, "sql()")
     node = _parse_select(text)
     return None if node is None else _columns_of(node)
 
 
 def _strip_alias(text: str, alias: str) -> str:
-    """``text`` without its trailing alias (``x + 1 AS y`` -> ``x + 1``), cut at the alias's
-    own token so quoting and comments are DuckDB's business, not ours."""
-    tokens = duckdb.tokenize(text)
-    starts = [position for position, _ in tokens]
-    cut = starts[-1]  # the alias is the last token
-    if len(tokens) >= 2:
-        position, kind = tokens[-2]
-        if kind == duckdb.token_type.keyword and text[position:cut].strip().upper() == "AS":
-            cut = position
+    """``text`` (with no trailing comment) without its trailing alias (``x + 1 AS y`` ->
+    ``x + 1``), cut at the alias's own token so quoting and comments are DuckDB's business."""
+    code = code_tokens(text)
+    cut = code[-1].start  # the alias is the last token
+    if len(code) >= 2 and code[-2].kind == duckdb.token_type.keyword and code[-2].word == "AS":
+        cut = code[-2].start
     return text[:cut].strip()
 
 

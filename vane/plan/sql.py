@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +29,7 @@ from vane.plan.expr import (
     UdfCall,
     UdfErrorText,
     UnaryOp,
+    decimal_type,
 )
 
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # shown unquoted by explain(); never parsed
@@ -93,31 +93,44 @@ def select_item(expr: Expr, *, probe: bool = False) -> str:
 
 
 def literal_sql(value: Any) -> str:
+    """A Python value as a SQL constant of one fixed type per Python type, whatever the value
+    (``docs/expressions.md``): DuckDB would type a bare ``0.5`` as DECIMAL(2,1) and ``5`` as
+    INTEGER but ``2**40`` as BIGINT. Numbers, dates and times are cast from their exact text,
+    so the constant is the Python value itself (``-0.0``, NaN and 17-digit floats included).
+    ``Literal`` has already refused the values that have no such type."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
+    # int() and float(): an IntEnum or a numpy float64 is written as the number it is.
     if isinstance(value, int):
-        return str(value)
+        return f"CAST({int(value)} AS BIGINT)"
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return f"CAST('{value}' AS DOUBLE)"
-        return repr(value)
+        return f"CAST('{float(value)!r}' AS DOUBLE)"
     if isinstance(value, decimal.Decimal):
-        return f"CAST('{value}' AS DECIMAL(38, {max(0, -value.as_tuple().exponent)}))"  # type: ignore[operator]
+        precision, scale = decimal_type(value)
+        return f"CAST('{value:f}' AS DECIMAL({precision}, {scale}))"
     if isinstance(value, str):
+        # Untyped on purpose: VARCHAR alone, and read as the other side's type in a
+        # comparison (col("day") > "2024-01-01" compares dates), as in Polars.
         return quote_literal(value)
     if isinstance(value, bytes):
         return "'" + "".join(f"\\x{b:02x}" for b in value) + "'::BLOB"
     if isinstance(value, dt.datetime):
-        kind = "TIMESTAMPTZ" if value.tzinfo is not None else "TIMESTAMP"
-        return f"CAST('{value.isoformat(sep=' ')}' AS {kind})"
+        offset = value.utcoffset()
+        if offset is None:
+            return f"CAST('{value.isoformat(sep=' ')}' AS TIMESTAMP)"
+        # The instant in UTC: DuckDB reads no offset finer than a second.
+        utc = value.replace(tzinfo=None) - offset
+        return f"CAST('{utc.isoformat(sep=' ')}+00' AS TIMESTAMPTZ)"
     if isinstance(value, dt.date):
         return f"CAST('{value.isoformat()}' AS DATE)"
     if isinstance(value, dt.time):
         return f"CAST('{value.isoformat()}' AS TIME)"
     if isinstance(value, dt.timedelta):
-        return f"TO_MICROSECONDS({round(value / dt.timedelta(microseconds=1))})"
+        # All in microseconds, not days: a timedelta's day is always 24 hours, an INTERVAL's
+        # day is a calendar day (23 or 25 hours across a DST change).
+        return f"TO_MICROSECONDS(CAST({value // dt.timedelta(microseconds=1)} AS BIGINT))"
     if isinstance(value, (list, tuple)):
         return "[" + sql_list(literal_sql(v) for v in value) + "]"
     if isinstance(value, dict):
@@ -133,6 +146,10 @@ def display(expr: Expr) -> str:
     if isinstance(expr, Column):
         return expr.name if _PLAIN.fullmatch(expr.name) else quote_ident(expr.name)
     if isinstance(expr, Literal):
+        if isinstance(expr.value, int) and not isinstance(expr.value, bool):
+            return str(int(expr.value))  # the casts that fix their types are noise here
+        if isinstance(expr.value, float):
+            return repr(float(expr.value))
         return literal_sql(expr.value) if len(repr(expr.value)) <= 40 else "<literal>"
     composite = _composite(expr, display)
     if composite is not None:

@@ -19,7 +19,7 @@ from vane._sql import quote_ident
 from vane.errors import PlanError
 from vane.plan.expr import Column, Expr, SqlText
 from vane.plan.nodes import PlanNode, SqlQuery, WithColumns
-from vane.plan.parse import check_query, serialize_sql, walk_tree
+from vane.plan.parse import check_query, serialize_sql, source_span, walk_tree
 from vane.udf.column import ColumnUdf
 
 
@@ -40,8 +40,7 @@ def sql_query(
         table = _table_of(call, inputs, lookup)
         name = _fresh(number, taken)
         hidden.setdefault(table, []).append((name, _expression(call, udfs, table, lookup)))
-        start = call["query_location"]
-        edits.append((start, start + call["query_location_length"], quote_ident(name)))
+        edits.append((*source_span(query, call), quote_ident(name)))
     lowered = query
     for start, end, text in sorted(edits, reverse=True):
         lowered = lowered[:start] + text + lowered[end:]
