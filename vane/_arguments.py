@@ -1,5 +1,5 @@
 """Calls with arguments a signature does not take, explained: each unexpected keyword with the
-closest names the function does take, each missing argument with what it is for.
+closest names the function does take, each missing argument by name.
 
 Python's own ``TypeError`` names one problem (often the missing argument a misspelled keyword
 was meant to be) and nothing to do about it. ``checked`` wraps a public function so that a call
@@ -19,12 +19,6 @@ from typing import Any, TypeVar
 from vane.errors import ArgumentError
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# What a missing argument is for, when its name does not say enough.
-_HINTS = {
-    "schema": "the columns and types the function returns, e.g. "
-    "schema={'id': 'BIGINT', 'label': 'VARCHAR'}",
-}
 
 
 def _keyword_names(signature: inspect.Signature) -> list[str]:
@@ -65,9 +59,7 @@ def binding_problems(
             1 for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         )
         missing = missing[min(len(args), positional) :] if len(args) <= positional else missing
-        for name in missing:
-            hint = f": {_HINTS[name]}" if name in _HINTS else ""
-            parts.append(f"it needs {name}={hint}")
+        parts.extend(f"it needs {name}=" for name in missing)
     if not parts:
         parts.append(reason)
     return "; ".join(parts) + f". It takes ({', '.join(names)})"

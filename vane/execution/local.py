@@ -114,7 +114,7 @@ class Execution:
         spec = node.udf
         # DuckDB streams large batches most cheaply; the stage cuts them to the UDF's batch size.
         source = self.reader(node.input, max(spec.rows_per_batch, get_config().batch_size))
-        udf_schema = output_schema(spec, node.declared)
+        udf_schema = output_schema(spec, node.declared_schema)
         stage = UdfStage(
             spec,
             udf_schema=udf_schema,

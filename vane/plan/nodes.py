@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -804,21 +804,57 @@ def _with_ctes(query: str, ctes: list[str]) -> str:
 _VERB_KIND = {"map_batches": "MapBatches", "map": "Map", "flat_map": "FlatMap", "udf": "Udf"}
 
 
+class InferredSchema:
+    """A UDF step's output schema when the user gave none: learned from the step's first output
+    batch by ``probe`` (which runs it), the first time the plan needs it, and kept."""
+
+    def __init__(self, probe: Callable[[], pa.Schema]) -> None:
+        self._probe = probe
+        self._schema: pa.Schema | None = None
+
+    @property
+    def known(self) -> bool:
+        return self._schema is not None
+
+    def resolve(self) -> pa.Schema:
+        if self._schema is None:
+            self._schema = self._probe()
+        return self._schema
+
+
 @dataclass(frozen=True, eq=False)
 class UdfStep(PlanNode):
     """A user's function or class run over batches of its input by an actor pool. Its output is
-    the declared schema (plus an ``error`` column with ``on_error="null"``)."""
+    the declared schema (plus an ``error`` column with ``on_error="null"``); without one, the
+    schema of its first output batch, learned when the plan first needs it."""
 
     input: PlanNode
     udf: UdfSpec
-    declared: pa.Schema
+    declared: pa.Schema | InferredSchema
 
     def __post_init__(self) -> None:
         spec = self.udf
-        names = self.input.schema.names
         if spec.reads is not None:
             _check_columns(spec.verb, spec.reads, self.input)
-        produced = output_schema(spec, self.declared)
+        if isinstance(self.declared, pa.Schema):
+            self._derive()
+
+    @property
+    def schema(self) -> pa.Schema:
+        if "_schema" not in self.__dict__:
+            self._derive()  # runs the first batch, once
+        return super().schema
+
+    @property
+    def declared_schema(self) -> pa.Schema:
+        """The columns the function returns, as declared or as learned from its output."""
+        declared = self.declared
+        return declared.resolve() if isinstance(declared, InferredSchema) else declared
+
+    def _derive(self) -> None:
+        spec = self.udf
+        names = self.input.schema.names
+        produced = output_schema(spec, self.declared_schema)
         if spec.passthrough:
             clash = [n for n in produced.names if n in names]
             if clash:
@@ -865,7 +901,11 @@ class UdfStep(PlanNode):
             fields.append("preserve_order=False")
         if spec.reads is not None:
             fields.append(f"reads=[{', '.join(spec.reads)}]")
-        columns = ", ".join(self.declared.names)
+        declared = self.declared
+        if isinstance(declared, InferredSchema) and not declared.known:
+            columns = "schema of its first output batch"
+        else:
+            columns = ", ".join(self.declared_schema.names)
         keeps = "input + " if spec.passthrough else ""
         return f"{_VERB_KIND.get(spec.verb, 'Udf')} {spec.name} -> {keeps}[{columns}] " + " ".join(
             fields

@@ -188,17 +188,25 @@ def failed_rows(
     )
 
 
+def _first_keys(rows: list[Any]) -> list[str]:
+    """The keys of the first row dict (the columns a row function without a schema returns)."""
+    first = rows[0] if rows else {}
+    return list(first) if isinstance(first, dict) else []
+
+
 class UdfRuntime:
     """A constructed UDF and the rules for calling it. Build it inside the actor."""
 
-    def __init__(self, spec: UdfSpec, schema: pa.Schema, step: str) -> None:
+    def __init__(self, spec: UdfSpec, schema: pa.Schema | None, step: str) -> None:
+        """``schema`` None: the step is learning its schema from this output, which is kept in
+        the types it comes in (only a probe of the first batch runs so)."""
         self.spec = spec
         self.step = step
         self.schema = schema
         # The declared schema; with on_error="null" the step adds the error column itself.
         self.declared = (
             pa.schema([f for f in schema if f.name != spec.error_column])
-            if spec.on_error == "null"
+            if spec.on_error == "null" and schema is not None
             else schema
         )
         self.is_async = spec.is_async
@@ -285,7 +293,9 @@ class UdfRuntime:
             if not isinstance(result, Yielded):
                 return conform(result, self.declared, self._where)
             pieces = [conform(piece, self.declared, self._where) for piece in result]
-            return pa.concat_tables(pieces) if pieces else self.declared.empty_table()
+            if pieces:
+                return pa.concat_tables(pieces)
+            return self._empty()
         rows = python_rows(table, self._where)
         if self.is_async:
             import asyncio
@@ -311,7 +321,7 @@ class UdfRuntime:
                         "function that yields any number of rows"
                     )
             out_rows = list(results)
-        names = self.declared.names
+        names = self.declared.names if self.declared is not None else list(_first_keys(out_rows))
         expected = set(names)
         for number, row in enumerate(out_rows):
             if not isinstance(row, dict):
@@ -325,7 +335,7 @@ class UdfRuntime:
                     "declared key in every row (None for a null)"
                 )
         if not out_rows:
-            return self.declared.empty_table()
+            return self._empty()
         return conform({n: [r[n] for r in out_rows] for n in names}, self.declared, self._where)
 
     async def _attempt(self, table: pa.Table, number: int, watch: Watch) -> BatchOutcome:
@@ -441,6 +451,9 @@ class UdfRuntime:
             texts[row] = text
         table = table.append_column(pa.field(self.spec.error_column, pa.string()), pa.array(texts))
         return BatchOutcome(table, 0, len(failures.rows), first)
+
+    def _empty(self) -> pa.Table:
+        return pa.table({}) if self.declared is None else self.declared.empty_table()
 
     def failure(self, task: Task, error: BaseException) -> UDFError:
         tries = self.spec.max_retries + 1

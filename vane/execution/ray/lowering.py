@@ -148,7 +148,7 @@ class RayLowering:
 
     def _udf(self, node: UdfStep) -> Any:
         spec = node.udf
-        udf_schema = output_schema(spec, node.declared)
+        udf_schema = output_schema(spec, node.declared_schema)
         calls = spec.max_concurrency_per_actor if spec.is_async else PLAIN_CALLS_PER_ACTOR
         compute = self.ray_data.ActorPoolStrategy(
             min_size=spec.min_actors,
