@@ -130,6 +130,61 @@ def test_json_formats_and_columns(tmp_path):
     assert vane.read_json(tmp_path / "rows.json", format="auto").count() == 2
 
 
+def test_json_types_set_those_columns_and_keep_the_rest(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1, "b": "x", "c": [1]}\n{"a": 2, "b": "y"}\n')
+    (tmp_path / "b.jsonl").write_text('{"a": 3, "d": 0.5}\n')
+    one = vane.read_json(tmp_path / "a.jsonl", types={"a": "DOUBLE"})
+    assert repr(one).startswith("Relation[a DOUBLE, b VARCHAR, c BIGINT[]]")
+    assert one.to_pylist()[0] == {"a": 1.0, "b": "x", "c": [1]}
+    folder = vane.read_json(tmp_path, types={"a": "SMALLINT"}, columns=["a", "b", "d"])
+    assert repr(folder).startswith("Relation[a SMALLINT, b VARCHAR, d DOUBLE]")
+    assert folder.order_by("a").to_pylist() == [
+        {"a": 1, "b": "x", "d": None},
+        {"a": 2, "b": "y", "d": None},
+        {"a": 3, "b": None, "d": 0.5},
+    ]
+    (tmp_path / "rows.json").write_text('[{"a": 1, "b": "x"}]')
+    array = vane.read_json(tmp_path / "rows.json", format="array", types={"a": "INTEGER"})
+    assert array.to_pylist() == [{"a": 1, "b": "x"}]
+
+
+def test_json_ignore_errors_skips_the_lines_that_do_not_parse(tmp_path):
+    lines = ['{"a": 1, "b": "x"}', "not json", '{"a": "zz", "b": "z"}', "{}", '{"a": 5}', "{"]
+    (tmp_path / "k=1").mkdir()
+    (tmp_path / "k=1" / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SourceError, match="Malformed JSON"):
+        vane.read_json(tmp_path).to_pylist()
+    rel = vane.read_json(tmp_path, ignore_errors=True, filename="f", types={"a": "BIGINT"})
+    rows = rel.to_pylist()
+    # Lines that are not JSON are gone; a value that does not fit its column is null there
+    # (as DuckDB reads JSON); `{}` is a row of nulls, as it is without ignore_errors.
+    assert [(r["a"], r["b"]) for r in rows] == [(1, "x"), (None, "z"), (None, None), (5, None)]
+    assert {(r["k"], r["f"]) for r in rows} == {(1, str(tmp_path / "k=1" / "rows.jsonl"))}
+    assert rel.columns == ["a", "b", "f", "k"]
+    assert vane.read_json(tmp_path, ignore_errors=True).count() == 4
+    (tmp_path / "k=1" / "days.jsonl").write_text('{"a": 7, "day": "02/01/2024"}\n{oops\n')
+    days = vane.read_json(
+        tmp_path / "k=1" / "days.jsonl", ignore_errors=True, date_format="%d/%m/%Y"
+    ).to_pylist()
+    assert days == [{"a": 7, "day": dt.date(2024, 1, 2)}]
+
+
+def test_a_column_without_a_name_is_refused_where_duckdb_would_rename_it(tmp_path):
+    pq.write_table(pa.table({"": [1], "b": [2]}), tmp_path / "t.parquet")
+    with pytest.raises(SchemaError, match=r"column 0 of .*t\.parquet.* has an empty name"):
+        vane.read_parquet(tmp_path / "t.parquet")
+    for make in (
+        lambda: vane.from_pydict({"a": [1], "": [2]}),
+        lambda: vane.from_arrow(pa.table({"a": [1], "": [2]})),
+        lambda: vane.from_pylist([{"a": 1, "": 2}]),
+    ):
+        with pytest.raises(SchemaError, match=r"empty name \(column 1\)"):
+            make()
+    # A CSV header field left empty (pandas writes one for the index) is DuckDB's column<i>.
+    (tmp_path / "t.csv").write_text(",a\n0,1.5\n1,2.5\n")
+    assert vane.read_csv(tmp_path / "t.csv").columns == ["column0", "a"]
+
+
 def test_columns_keeps_only_those_and_names_what_is_missing(tmp_path):
     vane.range(3).select("id", "id * 2 AS x").write_parquet(tmp_path / "t.parquet")
     assert vane.read_parquet(tmp_path / "t.parquet", columns=["x"]).to_pylist()[2] == {"x": 4}
