@@ -5,10 +5,15 @@ pandas, Daft and Ray Data bring."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vane
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
@@ -167,6 +172,51 @@ def test_json_ignore_errors_skips_the_lines_that_do_not_parse(tmp_path):
         tmp_path / "k=1" / "days.jsonl", ignore_errors=True, date_format="%d/%m/%Y"
     ).to_pylist()
     assert days == [{"a": 7, "day": dt.date(2024, 1, 2)}]
+
+
+_JSON_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+    st.dates().map(str),
+    st.datetimes().map(str),
+)
+_JSON_VALUES = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["p", "q", "r s"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.dictionaries(st.sampled_from(["a", "b", "c d", "e"]), _JSON_VALUES, max_size=4),
+        min_size=1,
+        max_size=5,
+    ),
+    bad=st.lists(st.integers(0, 5), max_size=3),
+)
+def test_json_ignore_errors_reads_the_lines_that_parse_as_without_it(rows, bad):
+    # Skipping lines that do not parse reads every other line exactly as read_json does.
+    with tempfile.TemporaryDirectory() as directory:
+        clean, noisy = os.path.join(directory, "clean.jsonl"), os.path.join(directory, "n.jsonl")
+        lines = [json.dumps(row) for row in rows]
+        with open(clean, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        for at in sorted(bad, reverse=True):
+            lines.insert(min(at, len(lines)), '{"a": ')
+        with open(noisy, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        expected = vane.read_json(clean)
+        got = vane.read_json(noisy, ignore_errors=True)
+        assert got.schema == expected.schema
+        assert got.to_pylist() == expected.to_pylist()
 
 
 def test_a_column_without_a_name_is_refused_where_duckdb_would_rename_it(tmp_path):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -141,15 +142,25 @@ def _literal(value: Any) -> str:
     raise ConfigurationError(f"a reader option cannot be {type(value).__name__} {value!r}")
 
 
+@dataclass(frozen=True)
+class JsonLines:
+    """What each line of a JSON source holds, as DuckDB detected it: ``columns`` (name ->
+    DuckDB type), each line an object with those keys; or, if ``whole``, one column ``json``
+    that is the line's whole value (lines that are not objects, or all ``{}``)."""
+
+    columns: dict[str, str]
+    whole: bool = False
+
+
 def scan_sql(
     fmt: str,
     files: Sequence[str],
     options: Mapping[str, Any],
-    records: Mapping[str, str] | None = None,
+    records: JsonLines | None = None,
 ) -> str:
     """``FROM read_<fmt>([...files...], option = value, ...)`` with every path literal.
 
-    ``records`` (JSON with ``ignore_errors``): the file columns and their DuckDB types. DuckDB's
+    ``records`` (JSON with ``ignore_errors``): what the lines hold. DuckDB's
     ``read_json`` turns a line that does not parse into a row of nulls, indistinguishable from
     ``{}``; such lines are skipped instead, as ``read_csv`` skips rows that do not parse: each
     line is read as a JSON value (``read_json_objects``, NULL where it does not parse), and the
@@ -176,14 +187,16 @@ _OBJECT_OPTIONS = (
 _RECORD = "__vane_record"
 
 
-def _json_records_sql(paths: str, options: Mapping[str, Any], records: Mapping[str, str]) -> str:
+def _json_records_sql(paths: str, options: Mapping[str, Any], records: JsonLines) -> str:
     # json_transform parses dates and timestamps in ISO form only: where the user gave a
     # format, the field is taken as text and parsed with it, as read_json would.
     formats = {"DATE": options.get("dateformat"), "TIMESTAMP": options.get("timestampformat")}
     structure: dict[str, str] = {}
     items: list[str] = []
-    for name, kind in records.items():
-        value = f"struct_extract({quote_ident(_RECORD)}, {quote_literal(name)})"
+    for name, kind in records.columns.items():
+        value = quote_ident(_RECORD)
+        if not records.whole:
+            value = f"struct_extract({value}, {quote_literal(name)})"
         layout = next((f for k, f in formats.items() if f and kind.startswith(k)), None)
         if layout is not None:
             structure[name] = "VARCHAR"
@@ -197,7 +210,8 @@ def _json_records_sql(paths: str, options: Mapping[str, Any], records: Mapping[s
         if name in _OBJECT_OPTIONS
     ]
     objects = f"read_json_objects({sql_list([paths, *settings])})"
-    transform = f"json_transform(json, {quote_literal(json.dumps(structure))})"
+    shape = structure["json"] if records.whole else structure
+    transform = f"json_transform(json, {quote_literal(json.dumps(shape))})"
     return (
         f"SELECT {sql_list([*items, f'* EXCLUDE ({quote_ident(_RECORD)})'])} FROM "
         f"(SELECT {transform} AS {quote_ident(_RECORD)}, * EXCLUDE (json) FROM {objects} "
@@ -223,7 +237,7 @@ def typed_columns(fmt: str, options: Mapping[str, Any]) -> set[str]:
 
 def complete_json_options(
     cursor: duckdb.DuckDBPyConnection, files: Sequence[str], options: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, str] | None]:
+) -> tuple[dict[str, Any], JsonLines | None]:
     """JSON options made whole, and the file columns' types for ``scan_sql``'s ``records``
     if lines that do not parse are to be skipped.
 
@@ -231,8 +245,7 @@ def complete_json_options(
     the detected types of all, the given ones in their place."""
     completed = dict(options)
     if "columns" in completed:
-        detected = cursor.sql(scan_sql("json", files, own_columns("json", completed)))
-        full = {n: str(t) for n, t in zip(detected.columns, detected.types, strict=True)}
+        full = _types(cursor.sql(scan_sql("json", files, own_columns("json", completed))))
         full.update(completed["columns"])
         completed["columns"] = full
     if not completed.get("ignore_errors"):
@@ -240,16 +253,24 @@ def complete_json_options(
     own = own_columns("json", completed)
     if "columns" in completed:
         own["columns"] = completed["columns"]
-    found = cursor.sql(scan_sql("json", files, own))
-    records = {n: str(t) for n, t in zip(found.columns, found.types, strict=True)}
-    nested = [n for n, t in records.items() if _nested_dates(t)]
+    found = _types(cursor.sql(scan_sql("json", files, own)))
+    whole = False
+    if list(found) == ["json"] and "columns" not in completed:
+        # One column `json`: an object's key, or each line's whole value (DuckDB reads lines
+        # that are not objects so). Reading every line as a whole value tells which.
+        whole = _types(cursor.sql(scan_sql("json", files, {**own, "records": False}))) == found
+    nested = [n for n, t in found.items() if _nested_dates(t)]
     if nested and (completed.get("dateformat") or completed.get("timestampformat")):
         raise ConfigurationError(
             "read_json(): ignore_errors=True with date_format or timestamp_format cannot "
             f"parse dates inside nested columns ({', '.join(nested)}). Read them as text with "
             f"types={{{nested[0]!r}: 'VARCHAR'}} and parse them after"
         )
-    return completed, records
+    return completed, JsonLines(found, whole)
+
+
+def _types(relation: duckdb.DuckDBPyRelation) -> dict[str, str]:
+    return {n: str(t) for n, t in zip(relation.columns, relation.types, strict=True)}
 
 
 def _nested_dates(kind: str) -> bool:

@@ -174,7 +174,7 @@ class FileScan(Source):
 
     def _scan(self, cursor: Cursor) -> Relation:
         """The files as DuckDB reads them together, before vane's casts and projection."""
-        records: dict[str, str] | None = self.__dict__["_records"]
+        records: readers.JsonLines | None = self.__dict__["_records"]
         sql = readers.scan_sql(self.format, self.files, dict(self.options), records)
         return cursor.sql(sql)
 
