@@ -14,6 +14,7 @@ that a file was replaced since.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from vane._sql import quote_ident, quote_literal, sql_list
-from vane.errors import ConfigurationError, SchemaError
+from vane.errors import ConfigurationError, SchemaError, SourceError
 
 if TYPE_CHECKING:
     import duckdb
@@ -96,13 +97,20 @@ def duckdb_options(fmt: str, options: Mapping[str, Any], caller: str) -> dict[st
     known = OPTIONS[fmt]
     unknown = sorted(set(options) - set(known))
     if unknown:
+        close = difflib.get_close_matches(unknown[0], list(known), n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigurationError(
-            f"{caller}(): unknown option(s) {unknown}; the options are {', '.join(sorted(known))}"
+            f"{caller}(): unknown option(s) {unknown}{guess}; the options are "
+            f"{', '.join(sorted(known))}"
         )
     converted: dict[str, Any] = {}
     for name, given in options.items():
         if given is not None:
             converted[known[name]] = _option(name, given, caller)
+    if fmt == "csv":
+        # write_csv quotes an empty string ("") and leaves a null unquoted (nothing between
+        # the commas): read them back as they were written
+        converted.setdefault("allow_quoted_nulls", False)
     return converted
 
 
@@ -244,7 +252,14 @@ def complete_json_options(
     DuckDB's ``columns`` is every column, so ``types=`` naming some would drop the rest: it gets
     the detected types of all, the given ones in their place."""
     completed = dict(options)
-    if "columns" in completed:
+    if all(os.path.getsize(f) == 0 for f in files):
+        # DuckDB reads an empty file as one column `json`; write_json of no rows writes one
+        if "columns" not in completed:
+            raise SourceError(
+                "read_json(): the files hold no lines, so their columns cannot be known from "
+                "them; pass types={'column': 'TYPE', ...} to read them as an empty relation"
+            )
+    elif "columns" in completed:
         full = _types(cursor.sql(scan_sql("json", files, own_columns("json", completed))))
         full.update(completed["columns"])
         completed["columns"] = full

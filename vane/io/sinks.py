@@ -144,6 +144,19 @@ class FileSink:
                 "maps). Write Parquet or JSON instead, or turn them into text first, for example "
                 f"with_column({nested[0]!r}, '{nested[0]}::VARCHAR')"
             )
+        binary = [
+            f.name
+            for f in schema
+            if pa.types.is_binary(f.type)
+            or pa.types.is_large_binary(f.type)
+            or pa.types.is_fixed_size_binary(f.type)
+        ]
+        if self.format == "csv" and binary:
+            raise ConfigurationError(
+                f"write_csv(): CSV holds text, and {binary} hold bytes that need not be text. "
+                "Write Parquet instead, or turn them into text first, for example "
+                f"with_column({binary[0]!r}, 'hex({binary[0]})')"
+            )
 
     def start(self) -> FileWrite:
         """Check the destination and stage a new write of it (in the driver)."""
