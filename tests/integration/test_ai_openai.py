@@ -290,3 +290,18 @@ def test_the_test_server_reads_message_content_given_as_parts(server):
     with urllib.request.urlopen(request) as reply:
         answer = json.loads(reply.read())
     assert answer["choices"][0]["message"]["content"] == answer_for("question 1")
+
+
+# ---- execution options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_concurrency_min_max_runs_ai_functions(server, backend):
+    options = {"concurrency": (1, 2), "execution_backend": backend, "batch_size": 4}
+    out = ask(questions(20), server, **options)
+    assert "concurrency=(1, 2)" in out.explain(optimized=True)
+    assert all(r["response"] == answer_for(r["text"]) for r in out.to_pylist())
+    embedded = questions(20).embed_text(
+        "text", provider="openai", model="e", base_url=server.base_url, api_key="k", **options
+    )
+    assert len([r for r in embedded.to_pylist() if r["embedding"] is not None]) == 20
