@@ -4,10 +4,14 @@ request that touches no neighbour, and answers paid for once."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -305,3 +309,85 @@ def test_concurrency_min_max_runs_ai_functions(server, backend):
         "text", provider="openai", model="e", base_url=server.base_url, api_key="k", **options
     )
     assert len([r for r in embedded.to_pylist() if r["embedding"] is not None]) == 20
+
+
+# ---- connections are closed however a job ends --------------------------------------------------
+
+
+def connections_to(server: FakeServer) -> int:
+    """Sockets of this process connected to ``server`` (its own ends are not counted: the
+    server closes them when it reads the client's close, on its own thread)."""
+    for thread in threading.enumerate():
+        if thread.name.startswith("vane-actor"):
+            thread.join(60)  # an actor ends once its job has; this waits for that, not a clock
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == server.port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return sum(link in inodes for link in links)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc/net/tcp")
+@pytest.mark.filterwarnings("ignore:udf step .* kept .* failing row:UserWarning")
+def test_failing_and_stopped_jobs_leave_no_connection_open(server):
+    server.behaviour = Behaviour(refuse={"question 3"})
+    gc.collect()
+    gc.disable()  # whatever is closed here is closed by vane, not by the garbage collector
+    try:
+        for _ in range(10):
+            with pytest.raises(UDFError):
+                ask(questions(10), server).to_arrow()
+            ask(questions(600), server, batch_size=8, on_error="null").limit(3).to_arrow()
+            for _ in ask(questions(600), server, batch_size=8, on_error="null").iter_batches():
+                break
+        assert server.requests > 30 and connections_to(server) == 0
+    finally:
+        gc.enable()
+
+
+def test_a_ctrl_c_in_vane_prompt_closes_its_connections(tmp_path):
+    server = FakeServer(Behaviour(latency=0.5)).start()
+    try:
+        vane.from_pydict({"text": [f"q {i}" for i in range(400)]}).write_parquet(
+            tmp_path / "in.parquet"
+        )
+        script = textwrap.dedent(
+            f"""
+            import gc, os, sys, threading
+            from vane.cli import run
+            sys.argv = ["vane", "prompt", "in.parquet", "--column", "text", "--model", "m",
+                        "--base-url", {server.base_url!r}, "--api-key", "k", "-o", "out/"]
+            gc.disable()
+            try:
+                run()
+            except SystemExit as done:
+                code = done.code
+            for thread in threading.enumerate():
+                if thread.name.startswith("vane-actor"):
+                    thread.join(60)
+            gc.enable()
+            gc.collect()
+            print("exit", code, flush=True)
+            """
+        )
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(
+            [sys.executable, "-c", script], cwd=tmp_path, env=env, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        while server.in_flight < 32 and process.poll() is None:
+            time.sleep(0.01)  # waits for requests to be in flight; asserts nothing about time
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        server.stop()
+    assert "exit 130" in out, (out, err)
+    assert "Unclosed" not in err, err
