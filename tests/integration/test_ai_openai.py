@@ -61,8 +61,18 @@ def test_every_row_is_answered_exactly_once_and_keeps_its_row(server):
         Behaviour(fail_every=5, fail_status=503, retry_after="0"),
         Behaviour(malformed_every=4),
         Behaviour(stall_every=7, stall_seconds=3),
+        Behaviour(fail_every=3, fail_status=429, retry_after="soon"),
+        Behaviour(fail_every=3, fail_status=503, retry_after="Thu, 99 Foo 2015 25:61:00 GMT"),
     ],
-    ids=["429-retry-after", "500", "503", "malformed-json", "timeout"],
+    ids=[
+        "429-retry-after",
+        "500",
+        "503",
+        "malformed-json",
+        "timeout",
+        "retry-after-unreadable",
+        "retry-after-bad-date",
+    ],
 )
 def test_failures_are_retried_and_every_row_still_answered_once(server, behaviour):
     server.behaviour = behaviour
