@@ -27,11 +27,12 @@ DEFAULT_ASYNC_ROWS = 64
 
 @dataclass
 class RowResults:
-    """A batch call's answer row by row: ``values``, and for each row that failed on its own
-    (one request of many, say) its ``errors`` entry, None where the row succeeded. Returned
-    instead of raising, so one failure never fails, nulls or re-runs its neighbours."""
+    """A batch call's answer row by row: ``values`` (a list, or an Arrow array of the call's
+    type), and for each row that failed on its own (one request of many, say) its ``errors``
+    entry, None where the row succeeded. Returned instead of raising, so one failure never
+    fails, nulls or re-runs its neighbours."""
 
-    values: list[Any]
+    values: list[Any] | pa.Array
     errors: list[str | None]
 
     def __len__(self) -> int:
