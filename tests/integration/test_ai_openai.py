@@ -434,11 +434,20 @@ def test_a_reply_without_an_answer_fails_its_row_only_and_is_never_cached(server
         {"prompt_tokens": "many", "completion_tokens": -4},
         {"prompt_tokens": 1.5, "completion_tokens": True},
         {"prompt_tokens": None, "completion_tokens": [3]},
+        {"prompt_tokens": 2**64, "completion_tokens": 9.3e18},
         "lots",
         [1, 2],
         10**30,
     ],
-    ids=["text-and-negative", "fraction-and-bool", "null-and-list", "a-string", "a-list", "huge"],
+    ids=[
+        "text-and-negative",
+        "fraction-and-bool",
+        "null-and-list",
+        "past-64-bits",
+        "a-string",
+        "a-list",
+        "huge",
+    ],
 )
 def test_a_usage_that_is_not_a_count_leaves_the_answer_standing(server, tmp_path, usage):
     check_only_its_row(server, tmp_path, Scripted(chat("fine", usage=usage)), "fine", retries=0)

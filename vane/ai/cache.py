@@ -131,7 +131,7 @@ class AnswerCache:
                     (key, json.dumps(text), prompt_tokens, completion_tokens),
                 )
                 self._db.commit()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError, ValueError) as exc:
             self.unreadable(f"keeping an answer failed ({exc})", "the answer is used, not kept")
 
     def __len__(self) -> int:

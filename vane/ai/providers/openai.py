@@ -360,6 +360,9 @@ def _chat_text(reply: Any) -> Any:
     raise ValueError(f"the reply holds no answer (content is null; finish_reason {finish!r})")
 
 
+_MAX_COUNT = 2**53  # past this a "count" is no count of tokens
+
+
 def _count(value: Any) -> int:
     """A token count as a server reported it; anything that is not a count is 0 (not
     reported), never a failure of an answer that came."""
@@ -367,7 +370,7 @@ def _count(value: Any) -> int:
         return 0
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    return value if isinstance(value, int) and value >= 0 else 0
+    return value if isinstance(value, int) and 0 <= value < _MAX_COUNT else 0
 
 
 def _tokens(reply: Any) -> tuple[int, int]:
