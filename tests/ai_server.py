@@ -3,8 +3,10 @@
 It speaks ``/v1/chat/completions`` and ``/v1/embeddings``, answers deterministically (so a test
 knows each row's answer), and can be told to misbehave: answer slowly, fail every n-th request
 with a status (429 with ``Retry-After``, 500...), stall past the client's timeout, send
-malformed JSON, refuse some prompts for good (HTTP 400), or answer some structured requests
-with JSON that does not fit. It counts requests (per prompt too) and requests in flight.
+malformed JSON, refuse some prompts for good (HTTP 400), answer some structured requests with
+JSON that does not fit, or send a scripted reply (any status, headers and body, JSON or not) for
+a given prompt or embedded text. It counts requests (per prompt and per text too) and requests
+in flight.
 
 Run it alone for the benchmark: ``python -m tests.ai_server --port 8000 --latency 0.05``.
 """
@@ -36,6 +38,20 @@ class Behaviour:
     refuse: set[str] = field(default_factory=set)  # prompts answered with HTTP 400, always
     misfit: set[str] = field(default_factory=set)  # prompts whose structured answer misfits
     embedding_size: int = 8
+    # prompt (or, for /embeddings, any text of the request) -> the reply to send instead
+    scripted: dict[str, Scripted] = field(default_factory=dict)
+
+
+@dataclass
+class Scripted:
+    """A reply sent as it is: ``body`` is JSON-encoded unless it is ``str`` or ``bytes`` (sent
+    raw); ``times`` is how many requests get it before the prompt is answered as usual (None:
+    every one)."""
+
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    times: int | None = None
 
 
 def answer_for(prompt: str) -> str:
@@ -53,6 +69,7 @@ class FakeServer:
         self.port = port
         self.requests = 0
         self.by_prompt: Counter[str] = Counter()
+        self.by_text: Counter[str] = Counter()  # texts sent to /embeddings, each time sent
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -60,6 +77,16 @@ class FakeServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+
+    def reset(self, behaviour: Behaviour | None = None) -> None:
+        """Forget every request counted so far, and take ``behaviour`` (else a plain one)."""
+        with self._lock:
+            self.behaviour = behaviour or Behaviour()
+            self.requests = 0
+            self.by_prompt.clear()
+            self.by_text.clear()
+            self.arrivals.clear()
+            self.max_in_flight = self.in_flight
 
     @property
     def base_url(self) -> str:
@@ -81,6 +108,24 @@ class FakeServer:
             return web.Response(text='{"choices": [', content_type="application/json")
         return None
 
+    def _scripted(self, keys: list[Any]) -> web.Response | None:
+        """The scripted reply for the first of ``keys`` that has one still due, if any."""
+        for key in keys:
+            with self._lock:
+                scripted = self.behaviour.scripted.get(key) if isinstance(key, str) else None
+                if scripted is None or scripted.times == 0:
+                    continue
+                if scripted.times is not None:
+                    scripted.times -= 1
+            body = scripted.body
+            if isinstance(body, str):
+                body = body.encode()
+            elif not isinstance(body, bytes):
+                body = json.dumps(body).encode()
+            headers = {"Content-Type": "application/json", **scripted.headers}
+            return web.Response(body=body, status=scripted.status, headers=headers)
+        return None
+
     def _count(self, prompt: str | None) -> int:
         with self._lock:
             self.requests += 1
@@ -100,7 +145,7 @@ class FakeServer:
         prompt = _text(body["messages"][-1]["content"])
         number = self._count(prompt)
         try:
-            refusal = await self._misbehave(number)
+            refusal = await self._misbehave(number) or self._scripted([prompt])
             if refusal is not None:
                 return refusal
             if prompt in self.behaviour.refuse:
@@ -131,8 +176,10 @@ class FakeServer:
         body = await request.json()
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
         number = self._count(None)
+        with self._lock:
+            self.by_text.update(t for t in texts if isinstance(t, str))
         try:
-            refusal = await self._misbehave(number)
+            refusal = await self._misbehave(number) or self._scripted(texts)
             if refusal is not None:
                 return refusal
             size = body.get("dimensions") or self.behaviour.embedding_size

@@ -200,7 +200,10 @@ class ActorBody:
         self._slots = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
         try:
             loop.run_forever()
-            if not (self._dropping or self._hung):
+            # Stopped with or without grace, every batch has ended (the drain awaited them): the
+            # UDF releases what it holds (connections, say) now, not when it is collected. Only
+            # an actor given up on, whose loop may still be blocked, is left as it is.
+            if not self._hung:
                 assert self.runtime is not None
                 loop.run_until_complete(self.runtime.teardown())
         finally:
