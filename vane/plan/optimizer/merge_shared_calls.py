@@ -10,7 +10,8 @@ constructed object (one model load per actor, one actor pool) serves both.
 and ``lift_udf_calls`` then puts the calls of one ``@vane.cls`` instance (or of one
 ``@vane.func``) into one UDF step. The steps merge only when that changes nothing: the upper
 step reads none of the columns the lower one computes and names none of them again (then each
-expression sees the input it saw before, and the columns come out in the same order).
+expression sees the input it saw before, and the columns come out in the same order), and
+neither calls a generator (whose step repeats each row per value).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def merge_shared_calls(node: PlanNode) -> PlanNode | None:
     lower = node.input
     if not _udf_objects(node.expressions()) & _udf_objects(lower.expressions()):
         return None
+    if any(
+        c.udf.is_generator for e in node.expressions() + lower.expressions() for c in e.udf_calls()
+    ):
+        return None  # a generator repeats its row per value: each keeps its own step
+
     produced = {name.lower() for name, _ in lower.items}
     if any(name.lower() in produced for name, _ in node.items):
         return None  # a column computed twice: the upper value must win, as it does now
