@@ -943,3 +943,27 @@ def test_a_cache_directory_that_is_a_file_is_a_clear_error(server, tmp_path):
 def test_a_template_that_cannot_be_filled_is_a_configuration_error(template, error):
     with pytest.raises(ConfigurationError, match=error):
         questions(1).prompt(template=template, model="m", base_url="http://127.0.0.1:9/v1")
+
+
+def test_a_row_failing_on_its_own_inside_a_split_batch_is_not_split_again(server):
+    """A refused request (400) splits its batch to find the text it refuses; a row that
+    failed on its own in one half (bytes that are not UTF-8, never sent) is that half's only
+    failure: its healthy neighbour is not sent once more for it."""
+    server.behaviour.scripted["q3"] = Scripted({"error": {"message": "too long"}}, status=400)
+    texts = [b"q0", b"\xff", b"q2", b"q3", b"q4"]
+    rel = vane.from_arrow(pa.table({"text": pa.array(texts, pa.binary())}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = rel.embed_text(
+            "text",
+            provider="openai",
+            model="e",
+            base_url=server.base_url,
+            api_key="k",
+            dimensions=3,
+            batch_size=5,
+            on_error="null",
+        ).to_pylist()
+    assert [r["embedding"] is None for r in rows] == [False, True, False, True, False]
+    # the whole batch once, then its half [q0, \xff] once: no third send of q0
+    assert server.by_text["q0"] == 2

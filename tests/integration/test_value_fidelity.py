@@ -273,6 +273,12 @@ def test_types_duckdb_lacks_are_held_exactly_or_refused(source):
     assert make(half).to_arrow().column("h").to_pylist() == [1.5, None, -0.0, 65504.0]
     wide = pa.table({"d": pa.array([decimal.Decimal("1.25")], pa.decimal256(20, 2))})
     assert make(wide).to_pylist() == [{"d": decimal.Decimal("1.25")}]
+    # a duration is DuckDB's INTERVAL, and the relation's schema says so: a UDF step over it
+    # gets what the schema promises
+    spans = make(pa.table({"t": pa.array([5, None], pa.duration("s"))}))
+    assert spans.schema.field("t").type == pa.month_day_nano_interval()
+    out = spans.map_batches(identity, schema=spans.schema).to_arrow().column("t").to_pylist()
+    assert out == [pa.MonthDayNano([0, 0, 5_000_000_000]), None]
     refused = {
         "more than 38 digits": pa.table({"d": pa.array([1], pa.decimal256(40, 0))}),
         "nanoseconds": pa.table({"t": pa.array([1], pa.duration("ns"))}),

@@ -492,6 +492,8 @@ class UdfRuntime:
         for part in (table.slice(0, middle), table.slice(middle)):
             try:
                 piece = await self._attempt(part, number, watch)
+            except RowFailures as failures:  # answered: only its own failed rows need on_error
+                piece = self._some_rows_failed(Task(0, 0, part), failures)
             except RowCountError:
                 raise
             except Exception as exc:
