@@ -285,3 +285,18 @@ def test_coalesced_lets_go_of_the_batches_it_was_given():
     assert table.column("x").to_numpy().tolist() == list(range(40 * 16_384))
     alive = sum(ref() is not None for ref in refs)
     assert alive <= JOIN_BYTES // (16_384 * 8)  # at most the last megabyte's batches
+
+
+def test_a_file_name_is_one_file_in_any_case_and_another_formats_name_is_refused(tmp_path):
+    rel = vane.range(3)
+    rel.write_json(tmp_path / "out.JSONL")
+    assert (tmp_path / "out.JSONL").is_file()
+    assert vane.read_json(tmp_path / "out.JSONL").count() == 3
+    for write, name in (
+        (rel.write_parquet, "x.csv"),
+        (rel.write_csv, "x.parquet"),
+        (rel.write_json, "x.CSV"),
+    ):
+        with pytest.raises(ConfigurationError, match=r"names a .* file, and this writes"):
+            write(tmp_path / name)
+        assert not (tmp_path / name).exists()

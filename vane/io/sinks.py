@@ -27,7 +27,7 @@ from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
-from vane.io.files import SINGLE_FILE_SUFFIXES, FileFormat, is_uri
+from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
 from vane.observe.events import StageFinished, describe_usage
 
 if TYPE_CHECKING:
@@ -101,7 +101,15 @@ class FileSink:
             )
         if self.mode not in MODES:
             raise ConfigurationError(f"{caller}(): mode={self.mode!r} is not one of {MODES}")
-        if (self.partition_by or self.rows_per_file) and self.path.endswith(
+        lowered = self.path.lower()
+        for other, suffixes in EXTENSIONS.items():
+            if other != self.format and lowered.endswith(suffixes):
+                raise ConfigurationError(
+                    f"{caller}(): {self.path!r} names a {other.upper()} file, and this writes "
+                    f"{self.format.upper()}. Name it {SINGLE_FILE_SUFFIXES[self.format][0]!r} "
+                    f"or a folder, or use write_{other}()"
+                )
+        if (self.partition_by or self.rows_per_file) and lowered.endswith(
             SINGLE_FILE_SUFFIXES[self.format]
         ):
             raise ConfigurationError(
@@ -122,7 +130,7 @@ class FileSink:
     def single_file(self) -> bool:
         """A path ending in the format's extension, with no partitioning or file size, is one
         file; anything else is a directory of part files."""
-        return self.path.endswith(SINGLE_FILE_SUFFIXES[self.format]) and not (
+        return self.path.lower().endswith(SINGLE_FILE_SUFFIXES[self.format]) and not (
             self.partition_by or self.rows_per_file
         )
 
