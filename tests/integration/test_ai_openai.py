@@ -13,7 +13,9 @@ import gc
 import json
 import logging
 import os
+import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +24,7 @@ import textwrap
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +171,83 @@ def test_embeddings_from_the_server(server):
     assert out.schema.field("embedding").type == vane.types.to_arrow_type("FLOAT[4]")
     rows = out.to_pylist()
     assert len(rows) == 10 and len(rows[0]["embedding"]) == 4
+
+
+# ---- no server at the address: said at once --------------------------------------------------
+
+
+@contextlib.contextmanager
+def no_server() -> Iterator[str]:
+    """The address of a port held bound and never listening: every connection is refused, and
+    nothing else can take the port meanwhile."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}/v1"
+
+
+def step_of(rel: vane.Relation, verb: str, base_url: str, **options: object) -> vane.Relation:
+    if verb == "prompt":
+        return rel.prompt("text", model="m", base_url=base_url, api_key="k", **options)
+    return rel.embed_text(
+        "text", provider="openai", model="e", base_url=base_url, api_key="k", dimensions=4,
+        **options,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("verb", ["prompt", "embed_text"])
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+@pytest.mark.parametrize("address", ["refused", "unknown host"])
+@pytest.mark.filterwarnings("ignore:udf step .* kept .* failing row:UserWarning")
+def test_no_server_at_the_address_fails_each_request_at_once_naming_it(
+    tmp_path, verb, backend, address
+):
+    with contextlib.ExitStack() as stack:
+        if address == "refused":
+            base_url = stack.enter_context(no_server())
+        else:
+            base_url = "http://no-such-host.invalid/v1"  # .invalid never resolves (RFC 6761)
+        options = {"execution_backend": backend, "batch_size": 4, "concurrency": 1}
+        with pytest.raises(UDFError, match=re.escape(f"cannot reach {base_url}: ")):
+            step_of(questions(8), verb, base_url, **options).to_arrow()
+        result = step_of(
+            questions(8), verb, base_url, on_error="null", error_column="error", **options
+        ).write_parquet(tmp_path / "out")
+    ((usage,),) = [list(result.usage.values())]
+    # at most one attempt per request (a row's prompt, a batch's embedding), none retried
+    assert usage.get("retries", 0) == 0
+    assert 1 <= usage["requests"] <= (8 if verb == "prompt" else 2)
+    errors = [r["error"] for r in vane.read_parquet(tmp_path / "out").to_pylist()]
+    reason = "connection refused" if address == "refused" else "does not resolve"
+    assert all(f"cannot reach {base_url}: " in e and reason in e for e in errors), errors
+
+
+@pytest.mark.filterwarnings("ignore:udf step .* kept .* failing row:UserWarning")
+def test_a_server_that_answered_and_went_away_is_retried_as_before():
+    server = FakeServer().start()
+    gone = threading.Event()
+
+    def stop_the_server_before_row_8(batch: pa.Table) -> pa.Table:
+        if batch["id"][0].as_py() >= 8 and not gone.is_set():
+            while server.requests < 8 or server.in_flight:  # rows 0-7 answered (counted)
+                time.sleep(0.01)
+            server.stop()  # a restart, say: rows from 8 on find nothing listening
+            gone.set()
+        return batch
+
+    try:
+        gated = questions(24).map_batches(
+            stop_the_server_before_row_8, schema={"id": "BIGINT", "text": "VARCHAR"},
+            batch_size=8,
+        )  # fmt: skip
+        rows = ask(
+            gated, server, batch_size=8, concurrency=1, max_retries=1, on_error="null",
+            error_column="error",
+        ).to_pylist()  # fmt: skip
+    finally:
+        server.stop()
+    assert [r["error"] for r in rows[:8]] == [None] * 8
+    errors = [r["error"] for r in rows[8:]]
+    assert all("failed 2 time(s)" in e and "cannot reach" not in e for e in errors), errors
 
 
 # ---- pay once ---------------------------------------------------------------------------------

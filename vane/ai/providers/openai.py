@@ -7,7 +7,9 @@ small machine being the client's CPU. It behaves as the official client does whe
 it retries 408, 409, 429, 5xx, connection errors and timeouts with exponential backoff and
 jitter (``max_retries``, default 5), honouring ``retry-after-ms`` and ``Retry-After`` (a
 header it cannot read is ignored); other errors are final. A reply that is not valid JSON is
-treated as a server error and retried.
+treated as a server error and retried. Until the server has answered once, a refused connection
+or a host name that does not resolve is final at once: no server is there (not started, a
+wrong ``base_url``), and retrying for 15 s would only delay saying so.
 
 A reply is read field by field and trusted in nothing: a reply without a text answer (``content``
 null for a refusal or a tool call, not text, no ``choices``) fails its row only, and a ``usage``
@@ -23,9 +25,11 @@ directory; see ``cache.py``); anything else (``temperature``, ``max_tokens``, ``
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import math
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,6 +172,8 @@ class Client:
         self._limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
         self._cache = AnswerCache(settings.cache) if settings.cache else None
         self._inflight: dict[str, asyncio.Future[Answer]] = {}
+        self._answered_once = False  # the server has sent a reply, of any status
+        self._absent: str | None = None  # why no server is there, once a request found out
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
@@ -198,6 +204,8 @@ class Client:
         last = ""
         async with self._slots:
             for attempt in range(self.settings.max_retries + 1):
+                if self._absent is not None:
+                    raise ProviderError(self._absent)
                 if attempt:
                     usage.retries += 1
                 await self._limiter.acquire(tokens)
@@ -205,6 +213,7 @@ class Client:
                 try:
                     usage.requests += 1
                     async with session.post(url, data=payload) as response:
+                        self._answered_once = True
                         raw = await response.read()
                         if response.status == 200:
                             try:
@@ -221,6 +230,13 @@ class Client:
                 except _Retry as retry:
                     last, headers = str(retry), retry.headers
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                    absent = None if self._answered_once else _no_server(exc)
+                    if absent is not None:
+                        self._absent = (
+                            f"cannot reach {self.settings.base_url}: {absent}. Start the server, "
+                            "or pass the base_url= it listens at"
+                        )
+                        raise ProviderError(self._absent) from None
                     last = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 if attempt < self.settings.max_retries:
                     await asyncio.sleep(backoff_seconds(attempt, headers))
@@ -323,6 +339,21 @@ class Client:
             self._session = None
             await asyncio.sleep(0)  # the sockets close on the loop's next turn: let it come
         self.close()
+
+
+def _no_server(exc: BaseException) -> str | None:
+    """Why no server can be there (nothing listens at the address, or its host name does not
+    resolve), or None for a failure that another attempt may not meet (a timeout, a reset)."""
+    import aiohttp
+
+    if not isinstance(exc, aiohttp.ClientConnectorError):
+        return None
+    cause = exc.os_error
+    if isinstance(cause, socket.gaierror):
+        return f"the host name {exc.host!r} does not resolve ({cause.strerror or cause})"
+    if cause.errno == errno.ECONNREFUSED:
+        return f"nothing listens at {exc.host}:{exc.port} (connection refused)"
+    return None
 
 
 # ---- reading replies --------------------------------------------------------------------------
