@@ -4,6 +4,13 @@ directly; vLLM's mapping onto the plan, and vLLM itself where a GPU and vllm are
 
 from __future__ import annotations
 
+import os
+import socketserver
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,6 +22,7 @@ from vane.errors import ConfigurationError
 
 pytest.importorskip("transformers")
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+ROOT = Path(__file__).resolve().parents[2]
 TEXTS = ["the dog barks at the cat", "slow-cooked onions and garlic", "a kitten sleeps", None]
 
 
@@ -127,10 +135,103 @@ def test_local_models_cannot_promise_a_schema_and_missing_models_are_clear(model
             model=models["gpt2"],
             return_format={"type": "object", "properties": {"a": {"type": "string"}}},
         )
-    with pytest.raises(ConfigurationError, match="neither a directory nor in the Hugging Face"):
+    with pytest.raises(
+        ConfigurationError, match=r"is not on this machine .* HF_HUB_OFFLINE forbids"
+    ):
         texts().embed_text("text", model="nobody/no-such-model")
     with pytest.raises(ConfigurationError, match="needs model="):
         texts().prompt("text", provider="transformers")
+
+
+# ---- a model that is not on this machine: said at once, asking the hub once at most ----------
+
+
+class CountingHub:
+    """An ``HF_ENDPOINT`` on 127.0.0.1 that keeps the request line of each request: it answers
+    404 to every one, as the hub does for a model it has not, or (``answer=False``) closes the
+    connection unanswered, as a network in the way would."""
+
+    def __init__(self, answer: bool = True) -> None:
+        hub = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                hub.asked.append(self.request.recv(65536).split(b"\r\n")[0].decode())
+                if answer:
+                    self.request.sendall(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    )
+
+        self.asked: list[str] = []
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def about(self, model: str) -> list[str]:
+        """The requests that named ``model`` (huggingface_hub also asks, once a day, for a list
+        of its own, whatever vane does)."""
+        return [line for line in self.asked if f"/{model}" in line]
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def vane_online(
+    hub: CountingHub, hf_home: str, *args: str, cwd: Path
+) -> subprocess.CompletedProcess:
+    """The ``vane`` command as a user runs it, with downloads allowed (no HF_HUB_OFFLINE) from
+    ``hub``, and the Hugging Face cache at ``hf_home``."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=hf_home, PYTHONPATH=str(ROOT))
+    vane_command = str(Path(sys.executable).parent / "vane")
+    return subprocess.run(
+        [vane_command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+        check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("provider", ["sentence_transformers", "transformers"])
+@pytest.mark.parametrize("answer", [True, False], ids=["no such model", "hub unreachable"])
+def test_a_model_not_on_this_machine_fails_at_once_asking_the_hub_once(tmp_path, provider, answer):
+    texts().write_parquet(tmp_path / "in.parquet")
+    hub = CountingHub(answer)
+    try:
+        done = vane_online(
+            hub, str(tmp_path / "empty-cache"), "embed", "in.parquet", "--column", "text",
+            "--provider", provider, "--model", "nobody/no-such-model", "-o", "out/",
+            cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        hub.close()
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "model 'nobody/no-such-model' is not on this machine" in done.stderr
+    if answer:
+        assert f"the hub at {hub.url} has no model 'nobody/no-such-model'" in done.stderr
+    else:
+        assert f"the hub at {hub.url} cannot be reached" in done.stderr
+        assert (
+            "HF_HUB_OFFLINE=1" in done.stderr and "hf download nobody/no-such-model" in done.stderr
+        )
+    # one question, not retried, and no download tried
+    assert hub.about("nobody/no-such-model") == ["GET /api/models/nobody/no-such-model HTTP/1.1"]
+
+
+def test_a_model_in_the_cache_is_loaded_without_asking_the_hub(tmp_path):
+    texts().write_parquet(tmp_path / "in.parquet")
+    hub = CountingHub(answer=False)
+    try:  # the default model, in the tests' Hugging Face cache (tests/conftest.py)
+        done = vane_online(
+            hub, os.environ["HF_HOME"], "embed", "in.parquet", "--column", "text", "-o", "out/",
+            cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        hub.close()
+    assert done.returncode == 0, done.stderr
+    assert vane.read_parquet(tmp_path / "out").count() == 4
+    assert hub.about(MINILM) == []
 
 
 # ---- vLLM -----------------------------------------------------------------------------------

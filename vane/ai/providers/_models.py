@@ -1,8 +1,12 @@
-"""Finding a local model when the plan is built: a directory, or a hub id already in the cache.
+"""Finding a local model when the plan is built: a directory, a hub id already in the cache, or
+a hub id the hub has, which the workers then download.
 
-A model that cannot be found is an error then, not in a worker later, when downloading is off
-(``HF_HUB_OFFLINE=1``). Reading its config files also tells an embedding's size, so the column
-can be ``FLOAT[n]``.
+Whatever cannot be had is an error then, at once, not in a worker minutes later: with no
+network, huggingface_hub retries each file for about a minute before giving up, and does so even
+for a model it has in its cache, to ask whether a newer revision exists. So a model found on this
+machine is loaded from there alone (``local_files_only``), and a model that is not is asked about
+once, with one request to the hub and no retries, before anything runs. Reading a local model's
+config files also tells an embedding's size, so the column can be ``FLOAT[n]``.
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ from typing import Any
 
 from vane.errors import ConfigurationError
 
+# One request to the hub, when a model is not on this machine: long enough for a slow network,
+# far shorter than huggingface_hub's minute of retries.
+HUB_TIMEOUT_S = 10.0
+_TRUE = ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading of HF_HUB_OFFLINE
+
 
 def locate(provider: str, model: str) -> Path | None:
-    """The model's directory, or None if it is not on this machine and may be downloaded."""
+    """The model's directory on this machine, or None when it is not here and the hub has it
+    (the workers download it); ``ConfigurationError`` when neither."""
     path = Path(model).expanduser()
     if path.is_dir():
         return path
@@ -26,13 +36,49 @@ def locate(provider: str, model: str) -> Path | None:
         return Path(snapshot_download(model, local_files_only=True))
     except Exception:  # huggingface_hub's "not in the cache" errors, or no huggingface_hub
         pass
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        raise ConfigurationError(
-            f"provider {provider!r}: model {model!r} is neither a directory nor in the Hugging "
-            "Face cache, and HF_HUB_OFFLINE forbids downloading it. Pass the path of a model "
-            "directory, or download the model first"
-        )
+    absent = (
+        f"provider {provider!r}: model {model!r} is not on this machine (not a directory, not "
+        "in the Hugging Face cache)"
+    )
+    fix = (
+        "Pass the path of a model directory, or download the model where there is a network "
+        f"(`hf download {model}`) and copy the cache, setting HF_HUB_OFFLINE=1 to use it only"
+    )
+    if any(
+        os.environ.get(n, "").upper() in _TRUE for n in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    ):
+        raise ConfigurationError(f"{absent}, and HF_HUB_OFFLINE forbids downloading it. {fix}")
+    _ask_the_hub(model, absent, fix)
     return None
+
+
+def _ask_the_hub(model: str, absent: str, fix: str) -> None:
+    """Return if the hub has ``model`` (or cannot say for now); else ``ConfigurationError``
+    saying why it cannot be downloaded: one request, no retries."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+
+    hub = constants.ENDPOINT
+    try:
+        HfApi().model_info(model, timeout=HUB_TIMEOUT_S)
+    except HFValidationError:
+        raise ConfigurationError(
+            f"{absent}, and it is not a hub id either (a hub id reads 'organization/name'). "
+            "Pass the path of a model directory"
+        ) from None
+    except HfHubHTTPError as exc:
+        status = getattr(exc.response, "status_code", None)
+        if not isinstance(exc, RepositoryNotFoundError) and status not in (401, 404):
+            return  # the hub is there and answered (busy, say): the download may still work
+        raise ConfigurationError(
+            f"{absent}, and the hub at {hub} has no model {model!r} (a private one needs "
+            f"`hf auth login` or HF_TOKEN). Check the name, or pass the path of a model directory"
+        ) from None
+    except Exception as exc:  # no network, no DNS, a proxy in the way: nothing can come
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        raise ConfigurationError(
+            f"{absent}, and the hub at {hub} cannot be reached to download it ({reason}). {fix}"
+        ) from None
 
 
 def read_json(directory: Path | None, name: str) -> dict[str, Any]:

@@ -24,6 +24,7 @@ class SentenceTransformerEmbedder:
     size: int | None = None
     device: str | None = None
     dimensions: int | None = None
+    local_files_only: bool = False  # on this machine: never ask the hub (see _models.py)
 
     def instantiate(self) -> _Encoder:
         return _Encoder(self)
@@ -37,7 +38,10 @@ class _Encoder:
         from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(
-            descriptor.model, device=device(descriptor.device), truncate_dim=descriptor.dimensions
+            descriptor.model,
+            device=device(descriptor.device),
+            truncate_dim=descriptor.dimensions,
+            local_files_only=descriptor.local_files_only,
         )
 
     def embed_text(self, texts: Sequence[str], usage: Usage) -> Any:
@@ -63,5 +67,10 @@ def text_embedder(
     directory = locate(provider, name)
     dimensions = options.get("dimensions")
     return SentenceTransformerEmbedder(
-        provider, name, _size(directory, dimensions), options.get("device"), dimensions
+        provider,
+        name,
+        _size(directory, dimensions),
+        options.get("device"),
+        dimensions,
+        local_files_only=directory is not None,
     )

@@ -43,6 +43,7 @@ class CausalPrompter:
     device: str | None = None
     generation: Mapping[str, Any] = field(default_factory=dict)
     structured_output: bool = False
+    local_files_only: bool = False  # on this machine: never ask the hub (see _models.py)
 
     def instantiate(self) -> _Generator:
         return _Generator(self)
@@ -56,10 +57,13 @@ class _Generator:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = device(descriptor.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(descriptor.model, padding_side="left")
+        local = descriptor.local_files_only
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            descriptor.model, padding_side="left", local_files_only=local
+        )
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        model: Any = AutoModelForCausalLM.from_pretrained(descriptor.model)
+        model: Any = AutoModelForCausalLM.from_pretrained(descriptor.model, local_files_only=local)
         self.model = model.to(self.device).eval()
         self.generation = dict(descriptor.generation)
 
@@ -114,9 +118,9 @@ class _Generator:
 def prompter(provider: str, model: str | None, options: Mapping[str, Any]) -> CausalPrompter:
     require_packages(provider, _NEEDS)
     name = _model(provider, model, "prompt")
-    locate(provider, name)
+    local = locate(provider, name) is not None
     generation = {k: v for k, v in options.items() if k != "device"}
-    return CausalPrompter(provider, name, options.get("device"), generation)
+    return CausalPrompter(provider, name, options.get("device"), generation, local_files_only=local)
 
 
 # ---- embed_text -------------------------------------------------------------------------------
@@ -128,6 +132,7 @@ class MeanPoolingEmbedder:
     model: str
     size: int | None = None
     device: str | None = None
+    local_files_only: bool = False
 
     def instantiate(self) -> _MeanPooling:
         return _MeanPooling(self)
@@ -141,10 +146,12 @@ class _MeanPooling:
         from transformers import AutoModel, AutoTokenizer
 
         self.device = device(descriptor.device)
-        self.tokenizer = AutoTokenizer.from_pretrained(descriptor.model)
+        local = descriptor.local_files_only
+        self.tokenizer = AutoTokenizer.from_pretrained(descriptor.model, local_files_only=local)
         if self.tokenizer.pad_token is None:  # decoder models (GPT-2) have none
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModel.from_pretrained(descriptor.model).to(self.device).eval()
+        model: Any = AutoModel.from_pretrained(descriptor.model, local_files_only=local)
+        self.model = model.to(self.device).eval()
 
     def embed_text(self, texts: Sequence[str], usage: Usage) -> Any:
         import torch
@@ -165,9 +172,10 @@ def text_embedder(
 ) -> MeanPoolingEmbedder:
     require_packages(provider, _NEEDS)
     name = _model(provider, model, "embed_text")
-    config = read_json(locate(provider, name), "config.json")
+    directory = locate(provider, name)
+    config = read_json(directory, "config.json")
     size = config.get("hidden_size") or config.get("n_embd") or config.get("d_model")
-    return MeanPoolingEmbedder(provider, name, size, options.get("device"))
+    return MeanPoolingEmbedder(provider, name, size, options.get("device"), directory is not None)
 
 
 # ---- embed_image ------------------------------------------------------------------------------
@@ -179,6 +187,7 @@ class ClipImageEmbedder:
     model: str
     size: int | None = None
     device: str | None = None
+    local_files_only: bool = False
 
     def instantiate(self) -> _Clip:
         return _Clip(self)
@@ -192,8 +201,12 @@ class _Clip:
         from transformers import AutoModel, AutoProcessor
 
         self.device = device(descriptor.device)
-        self.processor = AutoProcessor.from_pretrained(descriptor.model)  # type: ignore[no-untyped-call]
-        self.model = AutoModel.from_pretrained(descriptor.model).to(self.device).eval()
+        local = descriptor.local_files_only
+        self.processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+            descriptor.model, local_files_only=local
+        )
+        model: Any = AutoModel.from_pretrained(descriptor.model, local_files_only=local)
+        self.model = model.to(self.device).eval()
 
     def embed_image(self, images: Sequence[bytes], usage: Usage) -> Any:
         import torch
@@ -214,5 +227,6 @@ def image_embedder(
 ) -> ClipImageEmbedder:
     require_packages(provider, {**_NEEDS, "PIL": "image"})
     name = model or DEFAULT_IMAGE_MODEL
-    size = read_json(locate(provider, name), "config.json").get("projection_dim")
-    return ClipImageEmbedder(provider, name, size, options.get("device"))
+    directory = locate(provider, name)
+    size = read_json(directory, "config.json").get("projection_dim")
+    return ClipImageEmbedder(provider, name, size, options.get("device"), directory is not None)
