@@ -6,20 +6,42 @@ or to quote DuckDB's own error text.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 # DuckDB lists every overload of a function it could not match: dozens of lines that bury the
 # sentence that matters.
 _NOISE = "Candidate functions:"
 _MAX_MESSAGE = 600
+# DuckDB's advice when a query needs an extension (httpfs for a URL, excel for read_xlsx...):
+# INSTALL it, or SET autoinstall_known_extensions. vane's DuckDB loads no extension (that would
+# download code while a query runs, or hang without a network) and sql() refuses INSTALL and
+# SET, so the advice cannot be followed: vane says what can be done instead.
+_EXTENSION_ADVICE = re.compile(r"\s*Please try installing and loading the (\w+) extension.*", re.S)
+_REMOTE_FILES = (
+    ". vane reads local files only (its DuckDB loads no extension, httpfs included): copy "
+    "the files to a local directory first (for example with `aws s3 sync` or `gcloud storage "
+    "rsync`), then read that directory"
+)
 
 
 def duckdb_message(exc: BaseException) -> str:
     """DuckDB's own text on one line (it names the missing column, the bad token...), without
-    its list of candidate overloads, and cut to a readable length."""
+    its list of candidate overloads or advice that does not apply in vane, and cut to a
+    readable length."""
     text = str(exc)
     if _NOISE in text:
         text = text[: text.index(_NOISE)].rstrip() + " (candidate functions omitted)"
+    advice = _EXTENSION_ADVICE.search(text)
+    if advice is not None:
+        extension = advice.group(1)
+        text = text[: advice.start()].rstrip(" .:")
+        text += (
+            _REMOTE_FILES
+            if extension == "httpfs"
+            else f". vane's DuckDB loads no extension, so what the {extension} extension "
+            "provides cannot be used; read or compute this another way"
+        )
     text = " ".join(text.split())
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 3] + "..."
 

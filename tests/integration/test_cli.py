@@ -161,3 +161,25 @@ def test_a_template_that_is_not_one_is_a_one_line_error(folder):
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: prompt(): template '{0}': placeholder {0} is positional")
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("SELECT * FROM read_parquet('https://example.invalid/x.parquet')", "local files only"),
+        ("SELECT * FROM 's3://bucket/x.parquet'", "local files only"),
+        ("SELECT * FROM read_csv('hf://datasets/x/y.csv')", "local files only"),
+        ("SELECT * FROM read_xlsx('a.xlsx')", "what the excel extension provides cannot"),
+        ("SELECT st_point(1, 2)", "what the spatial extension provides cannot be used"),
+        ("SELECT nope", 'Referenced column "nope" was not found'),
+        ("SELECT nope FROM range(3)", 'Referenced column "nope" not found'),
+    ],
+)
+def test_sql_errors_give_only_advice_that_works_in_vane(folder, query, says):
+    done = run("sql", query, cwd=folder, check=False)
+    assert done.returncode == 1 and says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    # DuckDB's own advice cannot be followed: vane's DuckDB loads no extension, sql() runs no SET
+    assert "INSTALL" not in done.stderr and "autoinstall" not in done.stderr
+    assert "Input columns" not in done.stderr  # a query over files has no input to list
+

@@ -372,9 +372,9 @@ class SqlStep(PlanNode):
                 relation = self.apply(cursor, *empties, probe=True)
                 schema = relation.limit(0).to_arrow_table().schema
             except duckdb.Error as exc:
+                fits = "does not fit its input" if self.inputs else "does not bind"
                 raise PlanError(
-                    f"step `{self.describe()}` does not fit its input: {duckdb_message(exc)}. "
-                    f"Input columns: {', '.join(self._input_columns())}"
+                    f"step `{self.describe()}` {fits}: {duckdb_message(exc)}{self._columns_note()}"
                 ) from exc
             finally:
                 self._release(cursor)
@@ -389,8 +389,7 @@ class SqlStep(PlanNode):
             except duckdb.Error as exc:
                 raise PlanError(
                     f"step `{self.describe()}`: the arguments of {call.udf.name} do not fit the "
-                    f"input: {duckdb_message(exc)}. Input columns: "
-                    f"{', '.join(self._input_columns())}"
+                    f"input: {duckdb_message(exc)}{self._columns_note()}"
                 ) from exc
 
     def _release(self, cursor: Cursor) -> None:
@@ -398,6 +397,12 @@ class SqlStep(PlanNode):
 
     def _input_columns(self) -> list[str]:
         return [name for node in self.inputs for name in node.schema.names]
+
+    def _columns_note(self) -> str:
+        """ ". Input columns: a, b" for a message, or nothing for a step with no input (a query
+        that reads files), which has no columns to list."""
+        columns = self._input_columns()
+        return f". Input columns: {', '.join(columns)}" if columns else ""
 
 
 class _RowLocalStep(SqlStep):
