@@ -49,7 +49,8 @@ InputFormat = Annotated[
 
 
 def _errors(command: F) -> F:
-    """A vane error is one line on stderr and exit status 1, unless --traceback."""
+    """A vane error is one line on stderr and exit status 1, a Ctrl-C one line and status 130
+    (128 + SIGINT, as a shell reports it), unless --traceback."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -60,6 +61,11 @@ def _errors(command: F) -> F:
                 raise
             typer.echo(f"error: {error}", err=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            if _state["traceback"]:
+                raise
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
 
     return run  # type: ignore[return-value]
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -183,3 +185,65 @@ def test_sql_errors_give_only_advice_that_works_in_vane(folder, query, says):
     assert "INSTALL" not in done.stderr and "autoinstall" not in done.stderr
     assert "Input columns" not in done.stderr  # a query over files has no input to list
 
+
+# ---- Ctrl-C ---------------------------------------------------------------------------------
+
+# `vane` with a watcher that prints "running" once the main thread is inside the action, in
+# DuckDB or writing rows: the test interrupts it then, whatever the time.
+INTERRUPTIBLE = """
+import os, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, however started
+from vane.cli import run
+
+def inside(frame, *places):
+    while frame is not None:
+        if any(place in frame.f_code.co_filename for place in places):
+            return True
+        frame = frame.f_back
+    return False
+
+def tell_when_running():
+    main = threading.main_thread()
+    execution = os.path.join("vane", "execution", "")
+    work = (os.path.join("duckdb", ""), os.path.join("vane", "io", ""))
+    while True:
+        frame = sys._current_frames().get(main.ident)
+        if inside(frame, execution) and inside(frame, *work):
+            print("running", flush=True)
+            return
+        time.sleep(0.01)
+
+threading.Thread(target=tell_when_running, daemon=True).start()
+sys.argv = ["vane", *sys.argv[1:]]
+run()
+"""
+SLOW_SUM = "SELECT sum(hash(range)) AS s FROM range(10000000000)"  # minutes of DuckDB work
+SLOW_ROWS = "SELECT hash(range) AS h FROM range(10000000000)"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sql", SLOW_SUM],
+        ["sql", SLOW_SUM, "-o", "out.parquet"],
+        ["sql", SLOW_ROWS, "-o", "out/"],
+    ],
+    ids=["printing", "aggregate-to-a-file", "streaming-to-a-folder"],
+)
+def test_ctrl_c_is_one_line_and_status_130(tmp_path, args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTIBLE, *args], cwd=tmp_path, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:  # polls its output: "running" once the query runs
+            if line == "running\n":
+                break
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert (process.returncode, err) == (130, "interrupted\n")
+    assert list(tmp_path.iterdir()) == []  # nothing written, no staging left behind

@@ -188,7 +188,9 @@ def _action(plan: PlanNode) -> Iterator[Execution]:
     except GeneratorExit:
         raise  # a stream closed early: no failure
     except BaseException as exc:
-        if execution.cancellation.cancelled and not isinstance(exc, KeyboardInterrupt):
+        if (execution.cancellation.cancelled or _interrupted_in_duckdb(exc)) and not isinstance(
+            exc, KeyboardInterrupt
+        ):
             raise KeyboardInterrupt from None
         if not isinstance(exc, _TRANSLATED):
             raise
@@ -198,6 +200,15 @@ def _action(plan: PlanNode) -> Iterator[Execution]:
         raise error from error.__cause__
     finally:
         execution.close()
+
+
+def _interrupted_in_duckdb(exc: BaseException) -> bool:
+    """DuckDB checks for signals as it runs a query on the main thread: on a Ctrl-C it runs
+    Python's handler itself and answers with an error of its own, often before the watcher
+    thread (``interrupt.py``) has marked the action cancelled."""
+    return isinstance(exc, duckdb.InterruptException) or (
+        type(exc) is RuntimeError and str(exc) == "Query interrupted"
+    )
 
 
 class LocalRunner:
