@@ -1,65 +1,125 @@
 """The ``vane`` command: SQL over files, a look at a file or folder, a plan, and one-shot AI
 jobs, from the shell.
 
-    vane sql "SELECT ... FROM read_parquet('data/*.parquet')" [-o out/]
+    vane sql "SELECT ... FROM read_parquet('data/*.parquet')" [-o out/ | --format csv]
     vane show data/
     vane explain "SELECT ..."
     vane prompt reviews.parquet --column text --model M --base-url URL -o answered/
     vane embed reviews.parquet --column text -o embedded/
 
 A vane error prints its one-line message and exits with 1 (``--traceback`` shows the whole
-traceback); a usage error exits with 2. Each subcommand is one function below.
+traceback), a Ctrl-C one line and 130; a usage error exits with 2. vane's messages name the
+Python arguments of the functions the commands call (``mode='overwrite'``): they are said here
+in the command line's words (``--mode overwrite``), in one place, ``_in_shell_words``. Each
+subcommand is one function below.
 """
 
 from __future__ import annotations
 
+import ast
+import errno
 import functools
 import os
+import re
+import shlex
+import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import typer
+from typer.core import TyperCommand, TyperGroup
+from typer.models import OptionInfo
 
 import vane
-from vane.errors import ConfigurationError, VaneError
-from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES
+from vane._sql import duckdb_message, quote_ident
+from vane.errors import ConfigurationError, ExecutionError, VaneError
+from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat
+
+
+class _ShellHelp:
+    """Help as a shell reads it: an argument by its name in capitals (``vane sql [OPTIONS]
+    QUERY``), and nothing after a flag that takes no value. (typer 0.2x prints ``{query}``
+    and ``<bool>``.)"""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if param.param_type_name == "argument" and param.metavar is None:
+                param.metavar = param.name.upper()
+            elif getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces: list[str] = super().collect_usage_pieces(ctx)  # type: ignore[misc]
+        arguments = [p for p in self.get_params(ctx) if p.param_type_name == "argument"]
+        shown = {p.metavar: p.metavar if p.required else f"[{p.metavar}]" for p in arguments}
+        return [shown.get(piece.strip("{}[]."), piece) for piece in pieces]
+
+
+class _Command(_ShellHelp, TyperCommand):
+    pass
+
+
+class _Group(_ShellHelp, TyperGroup):
+    pass
+
 
 app = typer.Typer(
     name="vane",
+    cls=_Group,
     help="Batch inference over tables: DuckDB SQL, models and AI functions, from the shell.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+command = functools.partial(app.command, cls=_Command)
 F = TypeVar("F", bound=Callable[..., Any])
 _state = {"traceback": os.environ.get("VANE_TRACEBACK", "") not in ("", "0")}
 
-Rows = Annotated[int, typer.Option("-n", "--rows", help="Rows to print.")]
+Rows = Annotated[
+    int | None,
+    typer.Option("-n", "--rows", help="Rows to print (default: 20 in a table, all with --format)."),
+]
 Output = Annotated[
     Path | None, typer.Option("-o", "--output", help="Write the result here instead.")
 ]
 Format = Annotated[
-    str | None, typer.Option("--format", help="parquet, csv or json (default: from -o).")
+    str | None,
+    typer.Option(
+        "--format", help="parquet, csv or json (default: from -o; without -o, to stdout)."
+    ),
 ]
 Mode = Annotated[str, typer.Option("--mode", help="error, overwrite or append.")]
+ErrorColumn = Annotated[
+    str | None,
+    typer.Option(help="With --on-error null: a column for each failed row's error."),
+]
 InputFormat = Annotated[
     str | None, typer.Option("--input-format", help="parquet, csv or json (default: detected).")
 ]
 
 
-def _errors(command: F) -> F:
+def _errors(function: F) -> F:
     """A vane error is one line on stderr and exit status 1, a Ctrl-C one line and status 130
-    (128 + SIGINT, as a shell reports it), unless --traceback."""
+    (128 + SIGINT, as a shell reports it), unless --traceback; warnings are one line each. All
+    are said in the command line's words."""
 
-    @functools.wraps(command)
+    @functools.wraps(function)
     def run(*args: Any, **kwargs: Any) -> Any:
+        def show_warning(message: Warning | str, *_: object, **__: object) -> None:
+            typer.echo(f"warning: {_in_shell_words(str(message), function)}", err=True)
+
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = show_warning
+                return function(*args, **kwargs)
         except VaneError as error:
             if _state["traceback"]:
                 raise
-            typer.echo(f"error: {error}", err=True)
+            typer.echo(f"error: {_in_shell_words(str(error), function)}", err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             if _state["traceback"]:
@@ -68,6 +128,78 @@ def _errors(command: F) -> F:
             raise typer.Exit(130) from None
 
     return run  # type: ignore[return-value]
+
+
+# ---- vane's words for the shell's ----------------------------------------------------------
+
+# The vane function each command calls, as messages name it ("prompt(): ...").
+_CALLS = {"sql": "sql", "prompt": "prompt", "embed": "embed_text"}
+_NUMBER = r"-?(?:\d+(?:\.\d*)?(?:e[+-]?\d+)?|inf)\b"
+_LITERAL = rf"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|True|False|None|{_NUMBER}"
+# What a message may say in Python's words, read left to right (a quoted value is read whole).
+_PYTHON = re.compile(
+    r"(?P<quoted>`[^`]*`)"  # a step or a query: left as it is
+    rf"|\bwith_column\((?P<column>{_LITERAL}), (?P<expression>{_LITERAL})\)"
+    rf"|\b(?P<name>[a-z][a-z0-9_]*)=(?P<value>{_LITERAL})?"  # mode='overwrite', template=
+    r"|\b(?P<call>[a-z][a-z0-9_]*)\(\)(?P<prefix>: )?"  # prompt() needs, write_csv(): ...
+    r"|\b(?P<identifier>[a-z][a-z0-9]*(?:_[a-z0-9]+)+)\b"  # on_error (not mode: a word too)
+)
+
+
+def _options(function: Callable[..., Any]) -> dict[str, tuple[str, str]]:
+    """The command's options by Python name: (its flag, the flag that turns it off)."""
+    flags: dict[str, tuple[str, str]] = {}
+    for name, annotation in get_type_hints(function, include_extras=True).items():
+        info = next(
+            (m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, OptionInfo)),
+            None,
+        )
+        if info is None:
+            continue
+        declared = [d for d in (info.param_decls or ()) if d.startswith("--")]
+        flag = declared[0] if declared else "--" + name.replace("_", "-")
+        flags[name] = (flag, "--no-" + flag[2:])
+    return flags
+
+
+def _in_shell_words(message: str, function: Callable[..., Any]) -> str:
+    """``message``, whose words name the Python arguments of the vane function the command
+    calls, as the command line says them: ``mode='overwrite'`` is ``--mode overwrite``,
+    ``on_error`` ``--on-error``, ``base_url=`` ``--base-url``, ``prompt() needs`` ``vane
+    prompt needs``; a ``write_csv(): `` in front is dropped (the command is known). Text in
+    backticks (a step, a query) is left as it is."""
+    flags = _options(function)
+    verb = function.__name__
+
+    def option(name: str, literal: str | None) -> str | None:
+        """``name=literal`` (or ``name`` alone) as its option, or None for no option."""
+        if name not in flags:
+            return None
+        flag, negative = flags[name]
+        if literal is None:
+            return flag
+        if re.fullmatch(_NUMBER, literal):
+            return f"{flag} {literal}"  # as Python wrote it: 1e-05, inf
+        value = ast.literal_eval(literal)
+        if isinstance(value, bool):
+            return flag if value else negative
+        return f"{flag} {shlex.quote(str(value))}"
+
+    def said(match: re.Match[str]) -> str:
+        if match["column"]:
+            name, expression = ast.literal_eval(match["column"]), match["expression"]
+            return f"{ast.literal_eval(expression)} AS {quote_ident(name)} in the query"
+        if match["name"]:
+            return option(match["name"], match["value"]) or match[0]
+        if match["call"]:
+            if match["prefix"]:  # "write_csv(): " in front of what it says
+                return ""
+            return f"vane {verb}" if match["call"] == _CALLS.get(verb, verb) else match[0]
+        if match["identifier"]:
+            return option(match["identifier"], None) or match[0]
+        return match[0]
+
+    return _PYTHON.sub(said, message)
 
 
 def _version(value: bool) -> None:
@@ -156,54 +288,102 @@ def _print(rel: vane.Relation, rows: int) -> None:
     rel.show(rows)
 
 
+def _to_stdout(rel: vane.Relation, fmt: str) -> None:
+    """All of ``rel``, as a file of ``fmt`` holds it, on stdout, as it is produced: for a pipe
+    (``vane sql ... --format csv | head``) or a redirection."""
+    from vane.io.sinks import write_stream
+
+    if fmt not in EXTENSIONS:
+        raise ConfigurationError(f"--format must be one of {', '.join(EXTENSIONS)}")
+    out = sys.stdout.buffer
+    if fmt == "parquet" and out.isatty():
+        raise ConfigurationError(
+            "--format parquet without -o writes binary to stdout, which is a terminal here: "
+            "redirect it (> out.parquet) or pipe it, or pass -o out.parquet"
+        )
+    sys.stdout.flush()
+    try:
+        batches = rel.iter_batches()
+        try:
+            write_stream(cast("FileFormat", fmt), rel.schema, batches, out)
+        finally:  # a pipe closed early: the job stops, its workers with it
+            getattr(batches, "close", lambda: None)()
+        out.flush()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE and not isinstance(exc, BrokenPipeError):
+            raise ExecutionError(f"writing to stdout failed: {exc}") from exc
+        # The reader is gone (`| head`): stop quietly, with the status of a process SIGPIPE
+        # ended (128 + 13), and point stdout elsewhere so that Python's final flush is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(141) from None
+
+
 # ---- commands -------------------------------------------------------------------------------
 
 
-@app.command()
+@command()
 @_errors
 def sql(
     query: Annotated[
         str, typer.Argument(help="One DuckDB query; read files with read_parquet(...).")
     ],
-    rows: Rows = 20,
+    rows: Rows = None,
     output: Output = None,
     format: Format = None,
     mode: Mode = "error",
 ) -> None:
-    """Run a DuckDB query: print its first rows, or write it all with -o."""
+    """Run a DuckDB query: print its first rows, write them all with -o, or --format them.
+
+    With --format and no -o, every row goes to stdout as CSV, JSON lines or Parquet, for a
+    pipe or a redirection."""
     rel = vane.sql(query)
-    if output is None:
-        _print(rel, rows)
+    if output is not None:
+        _write(rel if rows is None else rel.limit(rows), output, format, mode)
+    elif format is not None:
+        _to_stdout(rel if rows is None else rel.limit(rows), format)
     else:
-        _write(rel, output, format, mode)
+        _print(rel, 20 if rows is None else rows)
 
 
-@app.command()
+@command()
 @_errors
 def show(
     path: Annotated[str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder.")],
-    rows: Rows = 10,
+    rows: Annotated[int, typer.Option("-n", "--rows", help="Rows to print.")] = 10,
     input_format: InputFormat = None,
 ) -> None:
     """Print a file's or folder's schema, row count and first rows."""
     rel = _open(path, input_format)
-    typer.echo(f"{path}: {rel.count():,} rows")
+    count = rel.count()
+    typer.echo(f"{path}: {count:,} row{'s' * (count != 1)}")
     for field in rel.schema:
         typer.echo(f"  {field.name} {vane.types.arrow_to_duckdb(field.type)}")
     _print(rel, rows)
 
 
-@app.command()
+@command()
 @_errors
-def explain(
-    query: Annotated[str, typer.Argument(help="One DuckDB query.")],
-    optimized: Annotated[bool, typer.Option(help="Show the plan as it will run.")] = False,
-) -> None:
-    """Print the plan of a query, one line per step."""
-    typer.echo(vane.sql(query).explain(optimized=optimized))
+def explain(query: Annotated[str, typer.Argument(help="One DuckDB query.")]) -> None:
+    """Print how DuckDB will run a query: its plan, one box per operator.
+
+    Each box shows an operator with the files it reads, the filters pushed into the scans
+    and the rows it expects."""
+    import duckdb
+
+    from vane import _engine
+
+    vane.sql(query)  # checked as `vane sql` checks it: one query, that binds
+    cursor = _engine.cursor()
+    try:
+        plan = cursor.sql(query).explain()
+    except duckdb.Error as exc:
+        raise ExecutionError(f"explaining the query failed: {duckdb_message(exc)}") from exc
+    finally:
+        cursor.close()
+    typer.echo(str(plan).rstrip())
 
 
-@app.command()
+@command()
 @_errors
 def prompt(
     input: Annotated[str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder.")],
@@ -222,6 +402,7 @@ def prompt(
     max_concurrent_requests: Annotated[int, typer.Option(help="In flight per actor.")] = 64,
     requests_per_minute: Annotated[float | None, typer.Option(help="A rate limit.")] = None,
     on_error: Annotated[str, typer.Option(help="raise, null or skip, per row.")] = "raise",
+    error_column: ErrorColumn = None,
     input_format: InputFormat = None,
     format: Format = None,
     mode: Mode = "error",
@@ -236,6 +417,7 @@ def prompt(
         ("api_key", api_key),
         ("cache", cache),
         ("requests_per_minute", requests_per_minute),
+        ("error_column", error_column),
     ):
         if value is not None:
             options[name] = value
@@ -251,7 +433,7 @@ def prompt(
     _write(rel, output, format, mode)
 
 
-@app.command()
+@command()
 @_errors
 def embed(
     input: Annotated[str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder.")],
@@ -262,16 +444,26 @@ def embed(
         "sentence_transformers"
     ),
     base_url: Annotated[str | None, typer.Option(help="A server's address.")] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="A server's key, else OPENAI_API_KEY.")
+    ] = None,
     output_column: Annotated[str, typer.Option(help="The embeddings' column.")] = "embedding",
     normalize: Annotated[bool, typer.Option(help="Scale each vector to length 1.")] = False,
+    on_error: Annotated[str, typer.Option(help="raise, null or skip, per row.")] = "raise",
+    error_column: ErrorColumn = None,
     input_format: InputFormat = None,
     format: Format = None,
     mode: Mode = "error",
 ) -> None:
     """Embed the text of every row of a table and write the table with the vectors."""
-    options: dict[str, Any] = {"normalize": normalize}
-    if base_url is not None:
-        options["base_url"] = base_url
+    options: dict[str, Any] = {"normalize": normalize, "on_error": on_error}
+    for name, value in (
+        ("base_url", base_url),
+        ("api_key", api_key),
+        ("error_column", error_column),
+    ):
+        if value is not None:
+            options[name] = value
     rel = _open(input, input_format).embed_text(
         column, output_column=output_column, provider=provider, model=model, **options
     )

@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import vane
 from tests.ai_server import FakeServer, answer_for
+from vane import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 VANE = str(Path(sys.executable).parent / "vane")  # the console script the install made
@@ -162,7 +165,155 @@ def test_a_template_that_is_not_one_is_a_one_line_error(folder):
         cwd=folder, check=False,
     )  # fmt: skip
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.startswith("error: prompt(): template '{0}': placeholder {0} is positional")
+    assert done.stderr.startswith("error: template '{0}': placeholder {0} is positional")
+
+
+# ---- the command line's words --------------------------------------------------------------
+
+P = ["prompt", "reviews.parquet", "-o", "out/", "--model", "m", "--api-key", "k"]
+NOWHERE = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["sql", "SELECT 1", "-o", "reviews.parquet"], "Pass --mode overwrite to replace it"),
+        (["sql", "SELECT 1", "-o", "o/", "--mode", "bad"], "--mode bad is not one of error,"),
+        (["sql", "SELECT 1", "-o", "reviews.parquet", "--mode", "append"], "--mode append adds"),
+        (["sql", "SELECT [1] AS l", "-o", "o.csv"], 'for example l::VARCHAR AS "l" in the query'),
+        ([*P, "--base-url", NOWHERE], "vane prompt needs the prompt column, or --template"),
+        ([*P, "--column", "text", "--on-error", "bad"], "--on-error bad is not one of"),
+        ([*P, "--column", "text", "--max-concurrent-requests", "0"], "--max-concurrent-requests"),
+        ([*P, "--column", "text", "--base-url", NOWHERE], "or pass the --base-url it listens at"),
+        ([*P, "--column", "text", "--base-url", NOWHERE], "Pass --on-error null to keep"),
+        ([*P, "--column", "text", "--cache", "reviews.parquet"], "--cache reviews.parquet cannot"),
+        (["prompt", "reviews.parquet", "-o", "o/", "--column", "text"], "needs --model, the"),
+        (
+            ["embed", "reviews.parquet", "-o", "o/", "--column", "text", "--provider", "openai",
+             "--model", "m"],
+            "set OPENAI_API_KEY or pass --api-key; for another OpenAI-compatible server pass "
+            "--base-url",
+        ),
+    ],
+)  # fmt: skip
+def test_messages_use_the_command_lines_words(folder, args, says):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    done = subprocess.run(
+        [VANE, *args], cwd=folder, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    outside_backticks = re.sub(r"`[^`]*`", "", done.stderr)
+    assert not re.search(r"\b[a-z_]+=|\b[a-z_]+\(\)", outside_backticks), done.stderr
+
+
+def test_a_warning_is_one_line_in_the_command_lines_words(folder):
+    done = run(
+        *P, "--column", "text", "--base-url", NOWHERE, "--on-error", "null", cwd=folder
+    )  # fmt: skip
+    (warning,) = done.stderr.strip().splitlines()
+    assert warning.startswith("warning: udf step `prompt[openai m](text)` kept 6 failing row")
+    assert "pass --error-column error" in warning and "error_column" not in warning
+    run(*P, "--column", "text", "--base-url", NOWHERE, "--on-error", "null",
+        "--error-column", "why", "--mode", "overwrite", cwd=folder)  # fmt: skip
+    why = [r["why"] for r in vane.read_parquet(folder / "out").to_pylist()]
+    assert all(w.startswith(f"cannot reach {NOWHERE}: ") for w in why), why
+
+
+@given(
+    data=st.data(),
+    value=st.one_of(st.text(), st.integers(), st.floats(allow_nan=False), st.booleans()),
+)
+def test_a_python_argument_in_a_message_reads_as_its_option(data, value):
+    command = data.draw(st.sampled_from([cli.sql, cli.prompt, cli.embed]))
+    options = cli._options(command)
+    name = data.draw(st.sampled_from(sorted(options)))
+    flag, negative = options[name]
+    said = cli._in_shell_words(f"Pass {name}={value!r} to `step {name}={value!r}`.", command)
+    pass_, quoted = said.split(" to ", 1)
+    assert quoted == f"`step {name}={value!r}`."  # a step's name is left as it is
+    if value is True or value is False:
+        assert shlex.split(pass_) == ["Pass", flag if value else negative]
+    else:
+        assert shlex.split(pass_) == ["Pass", flag, str(value)]
+
+
+@pytest.mark.parametrize("command", [[], ["sql"], ["show"], ["explain"], ["prompt"], ["embed"]])
+def test_help_shows_arguments_and_flags_as_a_shell_does(folder, command):
+    out = run(*command, "--help", cwd=folder).stdout
+    assert "<bool>" not in out, out
+    if command:
+        usage = next(line for line in out.splitlines() if "Usage:" in line)
+        argument = {"sql": "QUERY", "show": "PATH", "explain": "QUERY"}.get(command[0], "INPUT")
+        assert usage.split() == ["Usage:", "vane", command[0], "[OPTIONS]", argument]
+
+
+# ---- rows to stdout, a plan -------------------------------------------------------------------
+
+TYPED = (
+    "SELECT id, text, id * 1.5 AS x, DATE '2024-01-01' + id::INT AS d, [id, id + 1] AS l "
+    "FROM read_parquet('reviews.parquet')"
+)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_sql_sends_every_row_to_stdout_in_a_format(folder, fmt):
+    query = TYPED if fmt != "csv" else "SELECT id, text FROM read_parquet('reviews.parquet')"
+    done = subprocess.run(
+        [VANE, "sql", query, "--format", fmt], cwd=folder, capture_output=True, timeout=300,
+        check=True,
+    )  # fmt: skip
+    (folder / f"piped.{fmt}").write_bytes(done.stdout)
+    (folder / "written").mkdir()
+    run("sql", query, "-o", f"written/out.{fmt}", cwd=folder)
+    assert done.stdout == (folder / "written" / f"out.{fmt}").read_bytes() or fmt == "parquet"
+    reader = getattr(vane, f"read_{fmt}")
+    piped = reader(folder / f"piped.{fmt}").to_arrow()
+    assert piped.equals(reader(folder / "written" / f"out.{fmt}").to_arrow())
+    assert piped.num_rows == 6 and done.stderr == b""
+    first = subprocess.run(
+        [VANE, "sql", query, "--format", fmt, "-n", "2"], cwd=folder, capture_output=True,
+        timeout=300, check=True,
+    )  # fmt: skip
+    (folder / f"two.{fmt}").write_bytes(first.stdout)
+    assert reader(folder / f"two.{fmt}").to_arrow().equals(piped.slice(0, 2))
+
+
+def test_a_reader_that_leaves_stops_the_job_quietly(folder):
+    process = subprocess.Popen(
+        [VANE, "sql", SLOW_ROWS, "--format", "csv"], cwd=folder, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.readline() == b'"h"\n'
+    process.stdout.close()  # as `| head -1` does
+    _, err = process.communicate(timeout=120)
+    assert (process.returncode, err) == (141, b"")  # 128 + SIGPIPE, as a shell tool ends
+
+
+def test_parquet_is_not_sent_to_a_terminal(folder):
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [VANE, "sql", "SELECT 1 AS a", "--format", "parquet"], cwd=folder, stdout=follower,
+            stderr=subprocess.PIPE, text=True, timeout=300, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert done.returncode == 1 and "redirect it (> out.parquet)" in done.stderr
+
+
+def test_explain_shows_how_duckdb_runs_the_query(folder):
+    out = run(
+        "explain", "SELECT count(*) AS n FROM read_parquet('reviews.parquet') WHERE id > 2",
+        cwd=folder,
+    ).stdout  # fmt: skip
+    assert "SELECT" not in out  # the plan, not the query back
+    assert "Read Parquet" in out.title() and "Filters: id > 2" in out and "count_star" in out
 
 
 @pytest.mark.parametrize(
@@ -227,8 +378,9 @@ SLOW_ROWS = "SELECT hash(range) AS h FROM range(10000000000)"
         ["sql", SLOW_SUM],
         ["sql", SLOW_SUM, "-o", "out.parquet"],
         ["sql", SLOW_ROWS, "-o", "out/"],
+        ["sql", SLOW_ROWS, "--format", "csv"],
     ],
-    ids=["printing", "aggregate-to-a-file", "streaming-to-a-folder"],
+    ids=["printing", "aggregate-to-a-file", "streaming-to-a-folder", "streaming-to-stdout"],
 )
 def test_ctrl_c_is_one_line_and_status_130(tmp_path, args):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -239,7 +391,7 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path, args):
     try:
         assert process.stdout is not None
         for line in process.stdout:  # polls its output: "running" once the query runs
-            if line == "running\n":
+            if line.endswith("running\n"):  # (after any rows it sent to stdout)
                 break
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=120)

@@ -54,7 +54,7 @@ def _dictionary_columns(first: pa.Table) -> list[str]:
 
 
 class ParquetFile:
-    def __init__(self, path: Path, first: pa.Table) -> None:
+    def __init__(self, path: Path | BinaryIO, first: pa.Table) -> None:
         self._writer = pq.ParquetWriter(
             path, first.schema, compression="snappy", use_dictionary=_dictionary_columns(first)
         )
@@ -68,7 +68,7 @@ class ParquetFile:
 
 
 class CsvFile:
-    def __init__(self, path: Path, first: pa.Table) -> None:
+    def __init__(self, path: Path | BinaryIO, first: pa.Table) -> None:
         self._writer = pacsv.CSVWriter(path, first.schema)
 
     def write(self, rows: pa.Table) -> None:
@@ -81,8 +81,12 @@ class CsvFile:
 class JsonFile:
     """Newline-delimited JSON: DuckDB's ``to_json`` renders each row, in order."""
 
-    def __init__(self, path: Path, first: pa.Table, cursor: duckdb.DuckDBPyConnection) -> None:
-        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115 - closed by close()
+    def __init__(
+        self, path: Path | BinaryIO, first: pa.Table, cursor: duckdb.DuckDBPyConnection
+    ) -> None:
+        # A stream given (stdout) stays open, as pyarrow's writers leave it.
+        self._owned = isinstance(path, Path)
+        self._file: BinaryIO = open(path, "wb") if isinstance(path, Path) else path  # noqa: SIM115
         self._cursor = cursor
 
     def write(self, rows: pa.Table) -> None:
@@ -102,4 +106,7 @@ class JsonFile:
         self._file.write(memoryview(lines.buffers()[2])[start:end])
 
     def close(self) -> None:
-        self._file.close()
+        if self._owned:
+            self._file.close()
+        else:
+            self._file.flush()

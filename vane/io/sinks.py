@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -42,6 +42,7 @@ _SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
 # buffering 65,536 of them); the partitioned writer has its own buffers of the same size.
 ROW_GROUP_ROWS = 65_536
 ROW_GROUP_BYTES = 32 * 2**20
+_Where = TypeVar("_Where", Path, BinaryIO)  # a file to create, or a stream open already
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,30 @@ class WriteResult:
         )
         counted = [f"{name}: {describe_usage(usage)}" for name, usage in self.usage.items()]
         return text + (f" ({'; '.join(counted)})" if counted else "")
+
+
+def check_columns(fmt: FileFormat, schema: pa.Schema) -> None:
+    """Refuse columns a file of ``fmt`` cannot hold: CSV holds neither nested values nor bytes."""
+    nested = [f.name for f in schema if pa.types.is_nested(f.type)]
+    if fmt == "csv" and nested:
+        raise ConfigurationError(
+            f"write_csv(): CSV cannot hold the nested column(s) {nested} (lists, structs, "
+            "maps). Write Parquet or JSON instead, or turn them into text first, for example "
+            f"with_column({nested[0]!r}, '{nested[0]}::VARCHAR')"
+        )
+    binary = [
+        f.name
+        for f in schema
+        if pa.types.is_binary(f.type)
+        or pa.types.is_large_binary(f.type)
+        or pa.types.is_fixed_size_binary(f.type)
+    ]
+    if fmt == "csv" and binary:
+        raise ConfigurationError(
+            f"write_csv(): CSV holds text, and {binary} hold bytes that need not be text. "
+            "Write Parquet instead, or turn them into text first, for example "
+            f"with_column({binary[0]!r}, 'hex({binary[0]})')"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,7 +125,9 @@ class FileSink:
                 "Write to a local directory and copy it to object storage"
             )
         if self.mode not in MODES:
-            raise ConfigurationError(f"{caller}(): mode={self.mode!r} is not one of {MODES}")
+            raise ConfigurationError(
+                f"{caller}(): mode={self.mode!r} is not one of {', '.join(MODES)}"
+            )
         lowered = self.path.lower()
         for other, suffixes in EXTENSIONS.items():
             if other != self.format and lowered.endswith(suffixes):
@@ -145,26 +172,7 @@ class FileSink:
             raise ConfigurationError(
                 f"write_{self.format}(): partition_by names every column, leaving none to write"
             )
-        nested = [f.name for f in schema if pa.types.is_nested(f.type)]
-        if self.format == "csv" and nested:
-            raise ConfigurationError(
-                f"write_csv(): CSV cannot hold the nested column(s) {nested} (lists, structs, "
-                "maps). Write Parquet or JSON instead, or turn them into text first, for example "
-                f"with_column({nested[0]!r}, '{nested[0]}::VARCHAR')"
-            )
-        binary = [
-            f.name
-            for f in schema
-            if pa.types.is_binary(f.type)
-            or pa.types.is_large_binary(f.type)
-            or pa.types.is_fixed_size_binary(f.type)
-        ]
-        if self.format == "csv" and binary:
-            raise ConfigurationError(
-                f"write_csv(): CSV holds text, and {binary} hold bytes that need not be text. "
-                "Write Parquet instead, or turn them into text first, for example "
-                f"with_column({binary[0]!r}, 'hex({binary[0]})')"
-            )
+        check_columns(self.format, schema)
 
     def start(self) -> FileWrite:
         """Check the destination and stage a new write of it (in the driver)."""
@@ -249,9 +257,7 @@ class PartWriter:
         directory, name = Path(self.directory), self._name(worker)
 
         def row_groups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
-            if self.format != "parquet":
-                return (pa.Table.from_batches([batch]) for batch in batches)
-            return coalesced(batches, ROW_GROUP_ROWS, ROW_GROUP_BYTES)
+            return _tables(self.format, batches)
 
         if self.single_name is not None:
             path = directory / self.single_name
@@ -294,13 +300,37 @@ class PartWriter:
         return writer.close()
 
 
+def _tables(fmt: FileFormat, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """What a file writer is given: each batch, or for Parquet row groups of a good size."""
+    if fmt != "parquet":
+        return (pa.Table.from_batches([batch]) for batch in batches)
+    return coalesced(batches, ROW_GROUP_ROWS, ROW_GROUP_BYTES)
+
+
+def write_stream(
+    fmt: FileFormat, schema: pa.Schema, batches: Iterable[pa.RecordBatch], out: BinaryIO
+) -> int:
+    """``batches`` written to ``out``, an open binary stream (stdout, a pipe), as one file of
+    ``fmt`` holds them, as they come; the rows written. Nothing is staged: what a stream was
+    sent cannot be taken back."""
+    check_columns(fmt, schema)
+    from vane import _engine
+
+    cursor = _engine.cursor() if fmt == "json" else None
+    try:
+        return _write_file(out, _tables(fmt, batches), schema, _opener(fmt, cursor))
+    finally:
+        if cursor is not None:
+            cursor.close()
+
+
 def _opener(
     fmt: FileFormat, cursor: duckdb.DuckDBPyConnection | None
-) -> Callable[[Path, pa.Table], FileWriter]:
+) -> Callable[[Path | BinaryIO, pa.Table], FileWriter]:
     # pyarrow's writers load on first write, not at `import vane`.
     from vane.io.formats import CsvFile, JsonFile, ParquetFile
 
-    def open_file(path: Path, first: pa.Table) -> FileWriter:
+    def open_file(path: Path | BinaryIO, first: pa.Table) -> FileWriter:
         if fmt == "parquet":
             return ParquetFile(path, first)
         if fmt == "csv":
@@ -312,10 +342,10 @@ def _opener(
 
 
 def _write_file(
-    path: Path,
+    path: _Where,
     tables: Iterator[pa.Table],
     schema: pa.Schema,
-    open_file: Callable[[Path, pa.Table], FileWriter],
+    open_file: Callable[[_Where, pa.Table], FileWriter],
 ) -> int:
     """Write ``tables`` to one new file; an empty run still makes a file that holds the schema."""
     writer: FileWriter | None = None
