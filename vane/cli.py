@@ -34,6 +34,7 @@ from typer.models import OptionInfo
 
 import vane
 from vane._sql import duckdb_message, quote_ident
+from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat
 
@@ -355,7 +356,7 @@ def show(
     """Print a file's or folder's schema, row count and first rows."""
     rel = _open(path, input_format)
     count = rel.count()
-    typer.echo(f"{path}: {count:,} row{'s' * (count != 1)}")
+    typer.echo(f"{path}: {counted(count, 'row')}")
     for field in rel.schema:
         typer.echo(f"  {field.name} {vane.types.arrow_to_duckdb(field.type)}")
     _print(rel, rows)

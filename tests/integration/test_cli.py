@@ -399,3 +399,51 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path, args):
         process.kill()
     assert (process.returncode, err) == (130, "interrupted\n")
     assert list(tmp_path.iterdir()) == []  # nothing written, no staging left behind
+
+
+# ---- counts -----------------------------------------------------------------------------------
+
+USAGE_NAMES = {
+    "requests": "request",
+    "prompt_tokens": "prompt token",
+    "completion_tokens": "completion token",
+    "retries": "retry",
+    "cache_hits": "cache hit",
+    "failures": "failure",
+}
+
+
+@given(
+    usage=st.dictionaries(st.sampled_from(sorted(USAGE_NAMES)), st.integers(0, 10**7)),
+    rows=st.integers(0, 10**7),
+    files=st.integers(0, 3),
+)
+def test_a_count_of_one_says_its_noun_once(usage, rows, files):
+    from vane.io.sinks import WriteResult
+    from vane.observe.events import StageFinished
+
+    step = StageFinished("s", rows, rows, 0, 0, 1.0, usage)
+    said = str(WriteResult("out", rows, files, 0, 1.0, steps=(step,) if usage else ()))
+    for name, count in usage.items():
+        one = USAGE_NAMES[name]
+        noun = one if count == 1 else one.removesuffix("y") + "ies" if one == "retry" else one + "s"
+        assert f"{count:,} {noun}" in said
+    assert (
+        f"wrote {rows:,} row{'s' * (rows != 1)} to out in {files} file{'s' * (files != 1)} ("
+        in said
+    )
+    assert step.summary().startswith(f"{rows:,} row{'s' * (rows != 1)} in,")
+
+
+def test_the_command_counts_one_as_one(folder):
+    assert "wrote 1 row to" in run("sql", "SELECT 1 AS a", "-o", "one.csv", cwd=folder).stdout
+    assert "one.csv: 1 row\n" in run("show", "one.csv", cwd=folder).stdout
+    server = FakeServer().start()
+    try:
+        done = run(
+            "prompt", "one.csv", "--template", "say {a}", "--model", "m", "--base-url",
+            server.base_url, "--api-key", "k", "-o", "answered/", cwd=folder,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert "in 1 file" in done.stdout and "(prompt[openai m](a): 1 request, " in done.stdout

@@ -108,7 +108,7 @@ def test_skipped_rows_leave_the_carried_columns_too():
 def test_a_pass_through_step_needs_one_row_per_row_and_new_names():
     rel = vane.from_pydict({"id": [1, 2], "text": ["a", "b"]})
     out = keep_columns(rel, udfs.drop_first_row, reads=("text",), schema={"shout": "VARCHAR"})
-    with pytest.raises(SchemaMismatchError, match="returned 1 rows for 2"):
+    with pytest.raises(SchemaMismatchError, match="returned 1 row for 2"):
         out.to_arrow()
     with pytest.raises(PlanError, match="would shadow input columns"):
         keep_columns(rel, udfs.drop_first_row, reads=("text",), schema={"text": "VARCHAR"})

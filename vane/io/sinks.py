@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
+from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
@@ -65,11 +66,11 @@ class WriteResult:
 
     def __str__(self) -> str:
         text = (
-            f"wrote {self.rows:,} row{'s' * (self.rows != 1)} to {self.path} in {self.files} file"
-            f"{'s' * (self.files != 1)} ({self.bytes / 1e6:,.1f} MB) in {self.seconds:.2f} s"
+            f"wrote {counted(self.rows, 'row')} to {self.path} in {counted(self.files, 'file')} "
+            f"({self.bytes / 1e6:,.1f} MB) in {self.seconds:.2f} s"
         )
-        counted = [f"{name}: {describe_usage(usage)}" for name, usage in self.usage.items()]
-        return text + (f" ({'; '.join(counted)})" if counted else "")
+        steps = [f"{name}: {describe_usage(usage)}" for name, usage in self.usage.items()]
+        return text + (f" ({'; '.join(steps)})" if steps else "")
 
 
 def check_columns(fmt: FileFormat, schema: pa.Schema) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from vane._text import counted
 from vane.config import get_config
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class Spool:
 
     def describe(self) -> str:
         where = f"spilled to {self.path}" if self.spilled else "in memory"
-        return f"{self.rows:,} rows, {self.nbytes / 1e6:,.1f} MB {where}"
+        return f"{counted(self.rows, 'row')}, {self.nbytes / 1e6:,.1f} MB {where}"
 
 
 def _remove(directory: Path | None) -> None:

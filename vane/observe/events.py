@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from vane._text import counted
+
 
 @dataclass(frozen=True)
 class StageStarted:
@@ -46,7 +48,7 @@ class StageFinished:
 
     def summary(self) -> str:
         """ "100 rows in, 100 out, 1.20 s; 100 requests, 2,310 prompt tokens, ..." """
-        text = f"{self.rows_in:,} rows in, {self.rows_out:,} out"
+        text = f"{counted(self.rows_in, 'row')} in, {self.rows_out:,} out"
         if self.rows_skipped:
             text += f", {self.rows_skipped:,} skipped"
         if self.rows_nulled:
@@ -65,22 +67,28 @@ def add_counts(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
     return total
 
 
-# The order a summary names an AI function's counters in; a UDF's own counters follow.
-_USAGE_ORDER = (
-    "requests",
-    "prompt_tokens",
-    "completion_tokens",
-    "retries",
-    "cache_hits",
-    "failures",
-)
+# The order a summary names an AI function's counters in, each as one of it is said; a UDF's
+# own counters follow, named as it named them.
+_USAGE_ORDER = {
+    "requests": "request",
+    "prompt_tokens": "prompt token",
+    "completion_tokens": "completion token",
+    "retries": "retry",
+    "cache_hits": "cache hit",
+    "failures": "failure",
+}
 
 
 def describe_usage(usage: Mapping[str, int]) -> str:
     """Counters as a summary line says them: "120 requests, 4,512 prompt tokens, 2 retries"."""
     names = [n for n in _USAGE_ORDER if n in usage]
     names += sorted(n for n in usage if n not in _USAGE_ORDER)
-    return ", ".join(f"{usage[name]:,} {name.replace('_', ' ')}" for name in names)
+    return ", ".join(
+        counted(usage[name], _USAGE_ORDER[name], name.replace("_", " "))
+        if name in _USAGE_ORDER
+        else f"{usage[name]:,} {name.replace('_', ' ')}"
+        for name in names
+    )
 
 
 Subscriber = Callable[[object], None]

@@ -73,7 +73,8 @@ class ProgressDisplay:
         usage = self._usage.get(step)
         counted = f", {describe_usage(usage)}" if usage else ""
         return (
-            f"{rows_in:,} rows in, {rows_out:,} out, {rows_in / elapsed:,.0f} rows/s{counted}, "
+            f"{rows_in:,} row{'s' * (rows_in != 1)} in, {rows_out:,} out, "
+            f"{rows_in / elapsed:,.0f} rows/s{counted}, "
             f"{tail}"
         )
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from vane._text import counted
 from vane.udf.batch_contract import ContractError, Subject, to_column
 from vane.udf.batch_format import python_values
 from vane.udf.column import ClassInstance, ColumnUdf, Const, Slot
@@ -254,6 +255,7 @@ def _check_length(result: Any, call: CallPlan, rows: int) -> None:
         ) from None
     if length != rows:
         raise ContractError(
-            f"{call.udf.name} returned {length} values for a batch of {rows} rows; a batch "
+            f"{call.udf.name} returned {counted(length, 'value')} for a batch of "
+            f"{counted(rows, 'row')}; a batch "
             "function returns exactly one value per input row, in order"
         )

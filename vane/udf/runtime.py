@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from vane._text import counted
 from vane.errors import UDFError
 from vane.observe.events import add_counts
 from vane.udf.batch_contract import ContractError, conform, shorten
@@ -282,8 +283,8 @@ class UdfRuntime:
         out = await self._call_and_conform(table)
         if self.spec.passthrough and out.num_rows != table.num_rows:
             raise RowCountError(
-                f"{self._where} returned {out.num_rows} rows for {table.num_rows}; a step that "
-                "keeps its input columns needs one output row per input row, in order"
+                f"{self._where} returned {counted(out.num_rows, 'row')} for {table.num_rows}; "
+                "a step that keeps its input columns needs one output row per input row, in order"
             )
         return out
 
@@ -440,7 +441,9 @@ class UdfRuntime:
         where = f"{self.spec.verb} step `{self.step}`"
         table = conform(failures.output, self.declared, where)
         if table.num_rows != task.table.num_rows:
-            raise ContractError(f"{where} answered {table.num_rows} rows for {task.table.num_rows}")
+            raise ContractError(
+                f"{where} answered {counted(table.num_rows, 'row')} for {task.table.num_rows}"
+            )
         if self.spec.on_error == "skip":
             keep = np.ones(table.num_rows, dtype=bool)
             keep[failures.rows] = False

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
 from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
@@ -240,7 +241,8 @@ class Client:
                     last = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 if attempt < self.settings.max_retries:
                     await asyncio.sleep(backoff_seconds(attempt, headers))
-        raise ProviderError(f"{url} failed {self.settings.max_retries + 1} time(s); last: {last}")
+        attempts = counted(self.settings.max_retries + 1, "time")
+        raise ProviderError(f"{url} failed {attempts}; last: {last}")
 
     # ---- prompts ------------------------------------------------------------------------------
 
