@@ -187,9 +187,12 @@ def _in_shell_words(message: str, function: Callable[..., Any]) -> str:
         return f"{flag} {shlex.quote(str(value))}"
 
     def said(match: re.Match[str]) -> str:
-        if match["column"]:
-            name, expression = ast.literal_eval(match["column"]), match["expression"]
-            return f"{ast.literal_eval(expression)} AS {quote_ident(name)} in the query"
+        if match["column"]:  # with_column('c', 'c::VARCHAR'): what the query can say
+            name, expression = (
+                ast.literal_eval(match["column"]),
+                ast.literal_eval(match["expression"]),
+            )
+            return f"{expression} AS {quote_ident(str(name))} in the query"
         if match["name"]:
             return option(match["name"], match["value"]) or match[0]
         if match["call"]:
