@@ -5,6 +5,7 @@ line, and advice that works today."""
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 import threading
 import warnings
@@ -145,6 +146,54 @@ def test_on_error_warnings_point_at_the_users_line(backend):
     for warning in caught:
         assert warning.filename == __file__, warning.filename
         assert "kept 1 failing row(s) as nulls" in str(warning.message)
+
+
+# A user's script, as it would be typed: the REPL ends the function at the blank line.
+SCRIPT = """\
+import vane
+vane.configure(progress=False)
+def score(batch):
+    if 13 in batch["id"].to_pylist():
+        raise ValueError("cannot score row 13")
+    return batch
+
+kept = vane.range(20).map_batches(score, schema={"id": "BIGINT"}, on_error="skip", batch_size=5)
+print("wrote", kept.write_parquet("out").rows, "rows", flush=True)
+"""
+
+
+@pytest.mark.parametrize("entry", ["file", "-c", "stdin", "repl"])
+def test_an_on_error_warning_never_fails_the_action_whatever_runs_the_script(tmp_path, entry):
+    # Python's loader for `python -c`, a script on stdin or the REPL has no source to give the
+    # warning's line: the warning is said without it, and the write commits.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "script.py").write_text(SCRIPT)
+    how = {
+        "file": ([sys.executable, "script.py"], None),
+        "-c": ([sys.executable, "-c", SCRIPT], None),
+        "stdin": ([sys.executable, "-"], SCRIPT),
+        "repl": ([sys.executable, "-i"], SCRIPT),
+    }
+    args, stdin = how[entry]
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        args,
+        check=False,
+        input=stdin,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": root},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "wrote 19 rows" in done.stdout, done.stderr
+    assert "skipped 1 row(s) on which the function failed" in done.stderr
+    assert "ValueError: cannot score row 13" in done.stderr and "Traceback" not in done.stderr
+    assert vane.read_parquet(str(tmp_path / "out")).count() == 19
 
 
 def test_too_few_gpus_advises_only_what_works(monkeypatch):

@@ -8,13 +8,9 @@ pools; a UDF step's output feeds the action directly when nothing relational fol
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -24,6 +20,7 @@ from vane._arrow import exact_batches
 from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
+from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower
 from vane.io.sinks import FileSink, WriteResult, write_to
@@ -54,7 +51,8 @@ class Execution:
         self.failure: BaseException | None = None
         # Ctrl-C: every stage aborts its pool and every cursor is interrupted.
         self.cancellation = Cancellation()
-        self._caller = _user_code()
+        # Where the action's warnings are shown: the user's line that started it.
+        self.caller = Caller()
 
     def _summary(self, event: object) -> None:
         if isinstance(event, StageFinished):
@@ -65,20 +63,6 @@ class Execution:
         self._cursors.append(cursor)
         self.cancellation.on_cancel(cursor.interrupt)
         return cursor
-
-    def warn(self, message: str) -> None:
-        """A warning shown at the line of the user's code that started this action, wherever
-        the stage that raises it runs (often a thread of DuckDB's)."""
-        filename, lineno, module_globals = self._caller
-        warnings.warn_explicit(
-            message,
-            UserWarning,
-            filename,
-            lineno,
-            module=module_globals.get("__name__"),
-            registry=module_globals.setdefault("__warningregistry__", {}),
-            module_globals=module_globals,
-        )
 
     def relation(
         self, node: PlanNode, cursor: duckdb.DuckDBPyConnection | None = None
@@ -123,7 +107,7 @@ class Execution:
             source=source,
             events=self.events,
             cancellation=self.cancellation,
-            warn=self.warn,
+            warn=self.caller.warn,
         )
         return pa.RecordBatchReader.from_batches(node.schema, self._guard(stage.batches()))
 
@@ -162,18 +146,6 @@ class Execution:
 
 
 _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
-_VANE_DIR = str(Path(__file__).resolve().parents[1])
-
-
-def _user_code() -> tuple[str, int, dict[str, Any]]:
-    """The file, line and globals of the innermost frame outside vane (and contextlib)."""
-    frame = sys._getframe(1)
-    while frame.f_back is not None and (
-        frame.f_code.co_filename.startswith(_VANE_DIR)
-        or frame.f_code.co_filename == contextmanager.__code__.co_filename
-    ):
-        frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
 
 
 @contextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,6 +17,7 @@ import pyarrow as pa
 from vane._arrow import exact_batches
 from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.ray.actor import StepCounts
 from vane.execution.ray.cluster import cluster_resources, ray_module
@@ -209,7 +209,7 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
-    progress = lowering.progress = _Progress(tally, lowering.steps)
+    progress = lowering.progress = _Progress(tally, lowering.steps, Caller())
     try:
         yield lowering
         progress.finish()
@@ -231,9 +231,10 @@ class _Progress:
 
     POLL_SECONDS = 0.5
 
-    def __init__(self, tally: Any, steps: dict[int, UdfStep]) -> None:
+    def __init__(self, tally: Any, steps: dict[int, UdfStep], caller: Caller) -> None:
         self.tally = tally
         self.steps = steps
+        self.caller = caller  # where the on_error warnings are shown
         self.events = action_events()
         self.started = time.perf_counter()
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
@@ -307,7 +308,7 @@ class _Progress:
                 poisoned=counts.poisoned,
             )
             if message:
-                warnings.warn(message, UserWarning, stacklevel=5)
+                self.caller.warn(message)
         return self.finished
 
     def stop(self) -> None:
