@@ -104,6 +104,7 @@ class Execution:
             udf_schema=udf_schema,
             schema=node.schema,
             step=spec.name,
+            step_id=node.step_id,
             source=source,
             events=self.events,
             cancellation=self.cancellation,

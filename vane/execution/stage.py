@@ -55,6 +55,7 @@ class UdfStage:
         udf_schema: pa.Schema,
         schema: pa.Schema,
         step: str,
+        step_id: int,
         source: pa.RecordBatchReader,
         events: EventBus,
         cancellation: Cancellation | None = None,
@@ -68,6 +69,7 @@ class UdfStage:
         self.udf_schema = udf_schema
         self.schema = schema
         self.step = step
+        self.step_id = step_id
         self.source = source
         self.events = events
         self.batch_size = spec.rows_per_batch
@@ -112,7 +114,7 @@ class UdfStage:
         failed = True
         try:
             pool.start()
-            self.events.emit(StageStarted(self.step, len(pool.actors)))
+            self.events.emit(StageStarted(self.step, self.step_id, len(pool.actors)))
             saturated_since: float | None = None
             offset = 0
             for seq, chunk in enumerate(self._chunks()):
@@ -170,6 +172,7 @@ class UdfStage:
         self.events.emit(
             BatchDone(
                 self.step,
+                self.step_id,
                 rows_in,
                 outcome.table.num_rows,
                 pool.busy_actors(),
@@ -210,6 +213,7 @@ class UdfStage:
         self.events.emit(
             StageFinished(
                 self.step,
+                self.step_id,
                 self.rows_in,
                 self.rows_out,
                 self.rows_skipped,

@@ -36,6 +36,7 @@ Cursor = duckdb.DuckDBPyConnection
 JoinHow = Literal["inner", "left", "right", "outer", "semi", "anti"]
 
 _serial = itertools.count()
+_step_ids = itertools.count(1)
 
 
 class PlanNode:
@@ -820,11 +821,16 @@ _VERB_KIND = {"map_batches": "MapBatches", "map": "Map", "flat_map": "FlatMap", 
 @dataclass(frozen=True, eq=False)
 class UdfStep(PlanNode):
     """A user's function or class run over batches of its input by an actor pool. Its output is
-    the declared schema (plus an ``error`` column with ``on_error="null"``)."""
+    the declared schema (plus an ``error`` column with ``on_error="null"``).
+
+    ``step_id`` is the step's identity, given when it is built and kept when the optimizer
+    rebuilds it over other inputs: two steps of one function share a name, never an id, and
+    events, summaries and ``explain(analyze=True)`` tell them apart by it."""
 
     input: PlanNode
     udf: UdfSpec
     declared: pa.Schema
+    step_id: int = field(default_factory=lambda: next(_step_ids))
 
     def __post_init__(self) -> None:
         spec = self.udf

@@ -241,8 +241,8 @@ class _Progress:
         self.finished: list[StageFinished] = []
         self._done = False
         self._stopped = threading.Event()
-        for node in steps.values():
-            self.events.emit(StageStarted(node.udf.name, node.udf.min_actors))
+        for key, node in steps.items():
+            self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors))
         self._thread: threading.Thread | None = None
         if self.events.listening and steps:
             self._thread = threading.Thread(
@@ -269,6 +269,7 @@ class _Progress:
             self.events.emit(
                 BatchDone(
                     self.steps[key].udf.name,
+                    key,
                     counts.rows_in - seen.rows_in,
                     counts.rows_out - seen.rows_out,
                     max(counts.busy, 0),
@@ -290,6 +291,7 @@ class _Progress:
             spec, counts = node.udf, totals.get(key) or StepCounts()
             summary = StageFinished(
                 spec.name,
+                key,
                 counts.rows_in,
                 counts.rows_out,
                 counts.skipped,

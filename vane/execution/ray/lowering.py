@@ -96,11 +96,10 @@ class RayLowering:
         self.ray_data = ray.data
         self.tally = tally
         self._shared = shared_subplans(plan)
-        # The UDF steps, by the key their actors report their counts under.
-        self.steps: dict[int, UdfStep] = dict(
-            enumerate(n for n in walk(plan) if isinstance(n, UdfStep))
-        )
-        self._keys = {id(node): key for key, node in self.steps.items()}
+        # The UDF steps, by the key their actors report their counts under: the step's id.
+        self.steps: dict[int, UdfStep] = {
+            n.step_id: n for n in walk(plan) if isinstance(n, UdfStep)
+        }
         self.progress: Any = None  # the action's events (set by the runner)
         self._datasets: dict[int, Any] = {}
         self._cursors: list[duckdb.DuckDBPyConnection] = []
@@ -161,7 +160,7 @@ class RayLowering:
         return self.dataset(node.input).map_batches(
             RayUdf,
             fn_constructor_args=(spec, udf_schema, node.schema, spec.name),
-            fn_constructor_kwargs={"tally": self.tally, "key": self._keys[id(node)]},
+            fn_constructor_kwargs={"tally": self.tally, "key": node.step_id},
             batch_size=spec.rows_per_batch,
             batch_format="pyarrow",
             zero_copy_batch=True,
