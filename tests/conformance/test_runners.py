@@ -310,6 +310,58 @@ def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     assert sum(int(m.read_text()) for m in marks) >= 6
 
 
+def _wait_for_files(directory, pattern: str, count: int) -> list:
+    """The files ``pattern`` names in ``directory`` once there are ``count`` (a worker's
+    teardown runs after Ray lets go of its actor: waited for, at most a minute)."""
+    import time
+
+    deadline = time.monotonic() + 60
+    while len(list(directory.glob(pattern))) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return sorted(directory.glob(pattern))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("end", ["count", "limit", "show"])
+def test_ray_actors_run_teardown_and_release_the_udf_instance(tmp_path, on_ray, end):
+    import gc
+
+    from tests.integration.test_teardown import Released
+
+    out = vane.range(600).map_batches(
+        Released,
+        schema={"id": "BIGINT"},
+        batch_size=10,
+        concurrency=2,
+        fn_constructor_args=(str(tmp_path),),
+    )
+    if end == "count":
+        assert out.count() == 600
+    elif end == "limit":
+        assert out.limit(5).to_arrow().num_rows == 5
+    else:
+        out.show(3)
+    gc.collect()
+    assert len(_wait_for_files(tmp_path, "*.done", 2)) == 2
+    assert len(_wait_for_files(tmp_path, "*.released", 2)) == 2
+
+
+def fails_from_row_4(row: dict) -> dict:
+    if row["id"] >= 4:
+        raise ValueError(f"cannot score row {row['id']}")
+    return row
+
+
+@pytest.mark.timeout(300)
+def test_rows_past_a_limit_never_fail_the_action_on_ray(on_ray):
+    # Ray Data's own scenario: ds.map(f).limit(4) gives 4 rows, whatever f does on row 5.
+    rel = vane.range(100).map(fails_from_row_4, schema={"id": "BIGINT"}, batch_size=1)
+    assert rel.limit(4).to_pylist() == [{"id": i} for i in range(4)]
+    assert rel.select("id").limit(2, offset=2).to_pylist() == [{"id": 2}, {"id": 3}]
+    with pytest.raises(ValueError, match="cannot score row 4"):  # a row the limit needs
+        rel.limit(5).to_pylist()
+
+
 @pytest.mark.timeout(300)
 def test_ai_functions_run_on_ray_each_row_once_with_their_usage(tmp_path, on_ray):
     pytest.importorskip("aiohttp")

@@ -213,8 +213,13 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     try:
         yield lowering
         progress.finish()
+    except GeneratorExit:
+        progress.finish()  # a stream closed early: the steps' summaries as far as they went
+        raise
     except BaseException as exc:
-        error = _unwrap(exc)
+        # What a stream from Ray raised, rather than DuckDB's text for it
+        failed = lowering.failure if lowering.failure and not _interrupt(exc) else exc
+        error = _unwrap(failed)
         if error is exc:
             raise
         raise error from error.__cause__
@@ -318,6 +323,10 @@ class _Progress:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def _interrupt(exc: BaseException) -> bool:
+    return not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit: as they are
 
 
 def _unwrap(exc: BaseException) -> BaseException:
