@@ -132,18 +132,22 @@ def test_a_column_udf_class_is_torn_down_too(tmp_path):
     assert (tmp_path / "closed").exists()
 
 
-def test_prompt_closes_its_connection_pool(tmp_path):
+@pytest.mark.parametrize(
+    "action",
+    ["assert len(out.to_pylist()) == 30", "out.show(3)", "next(iter(out.iter_batches(2)))"],
+)
+def test_prompt_closes_its_connection_pool(tmp_path, action):
     pytest.importorskip("aiohttp")
     script = textwrap.dedent(
-        """
+        f"""
         import gc
         import vane
         from tests.ai_server import FakeServer
         vane.configure(progress=False)
         server = FakeServer().start()
-        rel = vane.from_pydict({"text": ["a", "b", "c"]})
-        out = rel.prompt("text", base_url=server.base_url, api_key="k", model="m")
-        assert len(out.to_pylist()) == 3
+        rel = vane.from_pydict({{"text": [str(i) for i in range(30)]}})
+        out = rel.prompt("text", base_url=server.base_url, api_key="k", model="m", batch_size=2)
+        {action}
         gc.collect()
         server.stop()
         print("done")
