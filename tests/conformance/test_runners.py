@@ -470,7 +470,9 @@ async def slow_double_async(batch):
 def test_ray_progress_counts_busy_actors_not_calls(on_ray, fn):
     # One actor takes several calls at once on Ray (a plain function's next batch waits in its
     # worker; an async one runs many): the progress line must still say one actor, never more.
-    from vane.observe.events import BatchDone, subscribe
+    # How many polls land while batches run is the clock's business: every one of them, and the
+    # last, must hold; the tally's arithmetic is tested on its own (tests/unit/test_ray_tally.py).
+    from vane.observe.events import BatchDone, StageFinished, subscribe
 
     seen: list[object] = []
     unsubscribe = subscribe(seen.append)
@@ -480,6 +482,8 @@ def test_ray_progress_counts_busy_actors_not_calls(on_ray, fn):
     finally:
         unsubscribe()
     done = [e for e in seen if isinstance(e, BatchDone)]
-    assert len(done) >= 3  # polled while it ran (twice a second, ~2 s of batches)
+    assert done  # the last poll, at the end, at least
     assert all(e.busy_actors <= e.actors <= 1 for e in done), done
-    assert any(e.busy_actors == 1 for e in done), done
+    assert sum(e.rows_in for e in done) == 200
+    (finished,) = [e for e in seen if isinstance(e, StageFinished)]
+    assert finished.rows_in == 200

@@ -81,7 +81,7 @@ def test_one_ctrl_c_stops_the_job_with_keyboard_interrupt(tmp_path, backend, act
     driver, pids = _start_driver(tmp_path, backend, action)
     driver.send_signal(signal.SIGINT)
     try:
-        out, err = driver.communicate(timeout=20)  # catches a hang, measures nothing
+        out, err = driver.communicate(timeout=60)  # catches a hang, measures nothing
     except subprocess.TimeoutExpired:
         driver.kill()
         pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
@@ -99,7 +99,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_workers_too_and_nothing_restarts(tmp_p
     driver, pids = _start_driver(tmp_path, "subprocess_actor", "count", concurrency=2, group=True)
     os.killpg(driver.pid, signal.SIGINT)
     try:
-        _, err = driver.communicate(timeout=20)
+        _, err = driver.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         driver.kill()
         pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")

@@ -99,16 +99,21 @@ class AlwaysDie:
 
 
 class AsyncSleeper:
-    """Records how many calls overlap on this actor."""
+    """Records how many calls overlap on this actor. Until ``overlap`` calls have once run at
+    the same time, each call waits for them (a minute at most): calls that can overlap then do,
+    however slowly they arrive, and calls that cannot give 1 after the wait."""
 
-    def __init__(self) -> None:
+    def __init__(self, overlap: int = 2) -> None:
+        self.overlap = overlap
         self.running = 0
         self.most = 0
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         self.running += 1
         self.most = max(self.most, self.running)
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while self.most < self.overlap and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         self.running -= 1
         return pa.table({"id": batch["id"], "overlap": pa.array([self.most] * batch.num_rows)})
 
@@ -204,6 +209,29 @@ class SlowSource:
     def __call__(self, batch: pa.Table) -> pa.Table:
         time.sleep(0.1)
         return pa.table({"id": batch["id"]})
+
+
+# A source that makes its next batch only once the step reading it has answered the last (set
+# anew by each test that uses it): the reader's actors never hold two batches at once, however
+# busy the machine.
+LOCKSTEP = threading.Semaphore(1)
+
+
+class LockstepSource:
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        time.sleep(0.01)  # not quick: its calls travel one by one, never in units
+        LOCKSTEP.acquire(timeout=60)
+        return pa.table({"id": batch["id"]})
+
+
+class LockstepTagger(SlowThreadTagger):
+    """Tags rows with its actor (50 ms a batch), then lets the source make the next batch."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        try:
+            return super().__call__(batch)
+        finally:
+            LOCKSTEP.release()
 
 
 class CreateFileMidway:
