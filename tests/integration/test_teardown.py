@@ -205,6 +205,31 @@ def test_teardown_runs_on_every_actor_when_the_action_needs_no_more_rows(
     assert len(list(marks.glob("*.done"))) == 2  # one per actor, as the action returned
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_limit_met_while_a_call_hangs_returns_at_the_call_s_timeout(
+    tmp_path, backend, release_hung
+):
+    # The rows needed are in while another actor's call hangs: the action waits for that call
+    # as long as batch_timeout_s lets it run, then gives it up, and returns.
+    from tests.integration import udfs
+
+    marker = tmp_path / "hung"
+    rel = vane.range(20).map_batches(
+        udfs.HangsWhileTheFirstRowsWait,
+        schema={"id": "BIGINT"},
+        batch_size=5,
+        concurrency=2,
+        execution_backend=backend,
+        batch_timeout_s=2,
+        fn_constructor_args=(5, str(marker)),
+    )
+    assert rel.limit(3).to_arrow()["id"].to_pylist() == [0, 1, 2]
+    assert marker.exists()
+    if backend == "subprocess_actor":
+        assert gone(int(marker.read_text()), within=30)
+
+
 class Released(Marks):
     """Marks, whose instance leaves ``<pid>-<id>.released`` when it is let go of: Ray Data's
     users clean up in ``__del__``."""

@@ -290,6 +290,27 @@ class HangOnRow:
         return pa.table({"id": batch["id"]})
 
 
+class HangsWhileTheFirstRowsWait:
+    """The batch holding row ``row`` leaves ``marker`` and hangs; the batch holding row 0 waits
+    for the marker first (a minute at most): once the first rows are answered, the other batch
+    is surely running, and hung."""
+
+    def __init__(self, row: int, marker: str) -> None:
+        self.row = row
+        self.marker = Path(marker)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        ids = batch["id"].to_pylist()
+        if self.row in ids:
+            self.marker.write_text(str(os.getpid()))
+            RELEASE.wait()
+        if 0 in ids:
+            deadline = time.monotonic() + 60
+            while not self.marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return pa.table({"id": batch["id"]})
+
+
 class AsyncHangOnRow:
     def __init__(self, row: int) -> None:
         self.row = row

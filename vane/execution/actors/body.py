@@ -139,6 +139,7 @@ class ActorBody:
         self._dropping = False  # stopped early or aborted: batches not yet done are dropped
         self._aborted = False  # stopped without grace: teardown() does not run either
         self._hung = False  # the watchdog gave up on this actor: deliver nothing more
+        self._over = threading.Event()  # the thread ended, or was given up on
         self._watchdog: _Watchdog | None = None
         timeout = spec.batch_timeout_s
         if timeout is not None:
@@ -153,6 +154,12 @@ class ActorBody:
     # ---- the body's thread --------------------------------------------------------------------
 
     def _main(self, schema: pa.Schema, step: str) -> None:
+        try:
+            self._serve(schema, step)
+        finally:
+            self._over.set()
+
+    def _serve(self, schema: pa.Schema, step: str) -> None:
         if self._loop is not None:
             import asyncio
 
@@ -165,6 +172,7 @@ class ActorBody:
             return
         if not settle(self.ready):
             self._close_loop()  # the host stopped waiting: nobody will send a batch
+            self._release()
             return
         try:
             if self._loop is None:
@@ -282,6 +290,7 @@ class ActorBody:
             token, attempt = next(((t, a) for t, a in running if t == blocked), (token, attempt))
         seconds = self.spec.batch_timeout_s or 0.0
         self._on_hang(Hang(token, attempt, seconds, self._stuck_at()))
+        self._over.set()  # given up on: nobody waits for this thread any more
 
     def _stuck_at(self) -> str:
         """Where the body's thread is now: the user's call it is in, and the innermost frame."""
@@ -345,7 +354,9 @@ class ActorBody:
         loop.create_task(drain())
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        """Wait for the body to end (its teardown() run), or to be given up on (a call that
+        overran ``batch_timeout_s``: its thread may never end)."""
+        self._over.wait(timeout)
 
 
 class _Watchdog:
