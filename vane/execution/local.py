@@ -108,7 +108,7 @@ class Execution:
             return self.udf_reader(node)
         chain = self._row_local_chain(node) if lazy else None
         if chain is not None:
-            return self._per_batch(node, *chain)
+            return self._per_block(node, *chain, batch_size)
         return self.relation(node).to_arrow_reader(batch_size)
 
     def _row_local_chain(self, node: PlanNode) -> tuple[list[PlanNode], UdfStep] | None:
@@ -122,18 +122,31 @@ class Execution:
             return None
         return chain[::-1], node
 
-    def _per_batch(
-        self, node: PlanNode, chain: list[PlanNode], udf: UdfStep
+    def _per_block(
+        self, node: PlanNode, chain: list[PlanNode], udf: UdfStep, batch_size: int
     ) -> pa.RecordBatchReader:
+        """``chain`` run on blocks of the UDF step's batches, each gathered up to the reader's
+        ``batch_size`` rows (no further: the reader asks for that many at once anyway); a
+        query per UDF batch would cost a DuckDB query's overhead every thousand rows."""
         top, bottom = reroot(chain, udf.schema)
         steps = BlockSql(top, bottom)
         udf_batches = self.udf_reader(udf)
 
-        def batches() -> Iterator[pa.RecordBatch]:
+        def blocks() -> Iterator[pa.Table]:
+            pending: list[pa.RecordBatch] = []
+            rows = 0
             for batch in udf_batches:
-                for out in steps(pa.Table.from_batches([batch])).to_batches():
-                    if out.num_rows:
-                        yield out
+                pending.append(batch)
+                rows += batch.num_rows
+                if rows >= batch_size:
+                    yield pa.Table.from_batches(pending, udf.schema)
+                    pending, rows = [], 0
+            if pending:
+                yield pa.Table.from_batches(pending, udf.schema)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for block in blocks():
+                yield from (out for out in steps(block).to_batches() if out.num_rows)
 
         return pa.RecordBatchReader.from_batches(node.schema, batches())
 
