@@ -51,7 +51,7 @@ class Execution:
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         # Subplans two parts of the plan read, computed once for this action and kept.
         self._shared = shared_subplans(plan)
-        self._shared_all = frozenset(self._shared)
+        self._read_twice = frozenset(self._shared)  # (_shared forgets each once computed)
         self._spools: dict[int, MaterializedScan] = {}
         # The first error a UDF stage raised: DuckDB reports errors from an Arrow stream it
         # reads as its own text, so the original (with its cause) is kept here to re-raise.
@@ -99,7 +99,7 @@ class Execution:
     ) -> pa.RecordBatchReader:
         """A stream of ``node``'s rows; a UDF step's batches come straight from its pool. With
         ``lazy`` (a reader that may stop at any batch), row-local steps over a UDF step run on
-        each of its batches as it is read: DuckDB would run the step far ahead of the reader
+        its batches as they are read: DuckDB would run the step far ahead of the reader
         (hundreds of thousands of rows), paying for rows nobody reads and failing on them."""
         scan = self.spooled(node)
         if scan is not None:
@@ -115,10 +115,10 @@ class Execution:
         """The row-local SQL steps from ``node`` down to the UDF step they read (bottom step
         first), when nothing on the way is read by another part of the plan."""
         chain: list[PlanNode] = []
-        while isinstance(node, SqlStep) and node.row_local and id(node) not in self._shared_all:
+        while isinstance(node, SqlStep) and node.row_local and id(node) not in self._read_twice:
             chain.append(node)
             node = node.inputs[0]
-        if not chain or not isinstance(node, UdfStep) or id(node) in self._shared_all:
+        if not chain or not isinstance(node, UdfStep) or id(node) in self._read_twice:
             return None
         return chain[::-1], node
 
