@@ -231,8 +231,12 @@ def test_a_limit_met_while_a_call_hangs_returns_at_the_call_s_timeout(
 
 
 class Released(Marks):
-    """Marks, whose instance leaves ``<pid>-<id>.released`` when it is let go of: Ray Data's
-    users clean up in ``__del__``."""
+    """Marks, whose instance leaves ``<pid>-<id>.born`` when it is constructed and
+    ``<pid>-<id>.released`` when it is let go of: Ray Data's users clean up in ``__del__``."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        (self.directory / f"{os.getpid()}-{id(self)}.born").touch()
 
     def __del__(self) -> None:
         (self.directory / f"{os.getpid()}-{id(self)}.released").touch()
