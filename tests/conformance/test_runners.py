@@ -328,8 +328,9 @@ def _every_instance_ended(directory) -> tuple[int, int, int]:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("end", ["count", "limit", "show"])
 def test_ray_actors_run_teardown_and_release_the_udf_instance(tmp_path, on_ray, end):
-    # Every instance constructed is torn down and let go of; an action that needs few rows
-    # may end before Ray has constructed its second actor, which is then never constructed.
+    # Every instance constructed is torn down and let go of. How many Ray constructs is Ray's
+    # affair: an action may end before it has built its second actor (on a busy machine, even
+    # one that reads every row: the range is one block).
     import gc
 
     from tests.integration.test_teardown import Released
@@ -350,8 +351,6 @@ def test_ray_actors_run_teardown_and_release_the_udf_instance(tmp_path, on_ray, 
     gc.collect()
     born, done, released = _every_instance_ended(tmp_path)
     assert born >= 1 and done == born and released == born
-    if end == "count":
-        assert born == 2
 
 
 def fails_from_row_4(row: dict) -> dict:
