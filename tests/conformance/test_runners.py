@@ -287,12 +287,11 @@ def test_the_seed_ray_example_runs_as_written(on_ray):
 @pytest.mark.timeout(300)
 def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     import gc
-    import time
 
-    from tests.integration.test_teardown import Marks
+    from tests.integration.test_teardown import Released
 
     out = vane.range(60).map_batches(
-        Marks,
+        Released,
         schema={"id": "BIGINT"},
         batch_size=10,
         concurrency=2,
@@ -301,13 +300,11 @@ def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     assert out.count() == 60
     gc.collect()
     # Ray Data lets go of its actors when the dataset is collected; each then ends gracefully
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("*.done"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    marks = sorted(tmp_path.glob("*.done"))
-    assert len(marks) == 2
+    # (each actor Ray built: on a busy machine the job may end before it builds the second)
+    born, done, _ = _every_instance_ended(tmp_path)
+    assert born >= 1 and done == born
     # every batch ran before teardown (Ray cuts batches at its blocks' edges: 6 or more)
-    assert sum(int(m.read_text()) for m in marks) >= 6
+    assert sum(int(m.read_text()) for m in tmp_path.glob("*.done")) >= 6
 
 
 def _every_instance_ended(directory) -> tuple[int, int, int]:
