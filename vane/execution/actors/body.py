@@ -137,7 +137,7 @@ class ActorBody:
         self._queue: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
         self._tasks: dict[asyncio.Task[None], int] = {}  # an async UDF's batches, by token
         self._dropping = False  # stopped early or aborted: batches not yet done are dropped
-        self._aborted = False  # stopped without grace: teardown() does not run either
+        self._aborted = False  # stopped without grace: no result is delivered after it
         self._hung = False  # the watchdog gave up on this actor: deliver nothing more
         self._over = threading.Event()  # the thread ended, or was given up on
         self._watchdog: _Watchdog | None = None
@@ -232,7 +232,7 @@ class ActorBody:
             # Stopped with or without grace, every batch has ended (the drain awaited them): the
             # UDF releases what it holds (connections, say) now, not when it is collected. Only
             # an actor given up on, whose loop may still be blocked, is left as it is.
-            if not (self._aborted or self._hung):
+            if not self._hung:
                 assert self.runtime is not None
                 loop.run_until_complete(self.runtime.teardown())
         finally:
