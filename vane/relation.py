@@ -140,16 +140,18 @@ class Relation:
         started = time.perf_counter()
         rows = 0
         try:
-            for batch in current_runner().stream(self._plan, get_config().batch_size):
+            # The plan as optimized above runs (optimizing it again changes nothing), so its
+            # steps' ids are the ones the summaries carry.
+            for batch in current_runner().stream(plan, get_config().batch_size):
                 rows += batch.num_rows
         finally:
             unsubscribe()
         seconds = time.perf_counter() - started
-        summaries = {e.step: e for e in seen if isinstance(e, StageFinished)}
+        summaries = {e.step_id: e for e in seen if isinstance(e, StageFinished)}
         notes = {
-            id(node): summaries[node.udf.name].summary()
+            id(node): summaries[node.step_id].summary()
             for node in walk(plan)
-            if isinstance(node, UdfStep) and node.udf.name in summaries
+            if isinstance(node, UdfStep) and node.step_id in summaries
         }
         text = explain_plan(plan, current_runner().placement(plan), notes)
         return f"{text}\n-- ran in {seconds:.2f} s, {rows:,} row{'s' * (rows != 1)}"

@@ -6,6 +6,7 @@ connections closed however a job ends."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import decimal
@@ -24,7 +25,7 @@ import textwrap
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,20 @@ def questions(n: int) -> vane.Relation:
 def ask(rel: vane.Relation, server: FakeServer, **options: object) -> vane.Relation:
     options.setdefault("model", "test-model")
     return rel.prompt("text", base_url=server.base_url, api_key="key", **options)
+
+
+def _hold(server: FakeServer, until: Callable[[int], bool]) -> None:
+    """The server answers request number ``n`` only once ``until(n)`` holds (a minute at most):
+    a test then sees what it asks for however fast or slow the machine is."""
+    answer = server._misbehave
+
+    async def held(number: int) -> object:
+        deadline = time.monotonic() + 60
+        while not until(number) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return await answer(number)
+
+    server._misbehave = held  # type: ignore[method-assign]
 
 
 def test_every_row_is_answered_exactly_once_and_keeps_its_row(server):
@@ -100,15 +115,23 @@ def test_failures_are_retried_and_every_row_still_answered_once(server, behaviou
 
 
 def test_requests_in_flight_never_exceed_the_limit(server):
+    # Each request waits until 8 have been in flight at once: the limit is reached, whatever
+    # the machine's speed, and is never passed.
     server.behaviour = Behaviour(latency=0.05)
+    _hold(server, lambda _: server.max_in_flight >= 8)
     ask(questions(100), server, max_concurrent_requests=8).to_pylist()
     assert server.max_in_flight == 8
 
 
 def test_requests_per_minute_hold(server):
+    started = time.monotonic()
     ask(questions(12), server, requests_per_minute=300).to_pylist()  # one each 0.2 s
-    gaps = [b - a for a, b in zip(server.arrivals, server.arrivals[1:], strict=False)]
-    assert min(gaps) > 0.15
+    # The limiter sends the k-th request k * 0.2 s after the first, at the soonest, and a busy
+    # machine only delays arrivals: never sooner than that after the run began.
+    arrivals = sorted(server.arrivals)
+    assert len(arrivals) == 12
+    assert all(t - started >= k * 0.2 - 0.001 for k, t in enumerate(arrivals)), arrivals
+    assert arrivals[-1] - arrivals[0] > 1.0  # (0.2 s apart: 2.2 s from the first to the last)
 
 
 def test_one_refused_request_fails_its_row_only(server):
@@ -266,6 +289,9 @@ def test_the_cache_answers_repeats_and_reruns_without_requests(server, tmp_path)
 @pytest.mark.slow
 def test_a_killed_run_resumes_without_repeating_answered_requests(server, tmp_path):
     server.behaviour = Behaviour(latency=0.05)
+    # Requests past the 100th wait until the first run is killed: it cannot finish first.
+    killed = threading.Event()
+    _hold(server, lambda number: number <= 100 or killed.is_set())
     cache = tmp_path / "cache"
     script = textwrap.dedent(
         f"""
@@ -283,6 +309,7 @@ def test_a_killed_run_resumes_without_repeating_answered_requests(server, tmp_pa
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
+    killed.set()
     answered_before = sum(1 for n in server.by_prompt.values() if n)
     assert 100 <= answered_before < 400
     rows = ask(

@@ -32,16 +32,14 @@ import vane
 from tests.strategies import tables
 from vane.errors import VaneError
 
-# Deterministic examples: CI runs the same ones every time. VANE_EXPLORE=500 draws 500 fresh
-# examples per test instead, to look for new failures.
-_EXPLORE = int(os.environ.get("VANE_EXPLORE", "0"))
+# The examples are the same on every run (tests/conftest.py's profile); HYPOTHESIS_PROFILE=explore
+# draws fresh ones, many more, to look for new failures.
+_EXPLORE = os.environ.get("HYPOTHESIS_PROFILE") == "explore"
 FAST = settings(
-    max_examples=_EXPLORE or 60,
-    deadline=None,
-    derandomize=not _EXPLORE,
+    max_examples=500 if _EXPLORE else 60,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-SLOW = settings(FAST, max_examples=8)
+SLOW = settings(FAST, max_examples=50 if _EXPLORE else 8)
 
 
 def same(a: Any, b: Any) -> bool:

@@ -29,7 +29,7 @@ from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
-from vane.observe.events import StageFinished, describe_usage
+from vane.observe.events import StageFinished, describe_usage, step_names
 
 if TYPE_CHECKING:
     from vane.io.formats import FileWriter
@@ -61,8 +61,10 @@ class WriteResult:
 
     @property
     def usage(self) -> dict[str, dict[str, int]]:
-        """Each counting step's counters by step: ``{"prompt[openai m]": {"requests": 5}}``."""
-        return {step.step: dict(step.usage) for step in self.steps if step.usage}
+        """Each counting step's counters by step: ``{"prompt[openai m]": {"requests": 5}}``
+        (two steps of one name are told apart by their order: ``"embed"``, ``"embed #2"``)."""
+        names = step_names(self.steps)
+        return {name: dict(s.usage) for name, s in zip(names, self.steps, strict=True) if s.usage}
 
     def __str__(self) -> str:
         text = (

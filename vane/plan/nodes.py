@@ -37,6 +37,7 @@ Cursor = duckdb.DuckDBPyConnection
 JoinHow = Literal["inner", "left", "right", "outer", "semi", "anti"]
 
 _serial = itertools.count()
+_step_ids = itertools.count(1)
 
 
 class PlanNode:
@@ -917,11 +918,16 @@ class InferredSchema:
 class UdfStep(PlanNode):
     """A user's function or class run over batches of its input by an actor pool. Its output is
     the declared schema (plus an ``error`` column with ``on_error="null"``); without one, the
-    schema of its first output batch, learned when the plan first needs it."""
+    schema of its first output batch, learned when the plan first needs it.
+
+    ``step_id`` is the step's identity, given when it is built and kept when the optimizer
+    rebuilds it over other inputs: two steps of one function share a name, never an id, and
+    events, summaries and ``explain(analyze=True)`` tell them apart by it."""
 
     input: PlanNode
     udf: UdfSpec
     declared: pa.Schema | InferredSchema
+    step_id: int = field(default_factory=lambda: next(_step_ids))
 
     def __post_init__(self) -> None:
         spec = self.udf

@@ -55,9 +55,15 @@ class BatchOutcome:
     # many calls the batch held: the stage sizes its transport units from these.
     seconds: float = 0.0
     calls: int = 1
+    # A unit whose call raised under on_error="raise" after others had answered: the outcome
+    # holds the answers before it, to be handed on first, and this error, to raise next (a
+    # `limit` met by those answers never sees it).
+    failure: BaseException | None = None
 
     def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
         """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
+        if self.failure is not None:
+            return self  # nothing after the failure is handed on
         return BatchOutcome(
             pa.concat_tables([self.table, other.table]),
             self.rows_skipped + other.rows_skipped,
@@ -68,6 +74,7 @@ class BatchOutcome:
             add_counts(self.usage, other.usage),
             self.seconds + other.seconds,
             self.calls + other.calls,
+            other.failure,
         )
 
 
@@ -382,12 +389,19 @@ class UdfRuntime:
         """The batch's output under the step's retry and ``on_error`` policy, with what the
         UDF counted meanwhile (``usage_counters``). A unit of several calls (``Task.call_rows``)
         runs them in turn, each under the policy on its own; the first call that raises under
-        ``on_error="raise"`` fails the unit, with its own rows in the message."""
+        ``on_error="raise"`` ends the unit, with its own rows in the message: it fails the unit
+        if it was the first, else it is the ``failure`` that follows the answers before it."""
         started = time.perf_counter()
         calls = task.split_calls()
         outcome: BatchOutcome | None = None
         for call in calls:
-            done = await self._run(call, watch)
+            try:
+                done = await self._run(call, watch)
+            except Exception as exc:
+                if outcome is None:
+                    raise
+                outcome.failure = exc
+                break
             outcome = done if outcome is None else outcome.then(done, call.offset - task.offset)
         assert outcome is not None
         # (a failed batch's counts go with the next one)
