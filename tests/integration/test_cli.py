@@ -422,7 +422,7 @@ def test_a_count_of_one_says_its_noun_once(usage, rows, files):
     from vane.io.sinks import WriteResult
     from vane.observe.events import StageFinished
 
-    step = StageFinished("s", rows, rows, 0, 0, 1.0, usage)
+    step = StageFinished("s", 1, rows, rows, 0, 0, 1.0, usage)
     said = str(WriteResult("out", rows, files, 0, 1.0, steps=(step,) if usage else ()))
     for name, count in usage.items():
         one = USAGE_NAMES[name]
