@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 
-.PHONY: demo test lint install clean bench bench-quick
+.PHONY: demo test test-stress lint install clean bench bench-quick
 
 # torch first, pinned: 2.13.0 is a local CPU wheel on our machines; letting another package pull
 # torch in would fetch a multi-GB CUDA build.
@@ -42,6 +42,15 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# The same suite on a busy machine: two processes keep two cores busy beside it (.ci/busy.py
+# starts them and ends them with the suite). No test may depend on how much happens within
+# some wall-clock time; this is where one that does shows it.
+test-stress: $(VENV)/.installed-dev
+	$(BIN)/ruff check vane tests examples bench
+	$(BIN)/ruff format --check vane tests examples bench
+	$(BIN)/mypy
+	$(BIN)/python .ci/busy.py 2 -- $(BIN)/python -m pytest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""The prompt workload's server: tests/ai_server.py's FakeServer (which also reads message
+"""The prompt workload's server: vane.testing's OpenAIServer (which also reads message
 content given as a list of parts, as Daft's prompt sends it), plus what the benchmark needs.
 Run from the repository root: ``python bench/prompt_server.py --port P --latency 0.05``.
 
@@ -18,10 +18,10 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from tests.ai_server import Behaviour, FakeServer
+from vane.testing.server import Behaviour, OpenAIServer
 
 
-class BenchServer(FakeServer):
+class BenchServer(OpenAIServer):
     async def stats(self, request: web.Request) -> web.Response:
         with self._lock:
             body = {"requests": self.requests, "max_in_flight": self.max_in_flight}

@@ -343,7 +343,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def prompt_server() -> Iterator[str]:
-    """tests/ai_server.py's server (see prompt_server.py) in its own process, with vane's
+    """vane.testing's OpenAIServer (see prompt_server.py) in its own process, with vane's
     interpreter, answering each request after 50 ms."""
     port = free_port()
     log = open(WORK / "prompt_server.log", "wb")  # noqa: SIM115 -- closed in finally

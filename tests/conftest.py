@@ -6,6 +6,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # Nothing may come from a model hub: models come from installed packages (see tests/models.py),
 # laid out as an offline hub cache before any test imports huggingface_hub. Worker processes
@@ -15,6 +16,18 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 _HF_HOME = Path(tempfile.mkdtemp(prefix="vane-tests-hf-"))
 os.environ["HF_HOME"] = str(_HF_HOME)
+
+
+# Property tests draw the same examples on every run (a failure in CI is a failure anywhere) and
+# never judge a test by how long an example took: a busy 2-core machine is slow, not wrong.
+# HYPOTHESIS_PROFILE=explore draws fresh examples, many more of them, to look for new failures.
+settings.register_profile(
+    "vane", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "explore", deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "vane"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,5 +1,5 @@
 """Calls with arguments a signature does not take, explained: each unexpected keyword with the
-closest names the function does take, each missing argument with what it is for.
+closest names the function does take, each missing argument by name.
 
 Python's own ``TypeError`` names one problem (often the missing argument a misspelled keyword
 was meant to be) and nothing to do about it. ``checked`` wraps a public function so that a call
@@ -20,12 +20,6 @@ from vane.errors import ArgumentError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# What a missing argument is for, when its name does not say enough.
-_HINTS = {
-    "schema": "the columns and types the function returns, e.g. "
-    "schema={'id': 'BIGINT', 'label': 'VARCHAR'}",
-}
-
 
 def _keyword_names(signature: inspect.Signature) -> list[str]:
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -33,41 +27,54 @@ def _keyword_names(signature: inspect.Signature) -> list[str]:
 
 
 def binding_problems(
-    signature: inspect.Signature, args: Sequence[Any], kwargs: Mapping[str, Any]
+    signature: inspect.Signature,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    supplied: int = 0,
 ) -> str | None:
     """Why ``args``/``kwargs`` do not fit ``signature``, in a sentence or two; None if they
-    do."""
+    do. The first ``supplied`` of ``args`` are vane's own (a batch, ``self``): they are not
+    counted or listed as the user's."""
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:
         reason = str(exc)
     else:
         return None
-    parameters = signature.parameters
-    takes_any_keyword = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-    names = _keyword_names(signature)
+    parameters = list(signature.parameters.values())
+    kinds = inspect.Parameter
+    positional = [
+        p for p in parameters if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    ]
+    takes_any_keyword = any(p.kind is kinds.VAR_KEYWORD for p in parameters)
+    takes_any_positional = any(p.kind is kinds.VAR_POSITIONAL for p in parameters)
+    names = [
+        p.name
+        for p in parameters[supplied:]
+        if p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+    ]
     parts = []
-    unknown = [k for k in kwargs if k not in parameters and not takes_any_keyword]
-    for keyword in unknown:
+    for keyword in kwargs:
+        if keyword in signature.parameters or takes_any_keyword:
+            continue
         close = difflib.get_close_matches(keyword, names, n=2, cutoff=0.6)
         guess = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
         parts.append(f"it takes no argument {keyword!r}{guess}")
-    if not unknown:
+    if not parts and len(args) > len(positional) and not takes_any_positional:
+        parts.append(
+            f"too many positional arguments: it takes {len(positional) - supplied}, and "
+            f"{len(args) - supplied} were given"
+        )
+    if not parts:
+        filled = {p.name for p in positional[: len(args)]} | set(kwargs)
         missing = [
             p.name
-            for p in parameters.values()
+            for p in parameters
             if p.default is p.empty
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            and p.name not in kwargs
+            and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+            and p.name not in filled
         ]
-        # positional arguments fill the first ones
-        positional = sum(
-            1 for p in parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        )
-        missing = missing[min(len(args), positional) :] if len(args) <= positional else missing
-        for name in missing:
-            hint = f": {_HINTS[name]}" if name in _HINTS else ""
-            parts.append(f"it needs {name}={hint}")
+        parts.extend(f"missing a required argument: {name!r}" for name in missing)
     if not parts:
         parts.append(reason)
     return "; ".join(parts) + f". It takes ({', '.join(names)})"

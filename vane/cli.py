@@ -23,7 +23,7 @@ import typer
 
 import vane
 from vane.errors import ConfigurationError, VaneError
-from vane.io.files import EXTENSIONS
+from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES
 
 app = typer.Typer(
     name="vane",
@@ -111,14 +111,37 @@ def _open(path: str, given: str | None) -> vane.Relation:
     return reader(path)
 
 
-def _write(rel: vane.Relation, output: Path, fmt: str | None, mode: str) -> None:
-    if fmt is None:
-        suffix = output.suffix.lower()
-        fmt = {".csv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json"}.get(
-            suffix, "parquet"
-        )
-    if fmt not in EXTENSIONS:
+def _output_format(output: Path, given: str | None) -> str:
+    """The format to write ``output`` in: ``--format``, else the one its name ends in, else
+    Parquet. A name that says one format while --format says another is refused: writing
+    Parquet into a folder called ``out.csv`` would exit 0 and leave no ``out.csv`` file."""
+    if given is not None and given not in EXTENSIONS:
         raise ConfigurationError(f"--format must be one of {', '.join(EXTENSIONS)}")
+    name = output.name.lower()
+    named = next((fmt for fmt, endings in EXTENSIONS.items() if name.endswith(endings)), None)
+    if named is None:
+        return given or "parquet"  # a folder (out/, out.v2): files of the format inside
+    endings = SINGLE_FILE_SUFFIXES[named]
+    if not output.name.endswith(endings):  # the writers read the ending as it is spelled
+        raise ConfigurationError(
+            f"-o {output}: vane writes {named} uncompressed, to a file whose name ends in "
+            f"{' or '.join(endings)} (lower case), or into a folder; name the output that way"
+        )
+    if given is not None and given != named:
+        raise ConfigurationError(
+            f"-o {output} names a {named} file, but --format is {given}: name the output for "
+            f"its format ({output.with_name(output.name[: -len(_ending(name))])}"
+            f"{SINGLE_FILE_SUFFIXES[given][0]}), or a folder, or drop --format"
+        )
+    return named
+
+
+def _ending(name: str) -> str:
+    return next(e for endings in EXTENSIONS.values() for e in endings if name.endswith(e))
+
+
+def _write(rel: vane.Relation, output: Path, fmt: str | None, mode: str) -> None:
+    fmt = _output_format(output, fmt)
     result = getattr(rel, f"write_{fmt}")(str(output), mode=mode)
     typer.echo(str(result))
 

@@ -140,21 +140,28 @@ class Relation:
         started = time.perf_counter()
         rows = 0
         try:
-            for batch in current_runner().stream(self._plan, get_config().batch_size):
+            # The plan as optimized above runs (optimizing it again changes nothing), so its
+            # steps' ids are the ones the summaries carry.
+            for batch in current_runner().stream(plan, get_config().batch_size):
                 rows += batch.num_rows
         finally:
             unsubscribe()
         seconds = time.perf_counter() - started
-        summaries = {e.step: e for e in seen if isinstance(e, StageFinished)}
+        summaries = {e.step_id: e for e in seen if isinstance(e, StageFinished)}
         notes = {
-            id(node): summaries[node.udf.name].summary()
+            id(node): summaries[node.step_id].summary()
             for node in walk(plan)
-            if isinstance(node, UdfStep) and node.udf.name in summaries
+            if isinstance(node, UdfStep) and node.step_id in summaries
         }
         text = explain_plan(plan, current_runner().placement(plan), notes)
         return f"{text}\n-- ran in {seconds:.2f} s, {rows:,} row{'s' * (rows != 1)}"
 
     def __repr__(self) -> str:
+        plan = self._plan
+        declared = plan.declared if isinstance(plan, UdfStep) else None
+        if isinstance(declared, nodes.InferredSchema) and not declared.known:
+            # showing it must not run it
+            return f"Relation[columns not known until its first batch runs]\n{self.explain()}"
         return f"Relation[{describe_schema(self.schema)}]\n{self.explain()}"
 
     # ---- verbs: each returns a new Relation ------------------------------------------------
@@ -325,7 +332,7 @@ class Relation:
         self,
         fn: Any,
         *,
-        schema: SchemaSpec,
+        schema: SchemaSpec | None = None,
         batch_size: int | None = None,
         batch_format: str = "pyarrow",
         execution_backend: str | None = None,
@@ -352,7 +359,8 @@ class Relation:
 
         It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of
         columns or pandas DataFrame with exactly the columns of ``schema`` (``{"name": "DuckDB
-        type"}`` or a ``pa.Schema``); the row count may change. See docs/map_batches.md for
+        type"}`` or a ``pa.Schema``; without one, the schema of its first output batch, learned
+        when the plan first needs it); the row count may change. See docs/map_batches.md for
         backends, concurrency, GPUs, retries, ``on_error`` (with ``"null"``, each failing row's
         error text is kept in ``error_column``, "error" by default) and the timeouts
         (``batch_timeout_s`` per attempt at a batch, ``actor_start_timeout_s`` for the
@@ -373,7 +381,7 @@ class Relation:
         self,
         fn: Any,
         *,
-        schema: SchemaSpec,
+        schema: SchemaSpec | None = None,
         batch_size: int | None = None,
         execution_backend: str | None = None,
         concurrency: int | tuple[int, int] = 1,
@@ -401,7 +409,7 @@ class Relation:
         self,
         fn: Any,
         *,
-        schema: SchemaSpec,
+        schema: SchemaSpec | None = None,
         batch_size: int | None = None,
         execution_backend: str | None = None,
         concurrency: int | tuple[int, int] = 1,
@@ -436,7 +444,14 @@ class Relation:
                 "is 'local'. Call vane.configure(runner='ray') before building the plan, or use "
                 "execution_backend='subprocess_actor' (or 'thread') to run on this machine"
             )
-        declared = to_arrow_schema(schema)
+        declared: pa.Schema | nodes.InferredSchema
+        if schema is None:
+            from vane.execution.inference import infer_output_schema
+
+            plan = self._plan
+            declared = nodes.InferredSchema(lambda: infer_output_schema(plan, spec))
+        else:
+            declared = to_arrow_schema(schema)
         step = nodes.UdfStep(self._plan, spec, declared)
         current_runner().check(step)  # before anything runs: fail with the counts
         return Relation(step)

@@ -287,12 +287,11 @@ def test_the_seed_ray_example_runs_as_written(on_ray):
 @pytest.mark.timeout(300)
 def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     import gc
-    import time
 
-    from tests.integration.test_teardown import Marks
+    from tests.integration.test_teardown import Released
 
     out = vane.range(60).map_batches(
-        Marks,
+        Released,
         schema={"id": "BIGINT"},
         batch_size=10,
         concurrency=2,
@@ -301,13 +300,70 @@ def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     assert out.count() == 60
     gc.collect()
     # Ray Data lets go of its actors when the dataset is collected; each then ends gracefully
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("*.done"))) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    marks = sorted(tmp_path.glob("*.done"))
-    assert len(marks) == 2
+    # (each actor Ray built: on a busy machine the job may end before it builds the second)
+    born, done, _ = _every_instance_ended(tmp_path)
+    assert born >= 1 and done == born
     # every batch ran before teardown (Ray cuts batches at its blocks' edges: 6 or more)
-    assert sum(int(m.read_text()) for m in marks) >= 6
+    assert sum(int(m.read_text()) for m in tmp_path.glob("*.done")) >= 6
+
+
+def _every_instance_ended(directory) -> tuple[int, int, int]:
+    """How many UDF instances were constructed, torn down and released, once the last two
+    match the first (a worker tears down after Ray lets go of its actor: waited for, a minute
+    at most)."""
+    import time
+
+    def counts() -> tuple[int, int, int]:
+        return tuple(len(list(directory.glob(f"*.{s}"))) for s in ("born", "done", "released"))
+
+    deadline = time.monotonic() + 60
+    while len(set(counts())) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return counts()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("end", ["count", "limit", "show"])
+def test_ray_actors_run_teardown_and_release_the_udf_instance(tmp_path, on_ray, end):
+    # Every instance constructed is torn down and let go of. How many Ray constructs is Ray's
+    # affair: an action may end before it has built its second actor (on a busy machine, even
+    # one that reads every row: the range is one block).
+    import gc
+
+    from tests.integration.test_teardown import Released
+
+    out = vane.range(600).map_batches(
+        Released,
+        schema={"id": "BIGINT"},
+        batch_size=10,
+        concurrency=2,
+        fn_constructor_args=(str(tmp_path),),
+    )
+    if end == "count":
+        assert out.count() == 600
+    elif end == "limit":
+        assert out.limit(5).to_arrow().num_rows == 5
+    else:
+        out.show(3)
+    gc.collect()
+    born, done, released = _every_instance_ended(tmp_path)
+    assert born >= 1 and done == born and released == born
+
+
+def fails_from_row_4(row: dict) -> dict:
+    if row["id"] >= 4:
+        raise ValueError(f"cannot score row {row['id']}")
+    return row
+
+
+@pytest.mark.timeout(300)
+def test_rows_past_a_limit_never_fail_the_action_on_ray(on_ray):
+    # Ray Data's own scenario: ds.map(f).limit(4) gives 4 rows, whatever f does on row 5.
+    rel = vane.range(100).map(fails_from_row_4, schema={"id": "BIGINT"}, batch_size=1)
+    assert rel.limit(4).to_pylist() == [{"id": i} for i in range(4)]
+    assert rel.select("id").limit(2, offset=2).to_pylist() == [{"id": 2}, {"id": 3}]
+    with pytest.raises(ValueError, match="cannot score row 4"):  # a row the limit needs
+        rel.limit(5).to_pylist()
 
 
 @pytest.mark.timeout(300)
@@ -416,7 +472,9 @@ async def slow_double_async(batch):
 def test_ray_progress_counts_busy_actors_not_calls(on_ray, fn):
     # One actor takes several calls at once on Ray (a plain function's next batch waits in its
     # worker; an async one runs many): the progress line must still say one actor, never more.
-    from vane.observe.events import BatchDone, subscribe
+    # How many polls land while batches run is the clock's business: every one of them, and the
+    # last, must hold; the tally's arithmetic is tested on its own (tests/unit/test_ray_tally.py).
+    from vane.observe.events import BatchDone, StageFinished, subscribe
 
     seen: list[object] = []
     unsubscribe = subscribe(seen.append)
@@ -426,6 +484,8 @@ def test_ray_progress_counts_busy_actors_not_calls(on_ray, fn):
     finally:
         unsubscribe()
     done = [e for e in seen if isinstance(e, BatchDone)]
-    assert len(done) >= 3  # polled while it ran (twice a second, ~2 s of batches)
+    assert done  # the last poll, at the end, at least
     assert all(e.busy_actors <= e.actors <= 1 for e in done), done
-    assert any(e.busy_actors == 1 for e in done), done
+    assert sum(e.rows_in for e in done) == 200
+    (finished,) = [e for e in seen if isinstance(e, StageFinished)]
+    assert finished.rows_in == 200

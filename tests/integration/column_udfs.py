@@ -103,6 +103,22 @@ class AsyncClient:
         return self.peak
 
 
+@vane.cls(max_concurrency=(1, 2))
+class ScalingAsyncClient:
+    """The same, on one to two actors: ``max_concurrency`` counts actors, not rows."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+
+    async def __call__(self, value: int) -> int:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        await asyncio.sleep(0.02)
+        self.in_flight -= 1
+        return self.peak
+
+
 @vane.func
 def shout(text: str) -> str:
     return text.upper() + "!"

@@ -48,3 +48,21 @@ def gone(pid: int, within: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def worker_pids() -> set[int]:
+    """The worker processes of subprocess actors this process started that are still there."""
+    import os
+
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == os.getpid() and b"vane.execution.actors._worker" in command:
+            pids.add(int(entry.name))
+    return pids

@@ -118,3 +118,46 @@ def test_embed_writes_vectors(folder):
     run("embed", "reviews.parquet", "--column", "text", "-o", "embedded/", cwd=folder)
     embedded = vane.read_parquet(folder / "embedded")
     assert repr(embedded).startswith("Relation[id BIGINT, text VARCHAR, embedding FLOAT[384]]")
+
+
+@pytest.mark.parametrize(
+    ("output", "fmt", "error"),
+    [
+        ("out.csv", "parquet", "names a csv file, but --format is parquet"),
+        ("out.parquet", "json", "names a parquet file, but --format is json"),
+        ("out.jsonl", "csv", "names a json file, but --format is csv"),
+        ("out.tsv", None, "writes csv uncompressed, to a file whose name ends in .csv"),
+        ("out.csv.gz", "csv", "writes csv uncompressed"),
+        ("out.JSONL", None, r"ends in .json or .jsonl or .ndjson \(lower case\)"),
+    ],
+)
+def test_an_output_named_for_one_format_is_not_written_in_another(folder, output, fmt, error):
+    args = ["sql", "SELECT 1 AS a", "-o", output] + (["--format", fmt] if fmt else [])
+    done = run(*args, cwd=folder, check=False)
+    assert done.returncode == 1 and re.search(error, done.stderr), done.stderr
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    assert not (folder / output).exists()
+
+
+def test_each_output_name_gets_its_format(folder):
+    for output, fmt, reader in [
+        ("a.csv", None, vane.read_csv),
+        ("b.jsonl", "json", vane.read_json),
+        ("c.pq", None, vane.read_parquet),
+        ("d/", "csv", vane.read_csv),
+        ("e.v2", None, vane.read_parquet),
+    ]:
+        args = ["sql", "SELECT 1 AS a", "-o", output] + (["--format", fmt] if fmt else [])
+        run(*args, cwd=folder)
+        assert (folder / output).is_file() == (not output.endswith(("/", ".v2")))
+        assert reader(folder / output).to_pylist() == [{"a": 1}]
+
+
+def test_a_template_that_is_not_one_is_a_one_line_error(folder):
+    done = run(
+        "prompt", "reviews.parquet", "--template", "{0}", "--model", "m",
+        "--base-url", "http://127.0.0.1:9/v1", "--api-key", "k", "-o", "out/",
+        cwd=folder, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: prompt(): template '{0}': placeholder {0} is positional")

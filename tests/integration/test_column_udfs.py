@@ -120,6 +120,14 @@ def test_async_row_methods_overlap_rows():
     assert max(r["peak"] for r in out) > 4
 
 
+def test_an_async_class_scales_between_min_and_max_actors():
+    out = vane.range(40).select(col("id"), u.ScalingAsyncClient()(col("id")).alias("peak"))
+    assert "concurrency=(1, 2)" in out.explain(optimized=True)
+    rows = out.to_pylist()
+    assert [r["id"] for r in rows] == list(range(40))
+    assert max(r["peak"] for r in rows) > 2  # rows overlap: (1, 2) counts actors, not rows
+
+
 def test_arguments_can_be_expressions_constants_and_keywords():
     rel = vane.from_pydict({"v": [1, 2], "w": [4, 8]})
     out = rel.select(
@@ -231,6 +239,12 @@ def test_a_return_type_is_needed():
         @vane.func
         def odd(x: int) -> set[int]:
             return {x}
+
+
+def test_max_concurrency_of_a_function_is_a_number_of_rows():
+    for wrong in ((1, 2), 0, True, "4"):
+        with pytest.raises(ConfigurationError, match="rows of an async def one actor runs"):
+            vane.func(max_concurrency=wrong)
 
 
 def test_decorators_reject_the_wrong_kind_of_target():

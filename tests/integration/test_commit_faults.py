@@ -24,23 +24,34 @@ WRITE = textwrap.dedent(
     """
     import sys, vane
     vane.configure(progress=False)
-    path, fmt, mode, start, rows, partitioned = sys.argv[1:7]
+    path, fmt, mode, start, rows, partitioned, per_file = sys.argv[1:8]
     rel = vane.range(int(rows)).select(f"id + {int(start)} AS id", "id % 5 AS k")
     options = {"mode": mode}
     if partitioned == "1":
         options["partition_by"] = "k"
     elif not path.endswith((".parquet", ".csv", ".jsonl")):
         options["rows_per_file"] = max(1, int(rows) // 4)
+    if int(per_file):
+        options["rows_per_file"] = int(per_file)
     getattr(rel, "write_" + fmt)(path, **options)
     """
 )
 
 
 def writer(
-    path: Path, fmt: str, mode: str, *, start: int, rows: int, partitioned: bool, pause: str = ""
+    path: Path,
+    fmt: str,
+    mode: str,
+    *,
+    start: int,
+    rows: int,
+    partitioned: bool,
+    pause: str = "",
+    rows_per_file: int = 0,
 ) -> subprocess.Popen[bytes]:
     env = dict(os.environ, VANE_COMMIT_PAUSE=pause)
     args = [str(path), fmt, mode, str(start), str(rows), "1" if partitioned else "0"]
+    args.append(str(rows_per_file))
     return subprocess.Popen(
         [sys.executable, "-c", WRITE, *args],
         cwd=ROOT,
@@ -56,10 +67,15 @@ def write(path: Path, fmt: str, mode: str, *, start: int, rows: int, partitioned
     assert process.returncode == 0, err.decode()[-2000:]
 
 
-def kill_at(step: str, path: Path, fmt: str, mode: str, *, partitioned: bool, tmp: Path) -> None:
+def pause_at(
+    step: str, path: Path, fmt: str, mode: str, *, partitioned: bool, tmp: Path, **options: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A writer of rows 1000..1039 held at ``step`` while the returned marker file exists."""
     marker = tmp / f"paused-{step}"
     pause = f"{step}:{marker}"
-    process = writer(path, fmt, mode, start=1000, rows=40, partitioned=partitioned, pause=pause)
+    process = writer(
+        path, fmt, mode, start=1000, rows=40, partitioned=partitioned, pause=pause, **options
+    )
     deadline = time.monotonic() + 120
     while not marker.exists():
         if process.poll() is not None:
@@ -68,6 +84,13 @@ def kill_at(step: str, path: Path, fmt: str, mode: str, *, partitioned: bool, tm
             process.kill()
             raise AssertionError(f"the writer never reached {step}")
         time.sleep(0.02)
+    return process, marker
+
+
+def kill_at(
+    step: str, path: Path, fmt: str, mode: str, *, partitioned: bool, tmp: Path, **options: int
+) -> None:
+    process, _ = pause_at(step, path, fmt, mode, partitioned=partitioned, tmp=tmp, **options)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
 
@@ -238,3 +261,153 @@ def test_concurrent_writers_and_readers_never_make_or_see_a_mix(tmp_path):
     assert all(n == sizes[w] for w, n in final.items())
     assert sum(1 for w in final if sizes[w] == 300) == 1
     assert leftovers(out) == []
+
+
+# ---- every way of naming the files reads under the commit protocol ------------------------------
+
+# How a reader may name what an append writes into: the destination's files by a glob, a list
+# holding that glob, one partition's directory, the destination through a symlink (as a
+# directory and by a glob), and the directory itself. Each must see all of an append or none.
+READ_PATHS = ["glob", "list", "partition", "symlink", "symlink-glob", "directory"]
+
+
+def read_by(how: str, out: Path, *, partitioned: bool) -> list[int]:
+    """The ids read through ``how``; for a partition, those of partition k=0 (id % 5 == 0)."""
+    inner = "*/*.parquet" if partitioned else "*.parquet"
+    link = out.parent / "link"
+    if how.startswith("symlink") and not link.exists():
+        link.symlink_to(out)
+    path: str | list[str] = {
+        "glob": f"{out}/{inner}",
+        "list": [f"{out}/{inner}"],
+        "partition": f"{out}/k=0",
+        "symlink": str(link),
+        "symlink-glob": f"{link}/{inner}",
+        "directory": str(out),
+    }[how]
+    rows = vane.read_parquet(path).select("id").to_pylist()
+    return sorted(row["id"] for row in rows)
+
+
+def _seen(how: str, ids: list[int]) -> list[int]:
+    return [i for i in ids if i % 5 == 0] if how == "partition" else ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", READ_PATHS)
+@pytest.mark.parametrize("step", ["journaled", "moving"])
+def test_every_read_path_finishes_an_append_its_writer_died_in(tmp_path, how, step):
+    partitioned = how == "partition"
+    out = tmp_path / "data" / "out"
+    # Several files per partition, so that one moved file is part of a partition's rows.
+    per_file = {"rows_per_file": 2 if partitioned else 5}
+    write(out, "parquet", "error", start=0, rows=20, partitioned=partitioned)
+    kill_at(step, out, "parquet", "append", partitioned=partitioned, tmp=tmp_path, **per_file)
+    assert list(out.glob(".vane-commit-*"))  # the journal of the unfinished append
+    assert read_by(how, out, partitioned=partitioned) == _seen(how, sorted(OLD + NEW))
+    assert not list(out.glob(".vane-commit-*"))
+
+
+def _waits_on(lock: Path) -> bool:
+    """Whether some process waits for an flock on ``lock`` (Linux's /proc/locks lists each
+    waiter as ``-> FLOCK ...`` with the file's device and inode)."""
+    status = os.stat(lock)
+    device = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    with open("/proc/locks") as locks:
+        return any("->" in line and device in line.split() for line in locks)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads Linux's /proc/locks")
+@pytest.mark.parametrize("how", READ_PATHS)
+def test_a_read_during_an_append_waits_for_all_of_it(tmp_path, how):
+    # The writer is held after moving the first of its files; a reader starts, and the writer
+    # goes on only once the reader has either finished (it did not wait: before the fix, a
+    # glob saw that one file) or is waiting for the destination's lock. Nothing here depends on
+    # how fast anything runs.
+    partitioned = how == "partition"
+    out = tmp_path / "data" / "out"
+    per_file = {"rows_per_file": 2 if partitioned else 5}
+    write(out, "parquet", "error", start=0, rows=20, partitioned=partitioned)
+    process, marker = pause_at(
+        "moving", out, "parquet", "append", partitioned=partitioned, tmp=tmp_path, **per_file
+    )
+    seen: list[list[int]] = []
+    failures: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            seen.append(read_by(how, out, partitioned=partitioned))
+        except BaseException as error:
+            failures.append(error)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    lock = out.parent / f".{out.name}.vane-lock"
+    deadline = time.monotonic() + 120  # a guard against a hang, not a measure
+    while reader.is_alive() and not _waits_on(lock):
+        assert time.monotonic() < deadline, "the reader neither finished nor waited"
+        time.sleep(0.01)
+    marker.unlink()  # the writer goes on
+    _, err = process.communicate(timeout=120)
+    reader.join(timeout=120)
+    assert process.returncode == 0, err.decode()[-2000:]
+    assert not failures, failures
+    assert seen == [_seen(how, sorted(OLD + NEW))]
+
+
+@pytest.mark.slow
+def test_reads_by_every_path_beside_appends_never_see_part_of_one(tmp_path):
+    # Readers loop beside a process appending twenty one-row files at a time; a read that sees
+    # some but not all of an append's files is a partial read. On a slow machine fewer reads
+    # overlap an append (the test is weaker there), but none may be partial.
+    out = tmp_path / "out"
+    vane.sql("SELECT range AS id, -1 AS w FROM range(20)").write_parquet(out, rows_per_file=1)
+    script = textwrap.dedent(
+        """
+        import sys, vane
+        vane.configure(progress=False)
+        for w in range(12):
+            rel = vane.sql(f"SELECT range AS id, {w} AS w FROM range(20)")
+            rel.write_parquet(sys.argv[1], mode="append", rows_per_file=1)
+        """
+    )
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    paths: list[str | list[str]] = [f"{out}/*.parquet", [f"{out}/*.parquet"], f"{link}/*.parquet"]
+    paths += [str(link), str(out)]
+    done = threading.Event()
+    partial: list[dict[int, int]] = []
+    errors: list[BaseException] = []
+    reads = [0]
+
+    def read_in_a_loop(path: str | list[str]) -> None:
+        while True:
+            finished = done.is_set()  # one more read after the writer is done: at least one
+            try:
+                rows = vane.read_parquet(path).aggregate("count(*) AS n", group_by="w")
+                counts = {r["w"]: r["n"] for r in rows.to_pylist()}
+            except BaseException as error:
+                errors.append(error)
+                return
+            reads[0] += 1
+            if any(n != 20 for n in counts.values()):
+                partial.append(counts)
+            if finished:
+                return
+
+    readers = [threading.Thread(target=read_in_a_loop, args=(p,)) for p in paths]
+    for thread in readers:
+        thread.start()
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(out)], cwd=ROOT, stderr=subprocess.PIPE
+    )
+    _, err = process.communicate(timeout=300)
+    done.set()
+    for thread in readers:
+        thread.join()
+    assert process.returncode == 0, err.decode()[-3000:]
+    assert not errors, errors[0]
+    assert partial == [] and reads[0] >= len(paths)
+    final = vane.read_parquet(f"{out}/*.parquet").aggregate("count(*) AS n", group_by="w")
+    assert {r["w"]: r["n"] for r in final.to_pylist()} == dict.fromkeys(range(-1, 12), 20)

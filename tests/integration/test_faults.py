@@ -121,14 +121,21 @@ def test_map_rows_must_have_exactly_the_declared_keys():
 
 
 def test_autoscaling_does_not_add_actors_a_slow_input_cannot_feed():
-    slow = vane.range(1500).map_batches(udfs.SlowSource, schema={"id": "BIGINT"}, batch_size=100)
+    # The input makes each batch only once the step has answered the one before: its one actor
+    # is never busy with a batch waiting, however long the run takes.
+    udfs.LOCKSTEP = threading.Semaphore(1)
+    slow = vane.range(1500).map_batches(
+        udfs.LockstepSource, schema={"id": "BIGINT"}, batch_size=100
+    )
     out = slow.map_batches(
-        udfs.SlowThreadTagger,  # 50 ms per batch: half as slow as its input
+        udfs.LockstepTagger,
         schema={"id": "BIGINT", "actor": "VARCHAR"},
         batch_size=100,
         concurrency=(1, 4),
     )
-    assert len(set(out.to_arrow()["actor"].to_pylist())) == 1
+    table = out.to_arrow()
+    assert table["id"].to_pylist() == list(range(1500))
+    assert len(set(table["actor"].to_pylist())) == 1
 
 
 def test_a_file_that_appears_during_a_write_is_not_replaced(tmp_path):

@@ -245,3 +245,30 @@ def test_a_filter_stays_above_a_window_or_aggregate_it_would_change(window):
     assert [r["w"] for r in picked.filter("id > 7").to_pylist()] == [
         r["w"] for r in picked.to_pylist()[8:]
     ]
+
+
+def test_golden_two_with_columns_on_one_instance_share_its_actors():
+    """One @vane.cls instance called in two with_column steps is constructed once per actor
+    (one model load), as in one with_columns call; a step that reads the other's column
+    cannot merge and keeps its own."""
+    from tests.integration import column_udfs as u
+    from vane import col
+    from vane.observe.events import StageStarted, subscribe
+
+    model = u.SentimentClassifier()
+    out = reviews().with_column("a", model(col("text"))).with_column("b", model(col("text")))
+    assert out.explain(optimized=True).count("Udf SentimentClassifier") == 1
+    assert "Udf SentimentClassifier(text), SentimentClassifier(text)" in out.explain(optimized=True)
+    started: list[object] = []
+    unsubscribe = subscribe(lambda e: started.append(e) if isinstance(e, StageStarted) else None)
+    try:
+        rows = out.to_pylist()
+    finally:
+        unsubscribe()
+    assert len(started) == 1
+    assert [r["a"] for r in rows] == [r["b"] for r in rows]
+    assert list(rows[0]) == ["id", "text", "blob", "a", "b"]
+
+    chained = reviews().with_column("a", u.shout(col("text"))).with_column("b", u.shout(col("a")))
+    assert chained.explain(optimized=True).count("Udf shout") == 2
+    assert chained.to_pylist()[0]["b"] == "REVIEW 0!!"

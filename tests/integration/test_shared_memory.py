@@ -100,6 +100,7 @@ def test_more_batches_in_flight_than_slots_travel_inline():
             batch_size=20,
             execution_backend="subprocess_actor",
             max_concurrency_per_actor=3 * shm.MAX_SLOTS,
+            fn_constructor_args=(shm.MAX_SLOTS + 1,),
         )
         .to_arrow()
     )

@@ -81,7 +81,7 @@ def test_one_ctrl_c_stops_the_job_with_keyboard_interrupt(tmp_path, backend, act
     driver, pids = _start_driver(tmp_path, backend, action)
     driver.send_signal(signal.SIGINT)
     try:
-        out, err = driver.communicate(timeout=20)  # catches a hang, measures nothing
+        out, err = driver.communicate(timeout=60)  # catches a hang, measures nothing
     except subprocess.TimeoutExpired:
         driver.kill()
         pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
@@ -99,7 +99,7 @@ def test_ctrl_c_in_a_terminal_reaches_the_workers_too_and_nothing_restarts(tmp_p
     driver, pids = _start_driver(tmp_path, "subprocess_actor", "count", concurrency=2, group=True)
     os.killpg(driver.pid, signal.SIGINT)
     try:
-        _, err = driver.communicate(timeout=20)
+        _, err = driver.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         driver.kill()
         pytest.fail(f"the driver did not stop on SIGINT:\n{driver.communicate()[1]}")
@@ -162,8 +162,22 @@ def _signals_self(batch: pa.Table) -> pa.Table:
     return batch
 
 
-def test_a_wakeup_fd_of_the_callers_still_hears_signals_during_an_action():
+def _heard(read_fd: int, signum: int) -> bool:
+    """Whether ``signum`` arrives on a wakeup pipe (waiting for a hang, at most)."""
+    deadline = time.monotonic() + 60
+    heard = b""
+    os.set_blocking(read_fd, False)
+    while signum not in heard and time.monotonic() < deadline:
+        try:
+            heard += os.read(read_fd, 64)
+        except BlockingIOError:
+            time.sleep(0.01)
+    return signum in heard
+
+
+def test_a_wakeup_fd_of_the_callers_still_hears_signals_during_and_after_an_action():
     import vane
+    from vane.execution import interrupt
 
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
@@ -171,18 +185,118 @@ def test_a_wakeup_fd_of_the_callers_still_hears_signals_during_an_action():
     theirs = signal.set_wakeup_fd(write_fd)
     try:
         assert vane.range(3).map_batches(_signals_self, schema={"id": "BIGINT"}).count() == 3
-        assert signal.set_wakeup_fd(write_fd) == write_fd  # restored after the action
-        deadline = time.monotonic() + 10
-        heard = b""
-        os.set_blocking(read_fd, False)
-        while signal.SIGUSR1 not in heard and time.monotonic() < deadline:
-            try:
-                heard += os.read(read_fd, 64)
-            except BlockingIOError:
-                time.sleep(0.01)
-        assert signal.SIGUSR1 in heard
+        assert _heard(read_fd, signal.SIGUSR1)
+        # vane's pipe stays installed, in front of the caller's, which still hears every signal
+        assert signal.set_wakeup_fd(interrupt._wakeup) == interrupt._wakeup
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert _heard(read_fd, signal.SIGUSR1)
     finally:
         signal.set_wakeup_fd(theirs)
         signal.signal(signal.SIGUSR1, handler)
         os.close(read_fd)
         os.close(write_fd)
+
+
+def test_a_closed_wakeup_fd_of_the_callers_hears_nothing_more_from_vane():
+    # Once closed, its number may name another file: vane writes only to the file it replaced.
+    from vane.execution.interrupt import _Target
+
+    read_fd, write_fd = os.pipe()
+    theirs = _Target.of(write_fd)
+    assert theirs is not None
+    os.close(write_fd)
+    os.close(read_fd)
+    other_r, other_w = os.pipe()
+    try:
+        same_number = _Target(other_w, theirs.device, theirs.inode)  # as if reused
+        same_number.write(bytes([signal.SIGINT]))
+        os.set_blocking(other_r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(other_r, 64)
+        _Target.of(other_w).write(bytes([signal.SIGINT]))  # type: ignore[union-attr]
+        assert os.read(other_r, 64) == bytes([signal.SIGINT])
+    finally:
+        os.close(other_r)
+        os.close(other_w)
+
+
+AFTER_CTRL_C = """
+import os
+import signal
+import sys
+import threading
+
+import pyarrow as pa
+
+import vane
+from tests.integration import udfs
+from vane.execution import interrupt
+
+vane.configure(progress=False)
+backend = sys.argv[1]
+
+
+class CtrlC:  # presses Ctrl-C on the driver from inside a batch, then hangs
+    def __init__(self, driver):
+        self.driver = driver
+
+    def __call__(self, batch):
+        os.kill(self.driver, signal.SIGINT)
+        threading.Event().wait()
+        return batch
+
+
+def noop(batch):
+    return batch
+
+
+schema = {"id": "BIGINT"}
+# A stream begun on the main thread and closed on another: its action ends over there.
+rel = vane.range(100).map_batches(noop, schema=schema, execution_backend=backend)
+stream = rel.iter_batches(10)
+next(stream)
+closer = threading.Thread(target=stream.close)
+closer.start()
+closer.join()
+try:
+    rel = vane.range(10).map_batches(
+        CtrlC, schema=schema, execution_backend=backend, fn_constructor_args=(os.getpid(),)
+    )
+    rel.count()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+for _ in range(3):
+    rel = vane.range(50).map_batches(noop, schema=schema, execution_backend=backend)
+    print("counted", rel.count(), flush=True)
+print("watchers", sum(t.name == "vane-sigint" for t in threading.enumerate()))
+forward = interrupt._forward
+print("forwards to itself", forward is not None and forward.fd == interrupt._wakeup)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_after_a_ctrl_c_later_actions_run_as_usual(tmp_path, backend):
+    # One action ended on another thread, then one Ctrl-C: every later action must succeed,
+    # with one watcher thread, which never passes the signal back to its own pipe.
+    script = tmp_path / "driver.py"
+    script.write_text(AFTER_CTRL_C)
+    done = subprocess.run(
+        [sys.executable, str(script), backend],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines == [
+        "interrupted",
+        "counted 50",
+        "counted 50",
+        "counted 50",
+        "watchers 1",
+        "forwards to itself False",
+    ], done.stderr

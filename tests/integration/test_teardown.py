@@ -132,18 +132,22 @@ def test_a_column_udf_class_is_torn_down_too(tmp_path):
     assert (tmp_path / "closed").exists()
 
 
-def test_prompt_closes_its_connection_pool(tmp_path):
+@pytest.mark.parametrize(
+    "action",
+    ["assert len(out.to_pylist()) == 30", "out.show(3)", "next(iter(out.iter_batches(2)))"],
+)
+def test_prompt_closes_its_connection_pool(tmp_path, action):
     pytest.importorskip("aiohttp")
     script = textwrap.dedent(
-        """
+        f"""
         import gc
         import vane
         from tests.ai_server import FakeServer
         vane.configure(progress=False)
         server = FakeServer().start()
-        rel = vane.from_pydict({"text": ["a", "b", "c"]})
-        out = rel.prompt("text", base_url=server.base_url, api_key="k", model="m")
-        assert len(out.to_pylist()) == 3
+        rel = vane.from_pydict({{"text": [str(i) for i in range(30)]}})
+        out = rel.prompt("text", base_url=server.base_url, api_key="k", model="m", batch_size=2)
+        {action}
         gc.collect()
         server.stop()
         print("done")
@@ -159,3 +163,113 @@ def test_prompt_closes_its_connection_pool(tmp_path):
     )
     assert "done" in run.stdout
     assert "Unclosed client session" not in run.stderr, run.stderr
+
+
+# ---- an action that needs no more rows ends its stages gracefully ------------------------------
+
+
+def _first_batch(rel: vane.Relation) -> None:
+    for _ in rel.iter_batches(10):
+        return  # a `break`: the stream is closed here
+
+
+EARLY_ENDS = {
+    "limit": lambda rel, out: rel.limit(5).to_arrow(),
+    "show": lambda rel, out: rel.show(3),
+    "write_limit": lambda rel, out: rel.limit(5).write_parquet(out),
+    "count_limit": lambda rel, out: rel.limit(5).count(),
+    "limit_of_select": lambda rel, out: rel.select("id").limit(5).to_arrow(),
+    # DuckDB stops asking for rows once it has them: the stage ends with the action
+    "filter_limit": lambda rel, out: rel.filter("id % 3 = 0").limit(5).to_arrow(),
+    "break": lambda rel, out: _first_batch(rel),
+}
+
+
+@pytest.mark.parametrize("end", list(EARLY_ENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cls", [Marks, AsyncMarks])
+def test_teardown_runs_on_every_actor_when_the_action_needs_no_more_rows(
+    tmp_path, backend, cls, end
+):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    rel = vane.range(100_000).map_batches(
+        cls,
+        schema={"id": "BIGINT"},
+        batch_size=100,
+        concurrency=2,
+        execution_backend=backend,
+        fn_constructor_args=(str(marks),),
+    )
+    EARLY_ENDS[end](rel, str(tmp_path / "out"))
+    assert len(list(marks.glob("*.done"))) == 2  # one per actor, as the action returned
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_limit_met_while_a_call_hangs_returns_at_the_call_s_timeout(
+    tmp_path, backend, release_hung
+):
+    # The rows needed are in while another actor's call hangs: the action waits for that call
+    # as long as batch_timeout_s lets it run, then gives it up, and returns.
+    from tests.integration import udfs
+
+    marker = tmp_path / "hung"
+    rel = vane.range(20).map_batches(
+        udfs.HangsWhileTheFirstRowsWait,
+        schema={"id": "BIGINT"},
+        batch_size=5,
+        concurrency=2,
+        execution_backend=backend,
+        batch_timeout_s=2,
+        fn_constructor_args=(5, str(marker)),
+    )
+    assert rel.limit(3).to_arrow()["id"].to_pylist() == [0, 1, 2]
+    assert marker.exists()
+    if backend == "subprocess_actor":
+        assert gone(int(marker.read_text()), within=30)
+
+
+class Released(Marks):
+    """Marks, whose instance leaves ``<pid>-<id>.born`` when it is constructed and
+    ``<pid>-<id>.released`` when it is let go of: Ray Data's users clean up in ``__del__``."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(directory)
+        (self.directory / f"{os.getpid()}-{id(self)}.born").touch()
+
+    def __del__(self) -> None:
+        (self.directory / f"{os.getpid()}-{id(self)}.released").touch()
+
+
+class ReleasedAfterAnError(Released):
+    """Raises on every other batch (skipped): the tracebacks kept on the way hold the instance
+    in reference cycles, which a plain drop of the last reference does not free."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        self.batches += 1
+        if self.batches % 2:
+            raise ValueError("odd batch")
+        return batch
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cls", [Released, ReleasedAfterAnError])
+@pytest.mark.parametrize("end", ["count", "limit"])
+def test_the_udf_instance_is_released_when_its_actor_ends(tmp_path, backend, cls, end):
+    import warnings
+
+    rel = vane.range(1_000).map_batches(
+        cls,
+        schema={"id": "BIGINT"},
+        batch_size=10,
+        concurrency=2,
+        execution_backend=backend,
+        on_error="skip",
+        fn_constructor_args=(str(tmp_path),),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the skipped rows
+        rel.count() if end == "count" else rel.limit(5).to_arrow()
+    assert len(list(tmp_path.glob("*.released"))) == 2
+    assert len(list(tmp_path.glob("*.done"))) == 2  # teardown() first

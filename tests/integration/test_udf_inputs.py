@@ -65,7 +65,7 @@ def test_row_functions_take_partials_and_fn_args():
     [
         (Offset, {}, r"Offset\(\.\.\.\) cannot take the arguments given: missing a required"),
         (Offset, {"fn_constructor_args": (1, 2, 3)}, "too many positional arguments"),
-        (Offset, {"fn_constructor_args": (1,), "fn_kwargs": {"extr": 1}}, "unexpected keyword"),
+        (Offset, {"fn_constructor_args": (1,), "fn_kwargs": {"extr": 1}}, "no argument .extr."),
         (add, {}, r"add cannot take .*missing a required argument: 'amount'"),
         (add, {"fn_args": (1, 2)}, "too many positional arguments"),
         (functools.partial(add, amount=1), {"fn_args": (2,)}, r"too many positional.*amount.*= 1"),

@@ -99,16 +99,21 @@ class AlwaysDie:
 
 
 class AsyncSleeper:
-    """Records how many calls overlap on this actor."""
+    """Records how many calls overlap on this actor. Until ``overlap`` calls have once run at
+    the same time, each call waits for them (a minute at most): calls that can overlap then do,
+    however slowly they arrive, and calls that cannot give 1 after the wait."""
 
-    def __init__(self) -> None:
+    def __init__(self, overlap: int = 2) -> None:
+        self.overlap = overlap
         self.running = 0
         self.most = 0
 
     async def __call__(self, batch: pa.Table) -> pa.Table:
         self.running += 1
         self.most = max(self.most, self.running)
-        await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while self.most < self.overlap and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         self.running -= 1
         return pa.table({"id": batch["id"], "overlap": pa.array([self.most] * batch.num_rows)})
 
@@ -206,6 +211,29 @@ class SlowSource:
         return pa.table({"id": batch["id"]})
 
 
+# A source that makes its next batch only once the step reading it has answered the last (set
+# anew by each test that uses it): the reader's actors never hold two batches at once, however
+# busy the machine.
+LOCKSTEP = threading.Semaphore(1)
+
+
+class LockstepSource:
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        time.sleep(0.01)  # not quick: its calls travel one by one, never in units
+        LOCKSTEP.acquire(timeout=60)
+        return pa.table({"id": batch["id"]})
+
+
+class LockstepTagger(SlowThreadTagger):
+    """Tags rows with its actor (50 ms a batch), then lets the source make the next batch."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        try:
+            return super().__call__(batch)
+        finally:
+            LOCKSTEP.release()
+
+
 class CreateFileMidway:
     """Creates ``path`` while the plan runs, as another program might."""
 
@@ -259,6 +287,27 @@ class HangOnRow:
             if self.marker is not None:
                 self.marker.write_text(str(os.getpid()))
             RELEASE.wait()
+        return pa.table({"id": batch["id"]})
+
+
+class HangsWhileTheFirstRowsWait:
+    """The batch holding row ``row`` leaves ``marker`` and hangs; the batch holding row 0 waits
+    for the marker first (a minute at most): once the first rows are answered, the other batch
+    is surely running, and hung."""
+
+    def __init__(self, row: int, marker: str) -> None:
+        self.row = row
+        self.marker = Path(marker)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        ids = batch["id"].to_pylist()
+        if self.row in ids:
+            self.marker.write_text(str(os.getpid()))
+            RELEASE.wait()
+        if 0 in ids:
+            deadline = time.monotonic() + 60
+            while not self.marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
         return pa.table({"id": batch["id"]})
 
 

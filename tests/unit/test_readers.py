@@ -5,10 +5,15 @@ pandas, Daft and Ray Data bring."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vane
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
@@ -128,6 +133,106 @@ def test_json_formats_and_columns(tmp_path):
     rel = vane.read_json(tmp_path / "rows.json", format="array", columns=["b"])
     assert rel.to_pylist() == [{"b": "x"}, {"b": "y"}]
     assert vane.read_json(tmp_path / "rows.json", format="auto").count() == 2
+
+
+def test_json_types_set_those_columns_and_keep_the_rest(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1, "b": "x", "c": [1]}\n{"a": 2, "b": "y"}\n')
+    (tmp_path / "b.jsonl").write_text('{"a": 3, "d": 0.5}\n')
+    one = vane.read_json(tmp_path / "a.jsonl", types={"a": "DOUBLE"})
+    assert repr(one).startswith("Relation[a DOUBLE, b VARCHAR, c BIGINT[]]")
+    assert one.to_pylist()[0] == {"a": 1.0, "b": "x", "c": [1]}
+    folder = vane.read_json(tmp_path, types={"a": "SMALLINT"}, columns=["a", "b", "d"])
+    assert repr(folder).startswith("Relation[a SMALLINT, b VARCHAR, d DOUBLE]")
+    assert folder.order_by("a").to_pylist() == [
+        {"a": 1, "b": "x", "d": None},
+        {"a": 2, "b": "y", "d": None},
+        {"a": 3, "b": None, "d": 0.5},
+    ]
+    (tmp_path / "rows.json").write_text('[{"a": 1, "b": "x"}]')
+    array = vane.read_json(tmp_path / "rows.json", format="array", types={"a": "INTEGER"})
+    assert array.to_pylist() == [{"a": 1, "b": "x"}]
+
+
+def test_json_ignore_errors_skips_the_lines_that_do_not_parse(tmp_path):
+    lines = ['{"a": 1, "b": "x"}', "not json", '{"a": "zz", "b": "z"}', "{}", '{"a": 5}', "{"]
+    (tmp_path / "k=1").mkdir()
+    (tmp_path / "k=1" / "rows.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(SourceError, match="Malformed JSON"):
+        vane.read_json(tmp_path).to_pylist()
+    rel = vane.read_json(tmp_path, ignore_errors=True, filename="f", types={"a": "BIGINT"})
+    rows = rel.to_pylist()
+    # Lines that are not JSON are gone; a value that does not fit its column is null there
+    # (as DuckDB reads JSON); `{}` is a row of nulls, as it is without ignore_errors.
+    assert [(r["a"], r["b"]) for r in rows] == [(1, "x"), (None, "z"), (None, None), (5, None)]
+    assert {(r["k"], r["f"]) for r in rows} == {(1, str(tmp_path / "k=1" / "rows.jsonl"))}
+    assert rel.columns == ["a", "b", "f", "k"]
+    assert vane.read_json(tmp_path, ignore_errors=True).count() == 4
+    (tmp_path / "k=1" / "days.jsonl").write_text('{"a": 7, "day": "02/01/2024"}\n{oops\n')
+    days = vane.read_json(
+        tmp_path / "k=1" / "days.jsonl", ignore_errors=True, date_format="%d/%m/%Y"
+    ).to_pylist()
+    assert days == [{"a": 7, "day": dt.date(2024, 1, 2)}]
+
+
+_JSON_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=5),
+    st.dates().map(str),
+    st.datetimes().map(str),
+)
+_JSON_VALUES = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["p", "q", "r s"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.dictionaries(st.sampled_from(["a", "b", "c d", "e"]), _JSON_VALUES, max_size=4),
+        min_size=1,
+        max_size=5,
+    ),
+    bad=st.lists(st.integers(0, 5), max_size=3),
+)
+def test_json_ignore_errors_reads_the_lines_that_parse_as_without_it(rows, bad):
+    # Skipping lines that do not parse reads every other line exactly as read_json does.
+    with tempfile.TemporaryDirectory() as directory:
+        clean, noisy = os.path.join(directory, "clean.jsonl"), os.path.join(directory, "n.jsonl")
+        lines = [json.dumps(row) for row in rows]
+        with open(clean, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        for at in sorted(bad, reverse=True):
+            lines.insert(min(at, len(lines)), '{"a": ')
+        with open(noisy, "w") as handle:
+            handle.write("\n".join(lines) + "\n")
+        expected = vane.read_json(clean)
+        got = vane.read_json(noisy, ignore_errors=True)
+        assert got.schema == expected.schema
+        assert got.to_pylist() == expected.to_pylist()
+
+
+def test_a_column_without_a_name_is_refused_where_duckdb_would_rename_it(tmp_path):
+    pq.write_table(pa.table({"": [1], "b": [2]}), tmp_path / "t.parquet")
+    with pytest.raises(SchemaError, match=r"column 0 of .*t\.parquet.* has an empty name"):
+        vane.read_parquet(tmp_path / "t.parquet")
+    for make in (
+        lambda: vane.from_pydict({"a": [1], "": [2]}),
+        lambda: vane.from_arrow(pa.table({"a": [1], "": [2]})),
+        lambda: vane.from_pylist([{"a": 1, "": 2}]),
+    ):
+        with pytest.raises(SchemaError, match=r"a column named .. cannot be kept"):
+            make()
+    # A CSV header field left empty (pandas writes one for the index) is DuckDB's column<i>.
+    (tmp_path / "t.csv").write_text(",a\n0,1.5\n1,2.5\n")
+    assert vane.read_csv(tmp_path / "t.csv").columns == ["column0", "a"]
 
 
 def test_columns_keeps_only_those_and_names_what_is_missing(tmp_path):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vane
 from vane.errors import ConfigurationError, ExecutionError, SinkError
@@ -123,6 +126,32 @@ def test_partition_by_writes_hive_directories(tmp_path):
     assert_table_equal(back.order_by("id"), rel, check_order=True)
     with pytest.raises(ConfigurationError, match="partition_by names"):
         rel.write_parquet(tmp_path / "bad", partition_by="nope")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    keys=st.lists(st.integers(0, 3), min_size=1, max_size=60),
+    rows_per_file=st.integers(1, 7),
+    fmt=st.sampled_from(["parquet", "csv", "json"]),
+)
+def test_partitioned_files_hold_at_most_rows_per_file(keys, rows_per_file, fmt):
+    # Each partition's rows are cut into files of rows_per_file rows, in order, as an
+    # unpartitioned write cuts its stream (the first file of a partition once took them all).
+    with tempfile.TemporaryDirectory() as directory:
+        out = os.path.join(directory, "out")
+        table = pa.table({"id": pa.array(range(len(keys)), pa.int64()), "k": keys})
+        getattr(vane.from_arrow(table), f"write_{fmt}")(
+            out, partition_by="k", rows_per_file=rows_per_file
+        )
+        for key in set(keys):
+            part = os.path.join(out, f"k={key}")
+            names = sorted(os.listdir(part))
+            ids = [READERS[fmt](os.path.join(part, n)).to_arrow()["id"].to_pylist() for n in names]
+            expected = [i for i, k in enumerate(keys) if k == key]
+            assert [len(chunk) for chunk in ids] == [
+                len(expected[i : i + rows_per_file]) for i in range(0, len(expected), rows_per_file)
+            ]
+            assert [i for chunk in ids for i in chunk] == expected
 
 
 def test_csv_refuses_nested_columns_with_the_fix(tmp_path):
@@ -256,3 +285,18 @@ def test_coalesced_lets_go_of_the_batches_it_was_given():
     assert table.column("x").to_numpy().tolist() == list(range(40 * 16_384))
     alive = sum(ref() is not None for ref in refs)
     assert alive <= JOIN_BYTES // (16_384 * 8)  # at most the last megabyte's batches
+
+
+def test_a_file_name_is_one_file_in_any_case_and_another_formats_name_is_refused(tmp_path):
+    rel = vane.range(3)
+    rel.write_json(tmp_path / "out.JSONL")
+    assert (tmp_path / "out.JSONL").is_file()
+    assert vane.read_json(tmp_path / "out.JSONL").count() == 3
+    for write, name in (
+        (rel.write_parquet, "x.csv"),
+        (rel.write_csv, "x.parquet"),
+        (rel.write_json, "x.CSV"),
+    ):
+        with pytest.raises(ConfigurationError, match=r"names a .* file, and this writes"):
+            write(tmp_path / name)
+        assert not (tmp_path / name).exists()

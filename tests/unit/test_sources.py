@@ -99,6 +99,49 @@ def test_files_replaced_while_the_relation_is_built_say_so(tmp_path, monkeypatch
         vane.read_parquet(tmp_path / "out")
 
 
+FORMATS = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
+
+
+def _rewrite(path, fmt: str, how: str) -> None:
+    """Replace the file at ``path``: by a vane overwrite, or rewritten in place by another tool
+    with the same columns or with others."""
+    if how == "overwrite":
+        getattr(vane.range(4), f"write_{fmt}")(path, mode="overwrite")
+        return
+    text = {
+        ("parquet", "same"): None,
+        ("csv", "same"): "id\n7\n",
+        ("json", "same"): '{"id": 7}\n',
+        ("csv", "other"): "name\nx\n",
+        ("json", "other"): '{"name": "x"}\n',
+    }.get((fmt, how))
+    if fmt == "parquet":
+        table = pa.table({"id": [7]}) if how == "same" else pa.table({"name": ["x"]})
+        with open(path, "r+b") as handle:  # in place: the same inode
+            handle.truncate(0)
+            pq.write_table(table, handle)
+    else:
+        with open(path, "w") as handle:
+            handle.write(text or "")
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("how", ["overwrite", "same", "other"])
+@pytest.mark.parametrize("layout", ["file", "folder"])
+def test_a_replaced_file_fails_the_read_as_a_replaced_folder_does(tmp_path, fmt, how, layout):
+    path = tmp_path / "data" / f"one{FORMATS[fmt]}"
+    getattr(vane.range(3), f"write_{fmt}")(path)
+    reader = getattr(vane, f"read_{fmt}")
+    rel = reader(path if layout == "file" else tmp_path / "data")
+    _rewrite(path, fmt, how)
+    actions = [rel.count, rel.to_arrow, lambda: list(rel.iter_batches()), rel.to_pylist]
+    actions.append(lambda: rel.write_parquet(tmp_path / "copy", mode="overwrite"))
+    for action in actions:
+        with pytest.raises(SourceError, match=r"one\.\w+' changed since the relation was built"):
+            action()
+    assert reader(path).count() == {"overwrite": 4}.get(how, 1)  # built again: what is there now
+
+
 def test_from_pydict_pylist_pandas_arrow():
     expected = pa.table({"id": [1, 2], "text": ["a", None]})
     assert_table_equal(vane.from_pydict({"id": [1, 2], "text": ["a", None]}), expected)

@@ -99,12 +99,26 @@ def test_a_sql_step_after_a_udf_binds_against_the_declared_schema():
 def test_progress_display_draws_rows_rate_and_actors():
     stream = io.StringIO()
     display = ProgressDisplay(stream)
-    display(StageStarted("Embedder", 2))
-    display(BatchDone("Embedder", 100, 100, 2, 2))
-    display(StageFinished("Embedder", 250, 249, 1, 0, 1.5))
+    display(StageStarted("Embedder", 1, 2))
+    display(BatchDone("Embedder", 1, 100, 100, 2, 2))
+    display(StageFinished("Embedder", 1, 250, 249, 1, 0, 1.5))
     text = stream.getvalue()  # not a terminal: only the final frame (the pty test sees more)
     assert "Embedder:" in text and "250 rows in, 249 out" in text
     assert "done in 1.5 s, 1 skipped" in text and text.endswith("\n")
+
+
+def test_progress_display_draws_two_steps_of_one_function_on_lines_of_their_own():
+    stream = io.StringIO()
+    display = ProgressDisplay(stream)
+    display(StageStarted("double", 1, 1))
+    display(StageStarted("double", 2, 1))
+    display(BatchDone("double", 1, 30, 30, 1, 1))
+    display(BatchDone("double", 2, 7, 7, 1, 1))
+    display(StageFinished("double", 2, 7, 7, 0, 0, 0.5))
+    display(StageFinished("double", 1, 30, 30, 0, 0, 0.5))
+    text = stream.getvalue()
+    assert "30 rows in, 30 out" in text and "7 rows in, 7 out" in text
+    assert "37 rows" not in text
 
 
 def test_progress_is_silent_when_disabled_or_not_a_terminal(capfd):

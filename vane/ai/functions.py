@@ -21,7 +21,7 @@ from vane.ai.runners import (
     EmbedTextRunner,
     PromptRunner,
     RemoteEmbedTextRunner,
-    fields_of,
+    Template,
 )
 from vane.ai.structured import OutputFormat, output_format
 from vane.errors import ConfigurationError
@@ -106,13 +106,14 @@ def prompt(
     ``max_concurrent_requests``, ``requests_per_minute``, ``cache``, ...) pass through.
     """
     execution, provider_options = _split(options)
+    parsed: Template | None = None
     if template is not None:
-        fields = fields_of(template)
-        args = [col(name) for name in fields]
-        if not args:
-            raise ConfigurationError(f"prompt(): template {template!r} names no column")
+        if not isinstance(template, str):
+            raise ConfigurationError(f"prompt(): template must be a string, got {template!r}")
+        parsed = Template.parse(template)
+        args = [col(name) for name in parsed.fields]
     else:
-        fields, args = [], [_column(expr, "prompt")]
+        args = [_column(expr, "prompt")]
     out: OutputFormat | None = None if return_format is None else output_format(return_format)
     if execution.get("gpus_per_actor"):
         provider_options.setdefault("tensor_parallel_size", execution["gpus_per_actor"])
@@ -123,7 +124,7 @@ def prompt(
             "return_format use an OpenAI-compatible server (vLLM serve, SGLang, ...) or 'vllm'"
         )
     return_type = pa.string() if out is None else out.arrow_type
-    runner_options = {"system": system, "template": template, "fields": fields, "output": out}
+    runner_options = {"system": system, "template": parsed, "output": out}
     return _call(
         "prompt",
         PromptRunner,

@@ -7,6 +7,7 @@ divided by ``n``). They are smooth: requests are spaced out, not released in bur
 from __future__ import annotations
 
 import asyncio
+import datetime
 import email.utils
 import random
 import time
@@ -33,19 +34,27 @@ def backoff_seconds(attempt: int, headers: Mapping[str, str] | None = None) -> f
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asked for, or None when it asked for nothing this reads: a header
+    that is neither a number nor an HTTP date is the server's mistake, not a reason to fail."""
     if "retry-after-ms" in headers:
         try:
             return float(headers["retry-after-ms"]) / 1000
         except ValueError:
             pass
     value = headers.get("retry-after")
-    if value is None:
+    if not value:
         return None
     try:
         return float(value)
     except ValueError:
-        when = email.utils.parsedate_to_datetime(value) if value else None
-        return None if when is None else max(0.0, when.timestamp() - time.time())
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": a date in UTC with no zone said
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, when.timestamp() - time.time())
 
 
 class RateLimiter:

@@ -7,14 +7,19 @@ HTTP client, a loaded model. AI functions are column UDFs over these, so batchin
 backends, retries and progress have one implementation.
 
 Worker-side objects answer a batch at a time. A prompter answers each row on its own: one
-failing request gives that row an ``Answer`` with an error and leaves its neighbours alone.
+failing request, or a reply that is no answer (no text, a refusal, text that does not fit
+``return_format``), gives that row an ``Answer`` with an error and leaves its neighbours alone.
+What counts as an answer is the caller's ``read``: a prompter applies it to each model output
+before keeping it anywhere (a cache keeps only what ``read`` accepted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from vane.errors import ProviderError
 
 
 @dataclass
@@ -38,12 +43,30 @@ class Usage:
 
 @dataclass
 class Answer:
-    """One row's answer: ``value`` (text, or a dict for structured output), or ``error``."""
+    """One row's answer: ``value`` (what ``read`` made of the model's output), or ``error``."""
 
     value: Any = None
     error: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+
+class RequestRefused(ProviderError):
+    """The provider refused a request for what it holds (HTTP 400, 413, 422): one of the
+    inputs it carried may be to blame, so a request of several rows is worth splitting."""
+
+
+# A model's raw output -> the row's value, or ``ValueError`` saying why it is no answer.
+Read = Callable[[Any], Any]
+
+
+def answered(output: Any, read: Read, prompt_tokens: int = 0, completion_tokens: int = 0) -> Answer:
+    """The ``Answer`` for a model's raw ``output``: ``read``'s value, or its reason as the
+    row's error."""
+    try:
+        return Answer(read(output), None, prompt_tokens, completion_tokens)
+    except ValueError as exc:
+        return Answer(None, str(exc), prompt_tokens, completion_tokens)
 
 
 @dataclass(frozen=True)
@@ -56,7 +79,9 @@ class PromptRequest:
 
 @runtime_checkable
 class Prompter(Protocol):
-    async def answer(self, requests: Sequence[PromptRequest], usage: Usage) -> list[Answer]: ...
+    async def answer(
+        self, requests: Sequence[PromptRequest], usage: Usage, read: Read
+    ) -> list[Answer]: ...
 
     def close(self) -> None: ...
 

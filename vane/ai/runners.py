@@ -1,36 +1,120 @@
 """What runs inside the actors for each AI function: built once per actor from a provider's
 descriptor, then called on batches of the argument columns (as any ``@vane.cls`` batch method).
 
-A row whose input is null gets a null answer and costs no request. A prompt answers each row on
-its own: a request that still fails after the provider's retries, or an answer that does not fit
-``return_format``, fails that row only (``RowResults``), never its neighbours.
+A row whose input is null gets a null answer and costs no request. Each row's value is sent as
+text (``inputs.py``); a value that has none (binary that is not UTF-8) fails its row unsent. A
+prompt answers each row on its own: a request that still fails after the provider's retries, or
+a reply that is no answer (no text, a refusal, an answer that does not fit ``return_format``),
+fails that row only (``RowResults``), never its neighbours.
 """
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from vane.ai.protocols import Answer, PromptRequest, Usage
-from vane.ai.structured import OutputFormat
+from vane.ai.inputs import texts
+from vane.ai.protocols import Answer, PromptRequest, RequestRefused, Usage
+from vane.ai.structured import OutputFormat, read_answer
+from vane.errors import ConfigurationError, ProviderError
 from vane.udf.column_calls import RowResults
 
+_CONVERSIONS = (None, "r", "s", "a")
 
-def fields_of(template: str) -> list[str]:
-    """The placeholders of a ``str.format`` template, in order, once each (Python's own parser
-    of format strings)."""
-    names: list[str] = []
-    for _, name, _, _ in string.Formatter().parse(template):
-        if name is not None:
-            if not name.isidentifier():
-                raise ValueError(f"template placeholder {{{name}}} is not a column name")
-            if name not in names:
-                names.append(name)
-    return names
+
+@dataclass(frozen=True)
+class Template:
+    """A prompt with ``{column}`` placeholders (``str.format`` syntax), checked when the plan is
+    built. A placeholder is filled with its column's text (``inputs.py``); one with a format
+    spec or a conversion (``{price:.2f}``, ``{name!r}``) formats the column's Python value with
+    it, as ``str.format`` would."""
+
+    text: str
+    # (literal text, placeholder or None, format spec, conversion), as string.Formatter parses
+    pieces: tuple[tuple[str, str | None, str, str | None], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Template:
+        try:
+            parsed = list(string.Formatter().parse(text))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"prompt(): template {text!r} is not a valid format string ({exc}); "
+                "placeholders are {column}, and a literal brace is written {{ or }}"
+            ) from None
+        pieces = []
+        for literal, name, spec, conversion in parsed:
+            if name is not None:
+                _check_placeholder(text, name, spec or "", conversion)
+            pieces.append((literal, name, spec or "", conversion))
+        template = cls(text, tuple(pieces))
+        if not template.fields:
+            raise ConfigurationError(
+                f"prompt(): template {text!r} names no column; write placeholders such as "
+                "{text} for the columns to fill in"
+            )
+        return template
+
+    @property
+    def fields(self) -> list[str]:
+        """The placeholders, in order, once each."""
+        return list(dict.fromkeys(name for _, name, _, _ in self.pieces if name is not None))
+
+    @property
+    def formatting(self) -> set[str]:
+        """The placeholders that format their column's Python value (a spec or conversion)."""
+        return {name for _, name, spec, conv in self.pieces if name and (spec or conv)}
+
+    def fill(self, texts: Mapping[str, str | None], values: Mapping[str, Any]) -> str:
+        """The prompt for one row, from its columns' ``texts`` (and Python ``values``, for
+        placeholders that format them); ``ValueError`` when a format spec does not apply."""
+        out = []
+        formatter = string.Formatter()
+        for literal, name, spec, conversion in self.pieces:
+            out.append(literal)
+            if name is None:
+                continue
+            if not spec and conversion is None:
+                out.append(texts[name] or "")
+                continue
+            try:
+                value = formatter.convert_field(values[name], conversion)
+                out.append(format(value, spec))
+            except (ValueError, TypeError) as exc:
+                shown = "{" + name + (f"!{conversion}" if conversion else "") + f":{spec}}}"
+                raise ValueError(
+                    f"template placeholder {shown} cannot format {values[name]!r}: {exc}"
+                ) from None
+        return "".join(out)
+
+
+def _check_placeholder(template: str, name: str, spec: str, conversion: str | None) -> None:
+    where = f"prompt(): template {template!r}"
+    if not name or name.isdigit():
+        raise ConfigurationError(
+            f"{where}: placeholder {{{name}}} is positional; placeholders name columns, as {{text}}"
+        )
+    if not name.isidentifier():
+        raise ConfigurationError(
+            f"{where}: placeholder {{{name}}} is not a column name; placeholders name columns, "
+            "as {text} (build any other text in a column first)"
+        )
+    if "{" in spec:
+        raise ConfigurationError(
+            f"{where}: placeholder {{{name}:{spec}}} has a placeholder inside its format spec; "
+            "write the spec out"
+        )
+    if conversion not in _CONVERSIONS:
+        raise ConfigurationError(
+            f"{where}: placeholder {{{name}!{conversion}}} has an unknown conversion; use !r, "
+            "!s or !a"
+        )
 
 
 class PromptRunner:
@@ -41,8 +125,7 @@ class PromptRunner:
         descriptor: Any,
         *,
         system: str | None = None,
-        template: str | None = None,
-        fields: Sequence[str] = (),
+        template: Template | None = None,
         output: OutputFormat | None = None,
     ) -> None:
         self.prompter = descriptor.instantiate()
@@ -54,8 +137,8 @@ class PromptRunner:
             }
         self.system = system
         self.template = template
-        self.fields = list(fields)
         self.output = output
+        self.read = functools.partial(read_answer, form=output)
         self.usage = Usage()
 
     def usage_counters(self) -> dict[str, int]:
@@ -64,24 +147,47 @@ class PromptRunner:
     async def teardown(self) -> None:
         await _close(self.prompter)
 
-    def _prompt(self, values: Sequence[Any]) -> str | None:
-        if any(v is None for v in values):
-            return None
+    def _prompts(self, columns: Sequence[pa.Array]) -> tuple[list[str | None], list[str | None]]:
+        """Each row's prompt (None for a row with a null) and why a row has none."""
+        rendered = [texts(c) for c in columns]
         if self.template is None:
-            return str(values[0])
-        return self.template.format(**dict(zip(self.fields, values, strict=True)))
+            return rendered[0]
+        names = self.template.fields
+        formatting = self.template.formatting  # only these need Python values
+        values = [
+            c.to_pylist() if n in formatting else [] for n, c in zip(names, columns, strict=True)
+        ]
+        prompts: list[str | None] = []
+        errors: list[str | None] = []
+        for row in range(len(columns[0])):
+            failed = next((e[row] for _, e in rendered if e[row] is not None), None)
+            if failed is not None or any(t[row] is None for t, _ in rendered):
+                prompts.append(None)
+                errors.append(failed)
+                continue
+            try:
+                prompt = self.template.fill(
+                    {n: t[row] for n, (t, _) in zip(names, rendered, strict=True)},
+                    {n: v[row] for n, v in zip(names, values, strict=True) if n in formatting},
+                )
+            except ValueError as exc:
+                prompts.append(None)
+                errors.append(str(exc))
+                continue
+            prompts.append(prompt)
+            errors.append(None)
+        return prompts, errors
 
     async def run(self, *columns: pa.Array) -> RowResults:
-        rows = list(zip(*(c.to_pylist() for c in columns), strict=True))
-        prompts = [self._prompt(row) for row in rows]
+        prompts, errors = self._prompts(columns)
         asked = [i for i, p in enumerate(prompts) if p is not None]
         requests = [self._request(prompts[i]) for i in asked]  # type: ignore[arg-type]
-        answers = await self.prompter.answer(requests, self.usage) if requests else []
-        values: list[Any] = [None] * len(rows)
-        errors: list[str | None] = [None] * len(rows)
+        answers = await self.prompter.answer(requests, self.usage, self.read) if requests else []
+        values: list[Any] = [None] * len(prompts)
         for position, answer in zip(asked, answers, strict=True):
-            values[position], errors[position] = self._read(answer)
-        return RowResults(values, errors)
+            values[position], errors[position] = answer.value, answer.error
+        self.usage.failures += sum(error is not None for error in errors)
+        return RowResults(self._column(values, errors), errors)
 
     def _request(self, prompt: str) -> PromptRequest:
         messages: list[Mapping[str, Any]] = []
@@ -90,16 +196,16 @@ class PromptRunner:
         messages.append({"role": "user", "content": prompt})
         return PromptRequest(tuple(messages), self.options)
 
-    def _read(self, answer: Answer) -> tuple[Any, str | None]:
-        if answer.error is not None:
-            return None, answer.error
-        if self.output is None or isinstance(answer.value, dict):
-            return answer.value, None
-        try:
-            return self.output.parse(str(answer.value)), None
-        except ValueError as exc:
-            self.usage.failures += 1
-            return None, str(exc)
+    def _column(self, values: list[Any], errors: list[str | None]) -> Any:
+        """The answers as the column: text as it came; structured answers, each already one
+        row of the STRUCT type, put together as they are (never inferred again)."""
+        if self.output is None:
+            return [None if e is not None else v for v, e in zip(values, errors, strict=True)]
+        kind = self.output.arrow_type
+        empty = pa.nulls(1, kind)
+        pairs = zip(values, errors, strict=True)
+        rows = [empty if e is not None or v is None else v for v, e in pairs]
+        return pa.concat_arrays(rows) if rows else pa.array([], kind)
 
 
 class EmbedTextRunner:
@@ -116,34 +222,69 @@ class EmbedTextRunner:
     async def teardown(self) -> None:
         await _close(self.embedder)
 
-    def _inputs(self, column: pa.Array) -> tuple[int, list[int], list[Any]]:
-        """The batch's size, where its non-null values are, and those values."""
-        values = column.to_pylist()
-        present = [i for i, v in enumerate(values) if v is not None]
-        return len(values), present, [values[i] for i in present]
+    def run(self, column: pa.Array) -> RowResults:
+        rendered, errors = texts(column)
+        present = [i for i, t in enumerate(rendered) if t is not None]
+        if not present:
+            return self._results(len(rendered), [], [], errors)
+        vectors = self.embedder.embed_text([rendered[i] for i in present], self.usage)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if len(matrix) != len(present):
+            raise ValueError(f"the model returned {len(matrix)} vectors for {len(present)} texts")
+        return self._results(len(rendered), present, list(matrix), errors)
 
-    def run(self, texts: pa.Array) -> list[Any]:
-        rows, present, inputs = self._inputs(texts)
-        vectors = self.embedder.embed_text(inputs, self.usage)
-        return _place(rows, present, vectors, self.normalize)
+    def _results(
+        self, rows: int, present: list[int], vectors: list[Any], errors: list[str | None]
+    ) -> RowResults:
+        """Vectors (None where a row failed) put back at their rows, nulls elsewhere."""
+        values: list[Any] = [None] * rows
+        for position, vector in zip(present, vectors, strict=True):
+            if vector is not None:
+                values[position] = _normalized(vector) if self.normalize else vector
+        self.usage.failures += sum(error is not None for error in errors)
+        return RowResults(values, errors)
 
 
 class RemoteEmbedTextRunner(EmbedTextRunner):
-    """``embed_text`` against a server: the batch is one request."""
+    """``embed_text`` against a server: the batch is one request. A reply that holds no vector
+    for a text fails that text's row; a request that fails after the provider's retries, or
+    whose reply is unreadable, fails the rows it carried, and sends none of them again. Only a
+    request the server refused for what it holds (HTTP 400, 413, 422: a text too long, say)
+    fails the batch, so that ``on_error`` "null" or "skip" can split it to find that text."""
 
-    async def run(self, texts: pa.Array) -> list[Any]:  # type: ignore[override]
-        rows, present, inputs = self._inputs(texts)
-        vectors = await self.embedder.embed(inputs, self.usage)
-        return _place(rows, present, vectors, self.normalize)
+    async def run(self, column: pa.Array) -> RowResults:  # type: ignore[override]
+        rendered, errors = texts(column)
+        present = [i for i, t in enumerate(rendered) if t is not None]
+        answers: list[Answer] = []
+        if present:
+            try:
+                answers = await self.embedder.embed([rendered[i] for i in present], self.usage)
+            except RequestRefused:
+                if len(present) == 1:  # the text to blame, found: the batch fails as its row
+                    self.usage.failures += 1
+                raise
+            except ProviderError as exc:
+                answers = [Answer(error=str(exc))] * len(present)
+        vectors = []
+        for position, answer in zip(present, answers, strict=True):
+            errors[position] = answer.error
+            vectors.append(None if answer.error else np.asarray(answer.value, dtype=np.float32))
+        return self._results(len(rendered), present, vectors, errors)
 
 
 class EmbedImageRunner(EmbedTextRunner):
     """``embed_image``: bytes of an image, or a path to one, per row."""
 
-    def run(self, images: pa.Array) -> list[Any]:
-        rows, present, inputs = self._inputs(images)
-        vectors = self.embedder.embed_image([_image_bytes(v) for v in inputs], self.usage)
-        return _place(rows, present, vectors, self.normalize)
+    def run(self, images: pa.Array) -> RowResults:
+        values = images.to_pylist()
+        present = [i for i, v in enumerate(values) if v is not None]
+        if not present:
+            return self._results(len(values), [], [], [None] * len(values))
+        vectors = self.embedder.embed_image([_image_bytes(values[i]) for i in present], self.usage)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if len(matrix) != len(present):
+            raise ValueError(f"the model returned {len(matrix)} vectors for {len(present)} images")
+        return self._results(len(values), present, list(matrix), [None] * len(values))
 
 
 def _image_bytes(value: Any) -> bytes:
@@ -153,18 +294,9 @@ def _image_bytes(value: Any) -> bytes:
         return handle.read()
 
 
-def _place(rows: int, present: list[int], vectors: Any, normalize: bool) -> list[Any]:
-    """Vectors for the non-null rows, put back at their rows (nulls elsewhere)."""
-    matrix = np.asarray(vectors, dtype=np.float32)
-    if len(matrix) != len(present):
-        raise ValueError(f"the model returned {len(matrix)} vectors for {len(present)} inputs")
-    if normalize and len(matrix):
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        matrix = (matrix / np.where(norms == 0, 1, norms)).astype(np.float32)
-    out: list[Any] = [None] * rows
-    for position, vector in zip(present, matrix, strict=True):
-        out[position] = vector
-    return out
+def _normalized(vector: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(vector))
+    return vector if norm == 0 else (vector / norm).astype(np.float32)
 
 
 class ClassifyByEmbeddingRunner:
@@ -180,20 +312,21 @@ class ClassifyByEmbeddingRunner:
     def usage_counters(self) -> dict[str, int]:
         return self.usage.as_dict()
 
-    def run(self, texts: pa.Array) -> list[str | None]:
-        values = texts.to_pylist()
-        present = [i for i, v in enumerate(values) if v is not None]
-        out: list[str | None] = [None] * len(values)
-        if not present:
-            return out
-        vectors = np.asarray(
-            self.embedder.embed_text([values[i] for i in present], self.usage), dtype=np.float32
-        )
-        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-        best = np.argmax(vectors @ self._labels.T, axis=1)
-        for position, label in zip(present, best, strict=True):
-            out[position] = self.labels[int(label)]
-        return out
+    def run(self, column: pa.Array) -> RowResults:
+        rendered, errors = texts(column)
+        present = [i for i, t in enumerate(rendered) if t is not None]
+        out: list[str | None] = [None] * len(rendered)
+        if present:
+            vectors = np.asarray(
+                self.embedder.embed_text([rendered[i] for i in present], self.usage),
+                dtype=np.float32,
+            )
+            vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+            best = np.argmax(vectors @ self._labels.T, axis=1)
+            for position, label in zip(present, best, strict=True):
+                out[position] = self.labels[int(label)]
+        self.usage.failures += sum(error is not None for error in errors)
+        return RowResults(out, errors)
 
 
 async def _close(provider: Any) -> None:

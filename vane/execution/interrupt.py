@@ -2,12 +2,17 @@
 
 Python runs its SIGINT handler only on the main thread, between bytecodes. While an action
 runs, that thread mostly waits inside DuckDB or Arrow (C++), and the UDF stage they pull from
-may wait on a batch that never ends (a hung UDF): nothing would ever run the handler. So while an
-action runs on the main thread, the C-level handler also writes the signal's number to a pipe
-(``signal.set_wakeup_fd``), and a watcher thread reading that pipe cancels every running action:
+may wait on a batch that never ends (a hung UDF): nothing would ever run the handler. So the
+C-level handler also writes the signal's number to a pipe (``signal.set_wakeup_fd``), and a
+watcher thread reading that pipe cancels every running action while one runs on the main thread:
 each UDF stage aborts its pool (every waiting batch fails at once, worker processes are killed,
 hung threads are abandoned) and each DuckDB cursor is interrupted. The main thread comes back
 from C++ with some error, which the action turns into ``KeyboardInterrupt`` (``local._action``).
+
+The pipe is installed once per process, by the first action on the main thread, and stays:
+an action may end on any thread (a stream closed on another one), where the wakeup fd cannot
+be set, so there is nothing to undo at its end. A wakeup fd that was there before (an event
+loop's) still hears of every signal: the watcher passes each on.
 
 Python's own handler still runs as usual: this only helps the default behaviour along. With a
 SIGINT handler of the user's own, or SIGINT ignored, vane does nothing on SIGINT.
@@ -22,6 +27,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from vane.errors import ExecutionError
 
@@ -68,58 +74,103 @@ def _call(callback: Callable[[], None]) -> None:
 
 _lock = threading.Lock()
 _live: set[Cancellation] = set()
+# Live actions that began on the main thread under Python's own SIGINT handler: while there is
+# one, a SIGINT cancels every live action (as Python's KeyboardInterrupt stops the main thread).
+_main_actions = 0
 _wakeup: int | None = None  # the pipe's write end, once the watcher runs
-_installed = 0  # actions on the main thread that have the wakeup fd installed
-_previous = -1  # the wakeup fd to restore when the last of them ends
+_forward: _Target | None = None  # the wakeup fd that vane's stands in for
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A wakeup fd that was installed before vane's, which still hears of every signal. It is
+    known by its file too: once its owner closes it, the number may name another file."""
+
+    fd: int
+    device: int
+    inode: int
+
+    @staticmethod
+    def of(fd: int) -> _Target | None:
+        if fd < 0:
+            return None
+        try:
+            stat = os.fstat(fd)
+        except OSError:
+            return None
+        return _Target(fd, stat.st_dev, stat.st_ino)
+
+    def write(self, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            stat = os.fstat(self.fd)
+            if (stat.st_dev, stat.st_ino) == (self.device, self.inode):
+                os.write(self.fd, data)
 
 
 def _watch(read_fd: int) -> None:
     while True:
         data = os.read(read_fd, 64)
-        if _previous >= 0:
-            # The wakeup fd this one stands in for (an asyncio loop's, say) still hears of every
-            # signal, as it would have without vane.
-            with contextlib.suppress(OSError):
-                os.write(_previous, data)
+        forward = _forward
+        if forward is not None:
+            forward.write(data)
         if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             with _lock:
-                live = list(_live)
+                live = list(_live) if _main_actions else []
             for cancellation in live:
                 cancellation.cancel()
 
 
-def _wakeup_fd() -> int:
-    global _wakeup
+def _install() -> None:
+    """Make vane's pipe the process's wakeup fd (on the main thread, under ``_lock``). Done by
+    the first action, and again by a later one only if something replaced it meanwhile; never
+    undone, so an action that ends on another thread (a stream closed there) leaves nothing to
+    restore. The fd it replaces hears every signal through the watcher."""
+    global _wakeup, _forward
     if _wakeup is None:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)  # set_wakeup_fd requires it
         threading.Thread(target=_watch, args=(read_fd,), name="vane-sigint", daemon=True).start()
         _wakeup = write_fd
-    return _wakeup
+    previous = signal.set_wakeup_fd(_wakeup, warn_on_full_buffer=False)
+    if previous != _wakeup:
+        _forward = _Target.of(previous)
+
+
+def _forget_in_child() -> None:
+    """A forked child has vane's pipe, shared with its parent, but not the watcher thread: it
+    lets go of the pipe (its signals are its own), and its first action starts its own."""
+    global _wakeup, _forward, _main_actions, _lock
+    if _wakeup is not None:
+        with contextlib.suppress(ValueError, OSError):
+            current = signal.set_wakeup_fd(-1)
+            if current != _wakeup:
+                signal.set_wakeup_fd(current)  # someone else's: left as it was
+    _wakeup, _forward, _main_actions = None, None, 0
+    _lock = threading.Lock()
+    _live.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @contextmanager
 def cancelled_by_sigint(cancellation: Cancellation) -> Iterator[None]:
     """While the block runs, a SIGINT to this process cancels ``cancellation``."""
-    global _installed, _previous
-    install = (
+    global _main_actions
+    main = (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     )
     with _lock:
+        if main:
+            _install()
+            _main_actions += 1
         _live.add(cancellation)
-        if install:
-            if _installed == 0:
-                _previous = signal.set_wakeup_fd(_wakeup_fd(), warn_on_full_buffer=False)
-            _installed += 1
     try:
         yield
     finally:
+        # (it may end on another thread: a stream closed there)
         with _lock:
             _live.discard(cancellation)
-            if install:
-                _installed -= 1
-                if _installed == 0:
-                    # ValueError: ended on another thread (a stream closed by the collector).
-                    with contextlib.suppress(ValueError):
-                        signal.set_wakeup_fd(_previous)
+            if main:
+                _main_actions -= 1

@@ -12,8 +12,20 @@ import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import FileScan, PlanNode, Source, SqlStep, UdfStep
-from vane.plan.traverse import walk
+from vane.plan.nodes import (
+    Drop,
+    FileScan,
+    Limit,
+    PlanNode,
+    Rename,
+    Select,
+    Source,
+    SqlStep,
+    UdfStep,
+    WithColumns,
+)
+from vane.plan.sql import display
+from vane.plan.traverse import shared_subplans, walk
 
 Cursor = duckdb.DuckDBPyConnection
 
@@ -50,3 +62,37 @@ def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBP
         error = SourceError if isinstance(node, Source) else ExecutionError
         raise error(f"step `{node.describe()}` failed: {duckdb_message(exc)}") from exc
     raise TypeError(f"cannot lower plan node {type(node).__name__}")
+
+
+def row_caps(plan: PlanNode) -> dict[int, int]:
+    """For each UDF step whose rows reach a ``limit`` one for one, the most rows the action needs
+    from it (by node identity): the step's stream ends there.
+
+    A reader asks for more than a limit keeps (DuckDB's scan pulls batches ahead), and rows
+    nobody needs must not run up cost or raise. Between the limit and the step there may be
+    steps that keep every row as it is (``drop``, ``rename``, ``select`` and ``with_column``
+    of row-local expressions that do not ``unnest``); not a filter, and no subplan that
+    another part of the plan reads too (that one is computed in full, once).
+    """
+    shared = shared_subplans(plan)
+    caps: dict[int, int] = {}
+    for node in walk(plan):
+        if not isinstance(node, Limit):
+            continue
+        below = node.input
+        while id(below) not in shared and _one_for_one(below):
+            below = below.inputs[0]
+        if isinstance(below, UdfStep) and id(below) not in shared:
+            needed = node.offset + node.n if node.n else 0
+            caps[id(below)] = max(caps.get(id(below), 0), needed)
+    return caps
+
+
+def _one_for_one(node: PlanNode) -> bool:
+    """Whether ``node`` gives exactly one row for each input row, in order."""
+    if isinstance(node, (Drop, Rename)):
+        return True
+    if isinstance(node, (Select, WithColumns)):
+        exprs = node.expressions()
+        return node.row_local and not any("unnest" in display(e).lower() for e in exprs)
+    return False

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import duckdb
@@ -55,19 +55,23 @@ class UdfStage:
         udf_schema: pa.Schema,
         schema: pa.Schema,
         step: str,
+        step_id: int,
         source: pa.RecordBatchReader,
         events: EventBus,
         cancellation: Cancellation | None = None,
         warn: Callable[[str], None] | None = None,
+        limit: int | None = None,
     ) -> None:
         """``udf_schema`` is what the actors return; ``schema`` what the stage yields (the same,
         or for a pass-through step the input columns followed by it). ``cancellation`` stops
         the stage at once (Ctrl-C); ``warn`` reports rows that ``on_error`` handled, at the
-        user's line of code."""
+        user's line of code; ``limit``, when the action needs at most that many rows of this
+        step, ends the stage once it has them."""
         self.spec = spec
         self.udf_schema = udf_schema
         self.schema = schema
         self.step = step
+        self.step_id = step_id
         self.source = source
         self.events = events
         self.batch_size = spec.rows_per_batch
@@ -78,6 +82,9 @@ class UdfStage:
         self.cancellation = cancellation or Cancellation()
         self.warn = warn or (lambda message: warnings.warn(message, UserWarning, stacklevel=3))
         self.calls_per_unit = 1  # grows once the actors say how quick a call is
+        self.limit = limit
+        # The action failed elsewhere: closing the stream then aborts the pool, as a failure.
+        self.abandoned = False
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -95,12 +102,18 @@ class UdfStage:
             ) from exc
 
     def batches(self) -> Iterator[pa.RecordBatch]:
+        """The step's output. Closing the stream early (a ``limit`` met, the reader gone) ends
+        the stage gracefully: batches still running are dropped unread, with whatever they
+        raise, and every actor runs the UDF's teardown()."""
         try:
-            yield from self._batches()
+            if self.limit is None:
+                yield from self._batches()
+            else:
+                yield from _first_rows(self._batches(), self.limit)
         except UDFError as exc:  # catchable as the user's own exception class too
             raise catchable(exc) from exc.__cause__
 
-    def _batches(self) -> Iterator[pa.RecordBatch]:
+    def _batches(self) -> Generator[pa.RecordBatch, None, None]:
         started = time.perf_counter()
         pool = make_pool(self.spec, self.udf_schema, self.step)
         self.cancellation.on_cancel(
@@ -109,10 +122,10 @@ class UdfStage:
         # Batches in flight and their input rows, in submission order.
         inflight: dict[Future[BatchOutcome], pa.Table] = {}
         reads = self.spec.reads
-        failed = True
+        ending = "failed"
         try:
             pool.start()
-            self.events.emit(StageStarted(self.step, len(pool.actors)))
+            self.events.emit(StageStarted(self.step, self.step_id, len(pool.actors)))
             saturated_since: float | None = None
             offset = 0
             for seq, chunk in enumerate(self._chunks()):
@@ -136,12 +149,16 @@ class UdfStage:
                     yield from self._next_outputs(inflight, pool)
             while inflight:
                 yield from self._next_outputs(inflight, pool)
-            failed = False
+            ending = "done"
+        except GeneratorExit:
+            ending = "failed" if self.abandoned else "early"
+            raise
         finally:
             for future in inflight:
                 future.cancel()
-            pool.teardown(graceful=not failed)
-        self._finish(time.perf_counter() - started)
+            pool.teardown(graceful=ending != "failed", early=ending == "early")
+            if ending != "failed":
+                self._finish(time.perf_counter() - started)
 
     def _next_is_ready(self, inflight: dict[Future[BatchOutcome], pa.Table]) -> bool:
         if self.spec.preserve_order:
@@ -170,6 +187,7 @@ class UdfStage:
         self.events.emit(
             BatchDone(
                 self.step,
+                self.step_id,
                 rows_in,
                 outcome.table.num_rows,
                 pool.busy_actors(),
@@ -181,6 +199,8 @@ class UdfStage:
         for batch in table.to_batches():
             if batch.num_rows:
                 yield batch
+        if outcome.failure is not None:  # a unit's call failed after the answers above
+            raise outcome.failure
 
     def _units_in_flight(self, pool: ActorPool) -> int:
         """The pool's capacity counts batches sent one by one; units of several count as
@@ -200,6 +220,8 @@ class UdfStage:
     def _carry(self, chunk: pa.Table, outcome: BatchOutcome) -> pa.Table:
         """The input columns (less the rows on_error='skip' dropped) joined by position with
         the UDF's columns: no copy of either side."""
+        if outcome.failure is not None:  # the rows before the failing call's
+            chunk = chunk.slice(0, outcome.table.num_rows + len(outcome.dropped))
         if outcome.dropped:
             keep = np.ones(chunk.num_rows, dtype=bool)
             keep[outcome.dropped] = False
@@ -210,6 +232,7 @@ class UdfStage:
         self.events.emit(
             StageFinished(
                 self.step,
+                self.step_id,
                 self.rows_in,
                 self.rows_out,
                 self.rows_skipped,
@@ -228,6 +251,24 @@ class UdfStage:
         )
         if message:
             self.warn(message)
+
+
+def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Iterator[pa.RecordBatch]:
+    """The first ``n`` rows of ``batches``, which is closed as soon as they are in hand: batches
+    past them are never asked for, so neither their rows nor their errors reach the action
+    (a reader such as DuckDB's asks for more than a ``limit`` above it keeps)."""
+    try:
+        if n <= 0:
+            return  # nothing is needed: the stage never starts
+        for batch in batches:
+            if batch.num_rows >= n:
+                batches.close()  # the stage ends (teardown) before its last rows go on
+                yield batch.slice(0, n)
+                return
+            n -= batch.num_rows
+            yield batch
+    finally:
+        batches.close()
 
 
 def on_error_warning(

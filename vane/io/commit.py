@@ -21,8 +21,9 @@ journal: ``destination/.vane-commit-<token>`` lists every file to move and is wr
 synced) before the first move; once it exists the append is decided and will complete. The
 moves follow, then the journal is deleted. If the writer dies, the kernel drops its lock; the
 next vane write or read of the destination takes the lock, finds the journal, and finishes the
-moves (roll forward). A vane reader lists a destination holding the lock shared, so its listing
-falls wholly before or after any commit.
+moves (roll forward). A vane reader lists files holding shared the lock of every destination
+it looks in, whether it was given the destination, a directory inside it (a partition), a
+glob or a list of files there, so its listing falls wholly before or after any commit.
 
 States of one write, and who cleans up after a kill in each:
 
@@ -39,7 +40,7 @@ a crash mid-append the files moved so far stay visible, without the rest, until 
 touches the destination. Where ``renameat2`` is missing (not Linux, or a filesystem without
 it) overwrite falls back to two renames, and between them the path is briefly absent.
 
-Tests widen the windows between steps with ``VANE_COMMIT_PAUSE`` (see ``_pause``).
+Tests hold a writer between steps with ``VANE_COMMIT_PAUSE`` (see ``_pause``).
 """
 
 from __future__ import annotations
@@ -54,18 +55,20 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Literal, TypeVar
 
 from vane.errors import ConfigurationError, SinkError
 
 WriteMode = Literal["error", "overwrite", "append"]
+Listing = TypeVar("Listing")
 MODES = ("error", "overwrite", "append")
 
 _STAGING = ".vane-staging-"
 _MAKING = ".vane-making-"  # a staging directory before it is locked
 _JOURNAL = ".vane-commit-"
+_LOCK = ".vane-lock"  # beside the destination: .<name>.vane-lock
 # A ``making`` directory older than this belongs to a writer killed in its first instant.
 _MAKING_TIMEOUT_SECONDS = 3600
 
@@ -143,15 +146,16 @@ def _locked_directory(final: Path) -> int:
 
 def _pause(step: str) -> None:
     """A test hook: with ``VANE_COMMIT_PAUSE=<step>:<file>``, create ``<file>`` on reaching
-    ``step`` and wait there (a test then kills the process). Unset in normal use."""
+    ``step`` and wait there while it exists (a test kills the process, or deletes the file to
+    let it go on). Unset in normal use."""
     setting = os.environ.get("VANE_COMMIT_PAUSE")
     if not setting:
         return
     wanted, _, marker = setting.partition(":")
     if wanted == step:
         Path(marker).write_text(str(os.getpid()))
-        while True:
-            time.sleep(3600)
+        while Path(marker).exists():
+            time.sleep(0.01)
 
 
 def _write_durably(path: Path, text: str) -> None:
@@ -172,7 +176,7 @@ def resolve(destination: Path) -> Path:
 
 
 def lock_path(destination: Path) -> Path:
-    return destination.parent / f".{destination.name}.vane-lock"
+    return destination.parent / f".{destination.name}{_LOCK}"
 
 
 def _exists_with_content(path: Path) -> bool:
@@ -219,30 +223,93 @@ def _finish(destination: Path, journal: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def list_consistently(directory: Path, list_files: Callable[[], list[str]]) -> list[str]:
-    """For a reader: ``list_files()`` run while no commit can change ``directory``, after any
-    commit a dead writer left half done is finished. If it cannot be finished (no permission
-    to write), the files of the unfinished commit are left out: vane shows none of it."""
-    lock = lock_path(directory)
-    existed = lock.exists()
-    files = _listed(directory, lock, list_files)
-    if not existed and lock.exists():  # a write began as we listed: list under its lock
-        files = _listed(directory, lock, list_files)
-    return files
+def list_consistently(
+    list_files: Callable[[], Listing],
+    places: Callable[[Listing], Iterable[str]],
+    start: Iterable[str] = (),
+) -> tuple[Listing, frozenset[str]]:
+    """For a reader: ``list_files()`` run while no vane commit can change what it lists, after
+    any commit a dead writer left half done is finished.
+
+    ``places(listing)`` names the directories the listing looked in (where the files it found
+    are, the directories and glob roots it was given); every vane destination that is one of
+    them or holds one (a partition directory of a partitioned write, say) is locked shared
+    while listing, and a destination the listing finds for the first time is listed again
+    under its lock (``start``: places known before listing, whose destinations are locked
+    from the first listing on). Returns the listing, and the real paths of files that a commit
+    vane could not finish (no permission to write) would add: leave them out, vane shows none
+    of it."""
+    held = destinations(start)
+    stuck: dict[Path, frozenset[str]] = {}
+    while True:
+        unfinished: list[Path] = []
+        with contextlib.ExitStack() as stack:
+            for destination in sorted(held):
+                stack.enter_context(locked(lock_path(destination), shared=True, create=False))
+            unfinished = [d for d in sorted(held) if d not in stuck and _journals(d)]
+            if not unfinished:
+                listing = list_files()
+                found = destinations(places(listing))
+                if found <= held:
+                    return listing, frozenset().union(*stuck.values())
+        if unfinished:  # dead writers' appends: finish them (that needs the lock alone)
+            for destination in unfinished:
+                left = _finish_for_reader(destination)
+                if left:
+                    stuck[destination] = left
+        else:
+            held |= found
 
 
-def _listed(directory: Path, lock: Path, list_files: Callable[[], list[str]]) -> list[str]:
-    with locked(lock, shared=True, create=False):
-        if not any(directory.glob(f"{_JOURNAL}*")):
-            return list_files()
-    with locked(lock, create=False):  # a dead writer's journal: finish it, then list
+def _journals(destination: Path) -> list[Path]:
+    return [j for j in destination.glob(f"{_JOURNAL}*") if not j.name.endswith(".tmp")]
+
+
+def _finish_for_reader(destination: Path) -> frozenset[str]:
+    """Finish the appends dead writers left in ``destination``; the files of any that cannot
+    be finished (no permission to write)."""
+    with locked(lock_path(destination), create=False):
         with contextlib.suppress(OSError):
-            recover(directory)
-        hidden: set[str] = set()
-        for journal in directory.glob(f"{_JOURNAL}*"):
+            recover(destination)
+        left: set[str] = set()
+        for journal in _journals(destination):
             with contextlib.suppress(OSError, ValueError):
-                hidden.update(str(directory / f) for f in json.loads(journal.read_text())["files"])
-        return [f for f in list_files() if os.path.abspath(f) not in hidden]
+                listed = json.loads(journal.read_text())["files"]
+                left.update(str(destination / f) for f in listed)
+        return frozenset(left)
+
+
+def destinations(places: Iterable[str]) -> set[Path]:
+    """The vane destinations (directories a write committed to, which have a lock file beside
+    them) that are one of ``places`` or hold one, by their real paths."""
+    real: dict[str, str] = {}
+    seen: dict[str, bool] = {}
+    found: set[Path] = set()
+    for place in places:
+        directory = _real_directory(os.path.abspath(place), real)
+        while directory not in seen:
+            parent, name = os.path.split(directory)
+            seen[directory] = bool(name) and os.path.exists(os.path.join(parent, f".{name}{_LOCK}"))
+            if seen[directory]:
+                found.add(Path(directory))
+            if parent == directory:
+                break
+            directory = parent
+    return found
+
+
+def _real_directory(path: str, known: dict[str, str]) -> str:
+    """``path`` with its symlinks resolved, each directory's looked up once: a read of many
+    partition directories resolves their shared parents once."""
+    if path in known:
+        return known[path]
+    parent, name = os.path.split(path)
+    if not name:
+        return path
+    candidate = os.path.join(_real_directory(parent, known), name)
+    resolved = os.path.realpath(candidate) if os.path.islink(candidate) else candidate
+    known[path] = resolved
+    return resolved
 
 
 # ---- one write --------------------------------------------------------------------------------

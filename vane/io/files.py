@@ -4,11 +4,11 @@ engine reads exactly the files that were found."""
 
 from __future__ import annotations
 
-import functools
 import glob
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias
 
@@ -56,9 +56,59 @@ def _walk(directory: Path, extensions: tuple[str, ...]) -> list[str]:
     return sorted(found)
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What one path the user gave names: the files it matched, where to judge hive
+    directories from, and the directories the listing looked in."""
+
+    matched: list[str]
+    base: Path
+    places: list[str]
+    kind: Literal["glob", "directory", "file", "missing"]
+
+
+def _find(text: str, path: Path, fmt: str) -> _Found:
+    # A path that exists is read as itself, even if its name holds glob characters
+    # (`x[1].parquet`); only a path that does not exist is a glob.
+    if _GLOB_CHARS.search(text) and not path.exists():
+        matched = sorted(
+            p
+            for p in glob.glob(str(path), recursive=True)
+            if os.path.isfile(p) and not _hidden(os.path.basename(p))
+        )
+        prefix = _GLOB_CHARS.split(str(path), maxsplit=1)[0]  # before the first glob character
+        root = _existing(Path(prefix if prefix.endswith(os.sep) else os.path.dirname(prefix)))
+        base = Path(prefix).parent
+        return _Found(matched, base, [root, *_directories(matched)], "glob")
+    if path.is_dir():
+        directory = Path(os.path.abspath(path))
+        matched = _walk(directory, EXTENSIONS[fmt])
+        return _Found(matched, directory, [str(directory), *_directories(matched)], "directory")
+    if path.is_file():
+        return _Found([str(path)], path.parent, [os.path.dirname(os.path.realpath(path))], "file")
+    return _Found([], path.parent, [_existing(path)], "missing")
+
+
+def _directories(files: list[str]) -> list[str]:
+    return sorted({os.path.dirname(os.path.abspath(f)) for f in files})
+
+
+def _existing(path: Path) -> str:
+    """The deepest directory of ``path`` that exists (a path not there yet may appear when a
+    dead writer's append is finished)."""
+    path = Path(os.path.abspath(path))
+    while not path.is_dir() and path != path.parent:
+        path = path.parent
+    return str(path)
+
+
 def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...], str, bool]:
     """The files to read, a short label for ``explain()``, and whether they sit in hive-style
-    ``key=value`` directories below what the user named."""
+    ``key=value`` directories below what the user named.
+
+    Every path is listed under vane's commit protocol (``commit.list_consistently``), a
+    directory, a glob and a file alike: no listing sees part of an append, live or left by a
+    writer that died."""
     if isinstance(paths, (str, os.PathLike)):
         items = [paths]
     elif isinstance(paths, Sequence) and paths:
@@ -68,8 +118,7 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
             f"{caller}() needs a path, a directory, a glob or a non-empty list of them, "
             f"got {paths!r}"
         )
-    files: list[str] = []
-    hive = False
+    given: list[tuple[str, Path]] = []
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
             raise ConfigurationError(f"{caller}(): paths must be strings, got {item!r}")
@@ -82,38 +131,30 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
                 "with `aws s3 sync` or `gcloud storage rsync`), then read that directory"
             )
         text = text.removeprefix("file://")
-        path = Path(text).expanduser()
-        # A path that exists is read as itself, even if its name holds glob characters
-        # (`x[1].parquet`); only a path that does not exist is a glob.
-        if _GLOB_CHARS.search(text) and not path.exists():
-            matched = sorted(
-                p
-                for p in glob.glob(str(path), recursive=True)
-                if os.path.isfile(p) and not _hidden(os.path.basename(p))
-            )
-            base = Path(_GLOB_CHARS.split(str(path), maxsplit=1)[0]).parent
-        elif path.is_dir():
-            # Listed while no vane commit can change it (see commit.py): all of a write or none.
-            directory = Path(os.path.abspath(path))
-            matched = list_consistently(
-                directory, functools.partial(_walk, directory, EXTENSIONS[fmt])
-            )
-            base = directory
-        elif path.is_file():
-            matched = [str(path)]
-            base = path.parent
-        else:
+        given.append((text, Path(text).expanduser()))
+    found, unfinished = list_consistently(
+        lambda: [_find(text, path, fmt) for text, path in given],
+        lambda listing: [place for one in listing for place in one.places],
+        start=[_existing(path) for _, path in given],
+    )
+    files: list[str] = []
+    hive = False
+    for (text, _), one in zip(given, found, strict=True):
+        if one.kind == "missing":
             raise SourceNotFoundError(f"{caller}(): {text!r} does not exist")
+        matched = one.matched
+        if unfinished:  # appends vane could not finish: none of their files
+            matched = [m for m in matched if os.path.realpath(m) not in unfinished]
         if not matched:
-            what = "directory" if path.is_dir() else "glob"
+            what = "directory" if one.kind == "directory" else "glob"
             raise SourceNotFoundError(
                 f"{caller}(): the {what} {text!r} holds no {fmt} files "
                 f"(looked for names ending in {', '.join(EXTENSIONS[fmt])})"
             )
         hive = hive or any(  # each distinct directory once: a folder may hold many files
-            any(_HIVE_DIR.match(part) for part in Path(d).relative_to(base).parts)
+            any(_HIVE_DIR.match(part) for part in Path(d).relative_to(one.base).parts)
             for d in {os.path.dirname(m) for m in matched}
-            if Path(d).is_relative_to(base)
+            if Path(d).is_relative_to(one.base)
         )
         files.extend(os.path.abspath(m) for m in matched)
     label = ", ".join(os.fspath(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")

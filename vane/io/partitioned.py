@@ -127,13 +127,13 @@ class PartitionedWriter:
         partition.pending, partition.pending_rows, partition.pending_bytes = [], 0, 0
         offset = 0
         while offset < rows.num_rows:
-            if partition.file is not None and self._rows_per_file is not None:
+            room = rows.num_rows
+            if self._rows_per_file is not None:
+                # A new file has room for rows_per_file rows (file_rows is 0 until it opens).
                 room = self._rows_per_file - partition.file_rows
                 if room <= 0:
                     self._close(key)
                     continue
-            else:
-                room = rows.num_rows
             piece = rows.slice(offset, room)
             self._file(key, piece).write(piece)
             partition.file_rows += piece.num_rows

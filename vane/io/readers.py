@@ -7,21 +7,30 @@ DuckDB reads exactly the file vane listed: DuckDB expands ``*``, ``?`` and ``[..
 and ``x[1].parquet`` would otherwise read ``x1.parquet``.
 
 Files of one source are combined **by column name**: a column some files lack is null in their
-rows, and types widen (INTEGER and BIGINT give BIGINT). For Parquet, whose files carry types,
-columns whose types cannot combine without changing values (numbers in one file, text in
-another) are a ``SchemaError`` when the relation is built, naming the files. CSV and JSON are
-typed by DuckDB's sniffer per file; where files disagree the column becomes VARCHAR.
+rows, and types widen only where every value stays as it is (``combine``). Each file's identity
+(device, inode, size, modification time) is noted when it is listed, so that a read can tell
+that a file was replaced since.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from vane._sql import quote_ident, quote_literal, sql_list
-from vane.errors import ConfigurationError, SchemaError
+from vane.errors import ConfigurationError, SchemaError, SourceError
+
+if TYPE_CHECKING:
+    import duckdb
+
+# What identifies a file's content without reading it: replaced or rewritten, it differs.
+Stamp = tuple[int, int, int, int]
 
 # vane's option -> DuckDB's parameter; DuckDB's own names are accepted too (its error messages
 # recommend them), and so are the pandas-style names users bring.
@@ -88,13 +97,20 @@ def duckdb_options(fmt: str, options: Mapping[str, Any], caller: str) -> dict[st
     known = OPTIONS[fmt]
     unknown = sorted(set(options) - set(known))
     if unknown:
+        close = difflib.get_close_matches(unknown[0], list(known), n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigurationError(
-            f"{caller}(): unknown option(s) {unknown}; the options are {', '.join(sorted(known))}"
+            f"{caller}(): unknown option(s) {unknown}{guess}; the options are "
+            f"{', '.join(sorted(known))}"
         )
     converted: dict[str, Any] = {}
     for name, given in options.items():
         if given is not None:
             converted[known[name]] = _option(name, given, caller)
+    if fmt == "csv":
+        # write_csv quotes an empty string ("") and leaves a null unquoted (nothing between
+        # the commas): read them back as they were written
+        converted.setdefault("allow_quoted_nulls", False)
     return converted
 
 
@@ -134,13 +150,163 @@ def _literal(value: Any) -> str:
     raise ConfigurationError(f"a reader option cannot be {type(value).__name__} {value!r}")
 
 
-def scan_sql(fmt: str, files: Sequence[str], options: Mapping[str, Any]) -> str:
-    """``FROM read_<fmt>([...files...], option = value, ...)`` with every path literal."""
+@dataclass(frozen=True)
+class JsonLines:
+    """What each line of a JSON source holds, as DuckDB detected it: ``columns`` (name ->
+    DuckDB type), each line an object with those keys; or, if ``whole``, one column ``json``
+    that is the line's whole value (lines that are not objects, or all ``{}``)."""
+
+    columns: dict[str, str]
+    whole: bool = False
+
+
+def scan_sql(
+    fmt: str,
+    files: Sequence[str],
+    options: Mapping[str, Any],
+    records: JsonLines | None = None,
+) -> str:
+    """``FROM read_<fmt>([...files...], option = value, ...)`` with every path literal.
+
+    ``records`` (JSON with ``ignore_errors``): what the lines hold. DuckDB's
+    ``read_json`` turns a line that does not parse into a row of nulls, indistinguishable from
+    ``{}``; such lines are skipped instead, as ``read_csv`` skips rows that do not parse: each
+    line is read as a JSON value (``read_json_objects``, NULL where it does not parse), and the
+    ones that parse become rows of those columns (``json_transform``, which, as ``read_json``
+    does with ``ignore_errors``, makes a field null where its value does not fit its type)."""
     paths = "[" + sql_list(quote_literal(duckdb_path(f)) for f in files) + "]"
     if fmt == "json":
         options = {"format": "newline_delimited", **options}
+    if fmt == "json" and records is not None:
+        return _json_records_sql(paths, options, records)
     settings = [f"{name} = {_literal(value)}" for name, value in sorted(options.items())]
     return f"FROM read_{fmt}({sql_list([paths, *settings])})"
+
+
+_OBJECT_OPTIONS = (
+    "compression",
+    "filename",
+    "format",
+    "hive_partitioning",
+    "ignore_errors",
+    "maximum_object_size",
+    "union_by_name",
+)
+_RECORD = "__vane_record"
+
+
+def _json_records_sql(paths: str, options: Mapping[str, Any], records: JsonLines) -> str:
+    # json_transform parses dates and timestamps in ISO form only: where the user gave a
+    # format, the field is taken as text and parsed with it, as read_json would.
+    formats = {"DATE": options.get("dateformat"), "TIMESTAMP": options.get("timestampformat")}
+    structure: dict[str, str] = {}
+    items: list[str] = []
+    for name, kind in records.columns.items():
+        value = quote_ident(_RECORD)
+        if not records.whole:
+            value = f"struct_extract({value}, {quote_literal(name)})"
+        layout = next((f for k, f in formats.items() if f and kind.startswith(k)), None)
+        if layout is not None:
+            structure[name] = "VARCHAR"
+            value = f"try_strptime({value}, {quote_literal(str(layout))})::{kind}"
+        else:
+            structure[name] = kind
+        items.append(f"{value} AS {quote_ident(name)}")
+    settings = [
+        f"{name} = {_literal(value)}"
+        for name, value in sorted(options.items())
+        if name in _OBJECT_OPTIONS
+    ]
+    objects = f"read_json_objects({sql_list([paths, *settings])})"
+    shape = structure["json"] if records.whole else structure
+    transform = f"json_transform(json, {quote_literal(json.dumps(shape))})"
+    return (
+        f"SELECT {sql_list([*items, f'* EXCLUDE ({quote_ident(_RECORD)})'])} FROM "
+        f"(SELECT {transform} AS {quote_ident(_RECORD)}, * EXCLUDE (json) FROM {objects} "
+        "WHERE json IS NOT NULL)"
+    )
+
+
+def own_columns(fmt: str, options: Mapping[str, Any], *, alone: bool = False) -> dict[str, Any]:
+    """The options to read a source's files for their own columns only: no hive columns, no
+    filename, and for JSON the types DuckDB detects rather than any given; ``alone``: for
+    reading one file by itself."""
+    dropped = {"filename"} | ({"columns"} if fmt == "json" else set())
+    if alone:
+        dropped.add("union_by_name")
+    return {k: v for k, v in options.items() if k not in dropped} | {"hive_partitioning": False}
+
+
+def typed_columns(fmt: str, options: Mapping[str, Any]) -> set[str]:
+    """The columns whose type the user gave (``types=``): DuckDB reads them as that type."""
+    given = options.get("columns" if fmt == "json" else "types")
+    return {str(k) for k in given} if isinstance(given, Mapping) else set()
+
+
+def complete_json_options(
+    cursor: duckdb.DuckDBPyConnection, files: Sequence[str], options: Mapping[str, Any]
+) -> tuple[dict[str, Any], JsonLines | None]:
+    """JSON options made whole, and the file columns' types for ``scan_sql``'s ``records``
+    if lines that do not parse are to be skipped.
+
+    DuckDB's ``columns`` is every column, so ``types=`` naming some would drop the rest: it gets
+    the detected types of all, the given ones in their place."""
+    completed = dict(options)
+    if all(os.path.getsize(f) == 0 for f in files):
+        # DuckDB reads an empty file as one column `json`; write_json of no rows writes one
+        if "columns" not in completed:
+            raise SourceError(
+                "read_json(): the files hold no lines, so their columns cannot be known from "
+                "them; pass types={'column': 'TYPE', ...} to read them as an empty relation"
+            )
+    elif "columns" in completed:
+        full = _types(cursor.sql(scan_sql("json", files, own_columns("json", completed))))
+        full.update(completed["columns"])
+        completed["columns"] = full
+    if not completed.get("ignore_errors"):
+        return completed, None
+    own = own_columns("json", completed)
+    if "columns" in completed:
+        own["columns"] = completed["columns"]
+    found = _types(cursor.sql(scan_sql("json", files, own)))
+    whole = False
+    if list(found) == ["json"] and "columns" not in completed:
+        # One column `json`: an object's key, or each line's whole value (DuckDB reads lines
+        # that are not objects so). Reading every line as a whole value tells which.
+        whole = _types(cursor.sql(scan_sql("json", files, {**own, "records": False}))) == found
+    nested = [n for n, t in found.items() if _nested_dates(t)]
+    if nested and (completed.get("dateformat") or completed.get("timestampformat")):
+        raise ConfigurationError(
+            "read_json(): ignore_errors=True with date_format or timestamp_format cannot "
+            f"parse dates inside nested columns ({', '.join(nested)}). Read them as text with "
+            f"types={{{nested[0]!r}: 'VARCHAR'}} and parse them after"
+        )
+    return completed, JsonLines(found, whole)
+
+
+def _types(relation: duckdb.DuckDBPyRelation) -> dict[str, str]:
+    return {n: str(t) for n, t in zip(relation.columns, relation.types, strict=True)}
+
+
+def _nested_dates(kind: str) -> bool:
+    """A nested DuckDB type with dates or timestamps inside."""
+    nested = kind.startswith(("STRUCT", "MAP", "UNION")) or kind.endswith("]")
+    return nested and any(word in kind for word in ("DATE", "TIMESTAMP"))
+
+
+def stamps(files: Sequence[str]) -> dict[str, Stamp]:
+    """Each file's identity now (files that are gone are left out)."""
+    found: dict[str, Stamp] = {}
+    for path in files:
+        try:
+            found[path] = stamp(os.stat(path))
+        except OSError:
+            continue
+    return found
+
+
+def stamp(status: os.stat_result) -> Stamp:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
 # ---- Parquet files whose schemas differ ----------------------------------------------------
@@ -158,30 +324,16 @@ def parquet_schemas(files: Sequence[str]) -> list[pa.Schema] | None:
         return None
 
 
-def check_combinable(files: Sequence[str], schemas: Sequence[pa.Schema], label: str) -> bool:
-    """True if the files' schemas differ (they are combined by name), False if all are the
-    same; a ``SchemaError`` naming the files if some column's types cannot combine."""
-    from vane.types.cast import castable
-
-    first = schemas[0]
-    if all(s.equals(first, check_metadata=False) for s in schemas[1:]):
-        return False
-    seen: dict[str, dict[pa.DataType, str]] = {}
+def check_names(files: Sequence[str], schemas: Sequence[pa.Schema]) -> None:
+    """A ``SchemaError`` for a column with an empty name: DuckDB cannot hold one, and would
+    read it under a name of its own (``C0``)."""
     for path, schema in zip(files, schemas, strict=True):
-        for f in schema:
-            seen.setdefault(f.name, {}).setdefault(f.type, path)
-    for name, types in seen.items():
-        kinds = list(types)
-        if all(castable(a, b) or castable(b, a) for a in kinds for b in kinds):
-            continue
-        shown = "; ".join(f"{t} in {p!r}" for t, p in list(types.items())[:3])
-        raise SchemaError(
-            f"the files of {label!r} disagree about column {name!r}: {shown}. vane combines "
-            "files by column name and widens types, but these cannot combine without changing "
-            "values. Read the files separately and cast the column (or select it out), or "
-            "rewrite them with one type"
-        )
-    return True
+        if "" in schema.names:
+            raise SchemaError(
+                f"column {schema.names.index('')} of {path!r} has an empty name, which DuckDB "
+                "cannot hold (it would be read as another name). Give the column a name, for "
+                "example: pq.write_table(table.rename_columns(['id', ...]), path)"
+            )
 
 
 def fixed_size_columns(schemas: Sequence[pa.Schema]) -> dict[str, pa.DataType]:

@@ -27,8 +27,8 @@ from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.commit import MODES, Staging, WriteMode
-from vane.io.files import SINGLE_FILE_SUFFIXES, FileFormat, is_uri
-from vane.observe.events import StageFinished, describe_usage
+from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
+from vane.observe.events import StageFinished, describe_usage, step_names
 
 if TYPE_CHECKING:
     from vane.io.formats import FileWriter
@@ -59,8 +59,10 @@ class WriteResult:
 
     @property
     def usage(self) -> dict[str, dict[str, int]]:
-        """Each counting step's counters by step: ``{"prompt[openai m]": {"requests": 5}}``."""
-        return {step.step: dict(step.usage) for step in self.steps if step.usage}
+        """Each counting step's counters by step: ``{"prompt[openai m]": {"requests": 5}}``
+        (two steps of one name are told apart by their order: ``"embed"``, ``"embed #2"``)."""
+        names = step_names(self.steps)
+        return {name: dict(s.usage) for name, s in zip(names, self.steps, strict=True) if s.usage}
 
     def __str__(self) -> str:
         text = (
@@ -101,7 +103,15 @@ class FileSink:
             )
         if self.mode not in MODES:
             raise ConfigurationError(f"{caller}(): mode={self.mode!r} is not one of {MODES}")
-        if (self.partition_by or self.rows_per_file) and self.path.endswith(
+        lowered = self.path.lower()
+        for other, suffixes in EXTENSIONS.items():
+            if other != self.format and lowered.endswith(suffixes):
+                raise ConfigurationError(
+                    f"{caller}(): {self.path!r} names a {other.upper()} file, and this writes "
+                    f"{self.format.upper()}. Name it {SINGLE_FILE_SUFFIXES[self.format][0]!r} "
+                    f"or a folder, or use write_{other}()"
+                )
+        if (self.partition_by or self.rows_per_file) and lowered.endswith(
             SINGLE_FILE_SUFFIXES[self.format]
         ):
             raise ConfigurationError(
@@ -122,7 +132,7 @@ class FileSink:
     def single_file(self) -> bool:
         """A path ending in the format's extension, with no partitioning or file size, is one
         file; anything else is a directory of part files."""
-        return self.path.endswith(SINGLE_FILE_SUFFIXES[self.format]) and not (
+        return self.path.lower().endswith(SINGLE_FILE_SUFFIXES[self.format]) and not (
             self.partition_by or self.rows_per_file
         )
 
@@ -143,6 +153,19 @@ class FileSink:
                 f"write_csv(): CSV cannot hold the nested column(s) {nested} (lists, structs, "
                 "maps). Write Parquet or JSON instead, or turn them into text first, for example "
                 f"with_column({nested[0]!r}, '{nested[0]}::VARCHAR')"
+            )
+        binary = [
+            f.name
+            for f in schema
+            if pa.types.is_binary(f.type)
+            or pa.types.is_large_binary(f.type)
+            or pa.types.is_fixed_size_binary(f.type)
+        ]
+        if self.format == "csv" and binary:
+            raise ConfigurationError(
+                f"write_csv(): CSV holds text, and {binary} hold bytes that need not be text. "
+                "Write Parquet instead, or turn them into text first, for example "
+                f"with_column({binary[0]!r}, 'hex({binary[0]})')"
             )
 
     def start(self) -> FileWrite:

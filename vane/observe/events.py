@@ -1,16 +1,29 @@
 """Events the executor emits while a plan runs. Subscribers (the progress display, tests, a
-user's own callback) receive them in the thread that emitted them and must return quickly."""
+user's own callback) receive them in the thread that emitted them and must return quickly.
+
+Each event names its UDF step twice: ``step``, what the user reads (the function's name, or
+the step's label), and ``step_id``, the step's identity in the plan (``UdfStep.step_id``):
+two steps of one function share a name, never an id.
+
+Subscribers watch the work; they never take part in it. One that raises is logged (once per
+subscriber) and the action goes on; the others still receive every event. A subscriber is
+called by one thread at a time, though the stages that emit run on several threads (and
+actions may run side by side on several threads of the process).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class StageStarted:
     step: str
+    step_id: int
     actors: int
     # The rows the stage will read, when that is known without reading them (an in-memory
     # table, a range, Parquet metadata); None when it is not: never a guess.
@@ -20,6 +33,7 @@ class StageStarted:
 @dataclass(frozen=True)
 class BatchDone:
     step: str
+    step_id: int
     rows_in: int
     rows_out: int
     busy_actors: int
@@ -34,6 +48,7 @@ class StageFinished:
     """A UDF step's summary: rows, what on_error did, seconds, and its counters summed."""
 
     step: str
+    step_id: int
     rows_in: int
     rows_out: int
     rows_skipped: int
@@ -85,36 +100,91 @@ def describe_usage(usage: Mapping[str, int]) -> str:
 
 Subscriber = Callable[[object], None]
 
+log = logging.getLogger("vane")
+
+
+class _Guarded:
+    """A subscriber called by one thread at a time, whose errors stay its own."""
+
+    def __init__(self, subscriber: Subscriber) -> None:
+        self.subscriber = subscriber
+        # Reentrant: a subscriber that starts an action of its own hears that action too.
+        self._lock = threading.RLock()
+        self._failed = False
+
+    def __call__(self, event: object) -> None:
+        with self._lock:
+            try:
+                self.subscriber(event)
+            except Exception:
+                if not self._failed:
+                    self._failed = True
+                    log.warning(
+                        "the event subscriber %r raised on %s; the action goes on without its "
+                        "answer (its later errors are not logged)",
+                        self.subscriber,
+                        type(event).__name__,
+                        exc_info=True,
+                    )
+
 
 class EventBus:
     def __init__(self) -> None:
-        self._subscribers: list[Subscriber] = []
+        self._subscribers: list[_Guarded] = []
         self._lock = threading.Lock()
 
-    def subscribe(self, subscriber: Subscriber) -> None:
+    def subscribe(self, subscriber: Subscriber | _Guarded) -> None:
+        guarded = subscriber if isinstance(subscriber, _Guarded) else _Guarded(subscriber)
         with self._lock:
-            self._subscribers.append(subscriber)
+            self._subscribers.append(guarded)
 
     @property
     def listening(self) -> bool:
         return bool(self._subscribers)
 
     def emit(self, event: object) -> None:
-        for subscriber in list(self._subscribers):
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for subscriber in subscribers:
             subscriber(event)
 
 
-_global_subscribers: list[Subscriber] = []
+# Guarded once, so that every action's bus shares each subscriber's lock.
+_global_subscribers: list[_Guarded] = []
+_global_lock = threading.Lock()
 
 
 def subscribe(subscriber: Subscriber) -> Callable[[], None]:
     """Receive the events of every run in this process; returns a function that unsubscribes."""
-    _global_subscribers.append(subscriber)
-    return lambda: _global_subscribers.remove(subscriber)
+    guarded = _Guarded(subscriber)
+    with _global_lock:
+        _global_subscribers.append(guarded)
+
+    def unsubscribe() -> None:
+        with _global_lock, contextlib.suppress(ValueError):
+            _global_subscribers.remove(guarded)
+
+    return unsubscribe
 
 
-def global_subscribers() -> list[Subscriber]:
-    return list(_global_subscribers)
+def global_subscribers() -> list[_Guarded]:
+    with _global_lock:
+        return list(_global_subscribers)
+
+
+def step_names(steps: Sequence[StageFinished]) -> list[str]:
+    """The steps' names, each unique: a name that several steps share gets its position among
+    them ("embed", "embed #2"), so that a summary keyed by name loses none of them."""
+    taken: set[str] = set()
+    names = []
+    for step in steps:
+        name, count = step.step, 1
+        while name in taken:
+            count += 1
+            name = f"{step.step} #{count}"
+        taken.add(name)
+        names.append(name)
+    return names
 
 
 def action_events() -> EventBus:

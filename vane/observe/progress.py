@@ -24,25 +24,27 @@ class ProgressDisplay:
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self._progress: Any = None
-        self._tasks: dict[str, Any] = {}
-        self._rows: dict[str, list[int]] = {}
-        self._usage: dict[str, dict[str, int]] = {}
-        self._started: dict[str, float] = {}
+        # By step_id: two steps of one function are two lines.
+        self._tasks: dict[int, Any] = {}
+        self._rows: dict[int, list[int]] = {}
+        self._usage: dict[int, dict[str, int]] = {}
+        self._started: dict[int, float] = {}
 
     def __call__(self, event: object) -> None:
         if isinstance(event, StageStarted):
             self._start(event)
-        elif isinstance(event, BatchDone) and event.step in self._tasks:
-            rows = self._rows[event.step]
+        elif isinstance(event, BatchDone) and event.step_id in self._tasks:
+            step = event.step_id
+            rows = self._rows[step]
             rows[0] += event.rows_in
             rows[1] += event.rows_out
-            self._usage[event.step] = add_counts(self._usage[event.step], event.usage)
+            self._usage[step] = add_counts(self._usage[step], event.usage)
             self._progress.update(
-                self._tasks[event.step],
+                self._tasks[step],
                 completed=rows[0],
-                info=self._info(event.step, f"{event.busy_actors}/{event.actors} actors busy"),
+                info=self._info(step, f"{event.busy_actors}/{event.actors} actors busy"),
             )
-        elif isinstance(event, StageFinished) and event.step in self._tasks:
+        elif isinstance(event, StageFinished) and event.step_id in self._tasks:
             self._finish(event)
 
     def _start(self, event: StageStarted) -> None:
@@ -60,14 +62,15 @@ class ProgressDisplay:
                 refresh_per_second=10,
             )
             self._progress.start()
-        self._rows[event.step] = [0, 0]
-        self._usage[event.step] = {}
-        self._started[event.step] = time.perf_counter()
-        self._tasks[event.step] = self._progress.add_task(
-            f"{event.step[:40]}:", total=event.total_rows, info=self._info(event.step, "starting")
+        step = event.step_id
+        self._rows[step] = [0, 0]
+        self._usage[step] = {}
+        self._started[step] = time.perf_counter()
+        self._tasks[step] = self._progress.add_task(
+            f"{event.step[:40]}:", total=event.total_rows, info=self._info(step, "starting")
         )
 
-    def _info(self, step: str, tail: str) -> str:
+    def _info(self, step: int, tail: str) -> str:
         rows_in, rows_out = self._rows[step]
         elapsed = max(time.perf_counter() - self._started[step], 1e-9)
         usage = self._usage.get(step)
@@ -78,19 +81,20 @@ class ProgressDisplay:
         )
 
     def _finish(self, event: StageFinished) -> None:
-        self._rows[event.step] = [event.rows_in, event.rows_out]
-        self._usage[event.step] = dict(event.usage)
+        step = event.step_id
+        self._rows[step] = [event.rows_in, event.rows_out]
+        self._usage[step] = dict(event.usage)
         extra = ""
         if event.rows_skipped:
             extra += f", {event.rows_skipped:,} skipped"
         if event.rows_nulled:
             extra += f", {event.rows_nulled:,} failed as nulls"
-        task = self._tasks.pop(event.step)
+        task = self._tasks.pop(step)
         self._progress.update(
             task,
             completed=event.rows_in,
             total=event.rows_in,
-            info=self._info(event.step, f"done in {event.seconds:.1f} s{extra}"),
+            info=self._info(step, f"done in {event.seconds:.1f} s{extra}"),
         )
         if not self._tasks:
             self._progress.stop()

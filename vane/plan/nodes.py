@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -22,8 +22,9 @@ import pyarrow as pa
 
 from vane import _engine
 from vane._sql import duckdb_message, quote_ident, sql_list
-from vane.errors import PlanError, SourceError
+from vane.errors import PlanError, SchemaError, SourceError
 from vane.io import readers
+from vane.io.combine import check_files
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
 from vane.plan.expr import Alias, Column, Expr, SqlText
@@ -36,6 +37,7 @@ Cursor = duckdb.DuckDBPyConnection
 JoinHow = Literal["inner", "left", "right", "outer", "semi", "anti"]
 
 _serial = itertools.count()
+_step_ids = itertools.count(1)
 
 
 class PlanNode:
@@ -52,6 +54,12 @@ class PlanNode:
 
     def _set_schema(self, schema: pa.Schema) -> None:
         names = schema.names
+        if "" in names:
+            raise SchemaError(
+                f"step `{self.describe()}` has a column with an empty name (column "
+                f"{names.index('')}), which DuckDB cannot hold: it would come back under a name "
+                "of DuckDB's choosing (v0, v1, ...). Give every column a name"
+            )
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise PlanError(
@@ -98,35 +106,80 @@ class Source(PlanNode):
 @dataclass(frozen=True, eq=False)
 class FileScan(Source):
     """Files of one format, already resolved to a list of paths by the io layer; ``options``
-    are DuckDB's reader parameters (``io/readers.py``), ``columns`` the ones to keep."""
+    are DuckDB's reader parameters (``io/readers.py``), ``columns`` the ones to keep, ``stamps``
+    each file's identity when it was listed (taken here unless given).
+
+    An action reads the files it was built on or fails: a file gone or replaced since (by
+    another write, an overwrite of the same name included) is a ``SourceError`` saying so,
+    never rows of another file read under this schema."""
 
     format: FileFormat
     files: tuple[str, ...]
     label: str
     options: tuple[tuple[str, object], ...] = ()
     columns: tuple[str, ...] | None = None
+    stamps: Mapping[str, readers.Stamp] | None = None
 
     def __post_init__(self) -> None:
         if not self.files:
             raise SourceError(f"no {self.format} files to read for {self.label!r}")
+        if self.stamps is None:
+            # Before anything is read: a file replaced from here on differs from its stamp.
+            object.__setattr__(self, "stamps", readers.stamps(self.files))
         options = dict(self.options)
         restore: dict[str, pa.DataType] = {}
+        differing = None  # Parquet files' stored schemas, where they differ
         if self.format == "parquet":
             schemas = readers.parquet_schemas(self.files)
             if schemas is not None:
-                differ = readers.check_combinable(self.files, schemas, self.label)
-                if differ:
-                    options.setdefault("union_by_name", True)
+                readers.check_names(self.files, schemas)
                 restore = readers.fixed_size_columns(schemas)
+                if any(not s.equals(schemas[0], check_metadata=False) for s in schemas[1:]):
+                    options.setdefault("union_by_name", True)
+                    differing = schemas
         elif len(self.files) > 1:
             options.setdefault("union_by_name", True)  # files are combined by column name
-        object.__setattr__(self, "options", tuple(sorted(options.items())))
         object.__setattr__(self, "_restore", restore)
-        self._derive_schema()
+        typed = readers.typed_columns(self.format, options)
+        cursor = _engine.cursor()
+        try:
+            records = None
+            if self.format == "json":
+                options, records = readers.complete_json_options(cursor, self.files, options)
+            object.__setattr__(self, "options", tuple(sorted(options.items())))
+            object.__setattr__(self, "_records", records)
+            self._derive_schema_on(cursor)
+            if len(self.files) > 1:
+                combined: pa.Schema = self.__dict__["_combined"]
+                skip = typed | (set(combined.names) - set(self.columns or combined.names))
+                check_files(
+                    cursor,
+                    self.format,
+                    self.files,
+                    options,
+                    label=self.label,
+                    combined=combined,
+                    schemas=differing,
+                    skip=skip,
+                )
+        except duckdb.Error as exc:
+            raise self.vanished() or SourceError(
+                f"cannot read `{self.describe()}`: {duckdb_message(exc)}"
+            ) from exc
+        finally:
+            cursor.close()
         self._check_ragged_csv()
+        changed = self.vanished()  # replaced while it was being read: say so now
+        if changed is not None:
+            raise changed
 
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        relation = cursor.sql(readers.scan_sql(self.format, self.files, dict(self.options)))
+    def _scan(self, cursor: Cursor) -> Relation:
+        """The files as DuckDB reads them together, before vane's casts and projection."""
+        records: readers.JsonLines | None = self.__dict__["_records"]
+        sql = readers.scan_sql(self.format, self.files, dict(self.options), records)
+        return cursor.sql(sql)
+
+    def _shape(self, relation: Relation) -> Relation:
         restore: dict[str, pa.DataType] = self.__dict__["_restore"]
         present = {n: t for n, t in restore.items() if n in relation.columns}
         if present:
@@ -142,6 +195,26 @@ class FileScan(Source):
                 readers.projection(self.columns, relation.columns, self.label)
             )
         return relation
+
+    def to_duckdb(self, cursor: Cursor) -> Relation:
+        changed = self.vanished()
+        if changed is not None:
+            raise changed
+        relation = self._scan(cursor)
+        bound = (relation.columns, [str(t) for t in relation.types])
+        if bound != self.__dict__["_bound"]:  # the stamps missed a change: the schema did not
+            raise self._changed(
+                f"its columns were {_columns(*self.__dict__['_bound'])}, and now they are "
+                f"{_columns(*bound)}"
+            )
+        return self._shape(relation)
+
+    def _derive_schema_on(self, cursor: Cursor) -> None:
+        relation = self._scan(cursor)
+        object.__setattr__(self, "_bound", (relation.columns, [str(t) for t in relation.types]))
+        if len(self.files) > 1:  # the types the files are combined into, before vane's casts
+            object.__setattr__(self, "_combined", relation.limit(0).to_arrow_table().schema)
+        self._set_schema(self._shape(relation).limit(0).to_arrow_table().schema)
 
     def _check_ragged_csv(self) -> None:
         """DuckDB reads a CSV whose rows have different numbers of fields as one text column
@@ -163,30 +236,44 @@ class FileScan(Source):
         count = len(self.files)
         return f"Read{self.format.capitalize()} {self.label} ({count} file{'s' * (count != 1)})"
 
-    def _derive_schema(self) -> None:
-        try:
-            super()._derive_schema()
-        except SourceError as exc:
-            # Another write can replace the files between their listing and DuckDB opening
-            # them: say so, as a read does later (DuckDB only says no file matches).
-            gone = self.vanished()
-            if gone is None:
-                raise
-            raise gone from exc.__cause__
-
     def vanished(self) -> SourceError | None:
-        """If files listed when the relation was built are gone (another write replaced
-        them), the error that says so; None if they are all there."""
-        gone = [f for f in self.files if "://" not in f and not os.path.exists(f)]
-        if not gone:
-            return None
+        """If files listed when the relation was built are gone or were replaced since
+        (another write), the error that says so; None if they are all as they were."""
+        stamps = self.stamps or {}
+        gone: list[str] = []
+        replaced: list[str] = []
+        for path in self.files:
+            try:
+                now = readers.stamp(os.stat(path))
+            except OSError:
+                gone.append(path)
+                continue
+            if stamps.get(path, now) != now:
+                replaced.append(path)
+        if gone:
+            return self._changed(
+                f"{gone[0]!r}"
+                + (f" and {len(gone) - 1} other file(s)" if len(gone) > 1 else "")
+                + " no longer exist(s)"
+            )
+        if replaced:
+            return self._changed(
+                f"{replaced[0]!r}"
+                + (f" and {len(replaced) - 1} other file(s)" if len(replaced) > 1 else "")
+                + " changed since the relation was built"
+            )
+        return None
+
+    def _changed(self, what: str) -> SourceError:
         return SourceError(
-            f"`{self.describe()}`: {gone[0]!r}"
-            + (f" and {len(gone) - 1} other file(s)" if len(gone) > 1 else "")
-            + " no longer exist(s): the files changed since they were listed (another write "
-            f"replaced them?). Build the relation again, e.g. "
+            f"`{self.describe()}`: {what}: the files changed since they were listed (another "
+            f"write replaced them?). Build the relation again, e.g. "
             f"vane.read_{self.format}({self.label!r}), to read what is there now"
         )
+
+
+def _columns(names: Sequence[str], types: Sequence[str]) -> str:
+    return ", ".join(f"{n} {t}" for n, t in zip(names, types, strict=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -804,21 +891,62 @@ def _with_ctes(query: str, ctes: list[str]) -> str:
 _VERB_KIND = {"map_batches": "MapBatches", "map": "Map", "flat_map": "FlatMap", "udf": "Udf"}
 
 
+class InferredSchema:
+    """A UDF step's output schema when the user gave none: learned from the step's first output
+    batch by ``probe`` (which runs it), the first time the plan needs it, and kept."""
+
+    def __init__(self, probe: Callable[[], pa.Schema]) -> None:
+        self._probe = probe
+        self._schema: pa.Schema | None = None
+
+    @property
+    def known(self) -> bool:
+        return self._schema is not None
+
+    def resolve(self) -> pa.Schema:
+        if self._schema is None:
+            self._schema = self._probe()
+        return self._schema
+
+
 @dataclass(frozen=True, eq=False)
 class UdfStep(PlanNode):
     """A user's function or class run over batches of its input by an actor pool. Its output is
-    the declared schema (plus an ``error`` column with ``on_error="null"``)."""
+    the declared schema (plus an ``error`` column with ``on_error="null"``); without one, the
+    schema of its first output batch, learned when the plan first needs it.
+
+    ``step_id`` is the step's identity, given when it is built and kept when the optimizer
+    rebuilds it over other inputs: two steps of one function share a name, never an id, and
+    events, summaries and ``explain(analyze=True)`` tell them apart by it."""
 
     input: PlanNode
     udf: UdfSpec
-    declared: pa.Schema
+    declared: pa.Schema | InferredSchema
+    step_id: int = field(default_factory=lambda: next(_step_ids))
 
     def __post_init__(self) -> None:
         spec = self.udf
-        names = self.input.schema.names
         if spec.reads is not None:
             _check_columns(spec.verb, spec.reads, self.input)
-        produced = output_schema(spec, self.declared)
+        if isinstance(self.declared, pa.Schema):
+            self._derive()
+
+    @property
+    def schema(self) -> pa.Schema:
+        if "_schema" not in self.__dict__:
+            self._derive()  # runs the first batch, once
+        return super().schema
+
+    @property
+    def declared_schema(self) -> pa.Schema:
+        """The columns the function returns, as declared or as learned from its output."""
+        declared = self.declared
+        return declared.resolve() if isinstance(declared, InferredSchema) else declared
+
+    def _derive(self) -> None:
+        spec = self.udf
+        names = self.input.schema.names
+        produced = output_schema(spec, self.declared_schema)
         if spec.passthrough:
             clash = [n for n in produced.names if n in names]
             if clash:
@@ -855,7 +983,11 @@ class UdfStep(PlanNode):
         )
         if spec.reads is not None:
             fields.append(f"reads=[{', '.join(spec.reads)}]")
-        columns = ", ".join(self.declared.names)
+        declared = self.declared
+        if isinstance(declared, InferredSchema) and not declared.known:
+            columns = "schema of its first output batch"
+        else:
+            columns = ", ".join(self.declared_schema.names)
         keeps = "input + " if spec.passthrough else ""
         return f"{_VERB_KIND.get(spec.verb, 'Udf')} {spec.name} -> {keeps}[{columns}] " + " ".join(
             fields

@@ -7,8 +7,9 @@ values, or refused before anything runs:
 - ``halffloat`` becomes ``FLOAT`` and ``decimal256`` of up to 38 digits ``DECIMAL`` (every value
   the same); a ``decimal256`` of more digits has no DuckDB type and is refused;
 - durations and ``month_day_nano`` intervals become DuckDB ``INTERVAL``s, which count
-  microseconds (and hand them back as ``month_day_nano``): a value with a part finer than a
-  microsecond, or a duration past +-292 years (which DuckDB's interval would wrap), is refused;
+  microseconds (and hand them back as ``month_day_nano``, which the relation's schema then
+  says): a value with a part finer than a microsecond, or a duration past +-292 years (which
+  DuckDB's interval would wrap), is refused;
 - names DuckDB would change are refused: an empty column or struct field name, a name with a
   NUL character, and two columns whose names differ only in case.
 """
@@ -162,11 +163,35 @@ def _check_batch(batch: pa.RecordBatch | pa.Table) -> None:
                 _check_values(name, chunk)
 
 
+def _has_duration(t: pa.DataType) -> bool:
+    if pa.types.is_duration(t):
+        return True
+    return any(_has_duration(t.field(i).type) for i in range(t.num_fields))
+
+
+def _as_intervals(data: pa.Table) -> pa.Table:
+    """Duration columns as the ``INTERVAL``s DuckDB reads them as (so the relation's schema
+    says what its rows hold), converted by DuckDB itself; other columns untouched."""
+    names = [f.name for f in data.schema if _has_duration(f.type)]
+    if not names:
+        return data
+    from vane import _engine  # DuckDB loads with the first relation, not with `import vane`
+
+    cursor = _engine.cursor()
+    try:
+        converted = cursor.from_arrow(data.select(names)).to_arrow_table()
+    finally:
+        cursor.close()
+    for name in names:
+        data = data.set_column(data.schema.get_field_index(name), name, converted.column(name))
+    return data
+
+
 def storable_table(table: pa.Table) -> pa.Table:
     """``table`` in types DuckDB holds exactly, or a ``SchemaError`` naming the column."""
     schema = _stored_schema(table.schema)
     _check_batch(table)
-    return table if schema.equals(table.schema) else table.cast(schema)
+    return _as_intervals(table if schema.equals(table.schema) else table.cast(schema))
 
 
 def storable_reader(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
@@ -176,10 +201,15 @@ def storable_reader(reader: pa.RecordBatchReader) -> pa.RecordBatchReader:
     checked = any(_needs_value_check(f.type) for f in schema)
     if schema.equals(reader.schema) and not checked:
         return reader
+    # what the batches become: the types above, durations as DuckDB's intervals
+    final = _as_intervals(schema.empty_table()).schema
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in reader:
             _check_batch(batch)
-            yield batch if schema.equals(reader.schema) else batch.cast(schema)
+            table = pa.Table.from_batches(
+                [batch if schema.equals(reader.schema) else batch.cast(schema)]
+            )
+            yield from _as_intervals(table).cast(final).to_batches()
 
-    return pa.RecordBatchReader.from_batches(schema, batches())
+    return pa.RecordBatchReader.from_batches(final, batches())

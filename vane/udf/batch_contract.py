@@ -368,15 +368,34 @@ def _columns_of(result: Any, where: str) -> dict[str, Any]:
     )
 
 
-def conform(result: Any, schema: pa.Schema, where: str) -> pa.Table:
+def _as_returned(columns: dict[str, Any], where: str) -> pa.Table:
+    arrays = {}
+    for name, values in columns.items():
+        try:
+            arrays[str(name)] = _natural(values, pa.null())
+        except _CONVERSION_ERRORS as exc:
+            raise ContractError(
+                f"{where} returned column {name!r} with values Arrow cannot hold in one type "
+                f"({exc}); return one kind of value per column, or pass schema= to say which"
+            ) from None
+    lengths = {n: len(a) for n, a in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ContractError(f"{where} returned columns of different lengths: {lengths}")
+    return pa.table(arrays)
+
+
+def conform(result: Any, schema: pa.Schema | None, where: str) -> pa.Table:
     """The UDF's ``result`` as a table of exactly ``schema``, or a ``ContractError`` naming the
-    column, the expected and actual type and the first offending row."""
+    column, the expected and actual type and the first offending row. Without a schema (the
+    step learns its schema from this output), the columns in the types they have."""
     columns = _columns_of(result, where)
     if isinstance(result, (pa.Table, pa.RecordBatch)):
         names = result.schema.names
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ContractError(f"{where} returned column(s) {duplicates} more than once")
+    if schema is None:
+        return _as_returned(columns, where)
     expected = schema.names
     missing = [n for n in expected if n not in columns]
     extra = [n for n in columns if n not in expected]

@@ -28,11 +28,12 @@ DEFAULT_ASYNC_ROWS = 64
 
 @dataclass
 class RowResults:
-    """A batch call's answer row by row: ``values``, and for each row that failed on its own
-    (one request of many, say) its ``errors`` entry, None where the row succeeded. Returned
-    instead of raising, so one failure never fails, nulls or re-runs its neighbours."""
+    """A batch call's answer row by row: ``values`` (a list, or an Arrow array of the call's
+    type), and for each row that failed on its own (one request of many, say) its ``errors``
+    entry, None where the row succeeded. Returned instead of raising, so one failure never
+    fails, nulls or re-runs its neighbours."""
 
-    values: list[Any]
+    values: list[Any] | pa.Array
     errors: list[str | None]
 
     def __len__(self) -> int:
@@ -121,13 +122,10 @@ class AsyncColumnCalls(ColumnCalls):
 
     def __init__(self, owner: ClassInstance | None, calls: tuple[CallPlan, ...]) -> None:
         super().__init__(owner, calls)
-        limit = min(
-            (c.udf.options.max_concurrency or DEFAULT_ASYNC_ROWS for _, c in self._calls),
-            default=DEFAULT_ASYNC_ROWS,
-        )
+        limit = min((_rows_in_flight(c.udf) for _, c in self._calls), default=DEFAULT_ASYNC_ROWS)
         import asyncio  # only for async calls: plain ones never load it
 
-        self._rows_in_flight = asyncio.Semaphore(int(limit))  # type: ignore[arg-type]
+        self._rows_in_flight = asyncio.Semaphore(limit)
 
     async def __call__(self, batch: pa.Table) -> dict[str, Any]:  # type: ignore[override]
         out: dict[str, Any] = {}
@@ -154,6 +152,15 @@ class AsyncColumnCalls(ColumnCalls):
             values = await asyncio.gather(*(one(a, k) for a, k in rows))
             out[call.output] = values if call.udf.is_generator else _plain(values, call)
         return _settled(out, self._calls)
+
+
+def _rows_in_flight(udf: ColumnUdf) -> int:
+    """Rows of an async call that one actor runs at once. A function's ``max_concurrency`` says
+    so; a ``@vane.cls`` method's counts actors (``(min, max)`` to scale between), not rows."""
+    given = udf.options.max_concurrency
+    if udf.owner is None and isinstance(given, int) and given > 0:
+        return given
+    return DEFAULT_ASYNC_ROWS
 
 
 def _settled(out: dict[str, Any], calls: list[tuple[Any, CallPlan]]) -> dict[str, Any]:

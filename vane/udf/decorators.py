@@ -95,6 +95,15 @@ class _FuncDecorator:
         batch_timeout_s: float | None = None,
         error_column: str | None = None,
     ) -> Any:
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise ConfigurationError(
+                "@vane.func(max_concurrency=...) is how many rows of an async def one actor runs "
+                f"at once: a positive integer, got {max_concurrency!r}"
+            )
         options = UdfOptions(
             batch_size,
             max_concurrency,

@@ -54,9 +54,15 @@ class BatchOutcome:
     # many calls the batch held: the stage sizes its transport units from these.
     seconds: float = 0.0
     calls: int = 1
+    # A unit whose call raised under on_error="raise" after others had answered: the outcome
+    # holds the answers before it, to be handed on first, and this error, to raise next (a
+    # `limit` met by those answers never sees it).
+    failure: BaseException | None = None
 
     def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
         """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
+        if self.failure is not None:
+            return self  # nothing after the failure is handed on
         return BatchOutcome(
             pa.concat_tables([self.table, other.table]),
             self.rows_skipped + other.rows_skipped,
@@ -67,6 +73,7 @@ class BatchOutcome:
             add_counts(self.usage, other.usage),
             self.seconds + other.seconds,
             self.calls + other.calls,
+            other.failure,
         )
 
 
@@ -188,17 +195,25 @@ def failed_rows(
     )
 
 
+def _first_keys(rows: list[Any]) -> list[str]:
+    """The keys of the first row dict (the columns a row function without a schema returns)."""
+    first = rows[0] if rows else {}
+    return list(first) if isinstance(first, dict) else []
+
+
 class UdfRuntime:
     """A constructed UDF and the rules for calling it. Build it inside the actor."""
 
-    def __init__(self, spec: UdfSpec, schema: pa.Schema, step: str) -> None:
+    def __init__(self, spec: UdfSpec, schema: pa.Schema | None, step: str) -> None:
+        """``schema`` None: the step is learning its schema from this output, which is kept in
+        the types it comes in (only a probe of the first batch runs so)."""
         self.spec = spec
         self.step = step
         self.schema = schema
         # The declared schema; with on_error="null" the step adds the error column itself.
         self.declared = (
             pa.schema([f for f in schema if f.name != spec.error_column])
-            if spec.on_error == "null"
+            if spec.on_error == "null" and schema is not None
             else schema
         )
         self.is_async = spec.is_async
@@ -285,7 +300,9 @@ class UdfRuntime:
             if not isinstance(result, Yielded):
                 return conform(result, self.declared, self._where)
             pieces = [conform(piece, self.declared, self._where) for piece in result]
-            return pa.concat_tables(pieces) if pieces else self.declared.empty_table()
+            if pieces:
+                return pa.concat_tables(pieces)
+            return self._empty()
         rows = python_rows(table, self._where)
         if self.is_async:
             import asyncio
@@ -311,7 +328,7 @@ class UdfRuntime:
                         "function that yields any number of rows"
                     )
             out_rows = list(results)
-        names = self.declared.names
+        names = self.declared.names if self.declared is not None else list(_first_keys(out_rows))
         expected = set(names)
         for number, row in enumerate(out_rows):
             if not isinstance(row, dict):
@@ -325,7 +342,7 @@ class UdfRuntime:
                     "declared key in every row (None for a null)"
                 )
         if not out_rows:
-            return self.declared.empty_table()
+            return self._empty()
         return conform({n: [r[n] for r in out_rows] for n in names}, self.declared, self._where)
 
     async def _attempt(self, table: pa.Table, number: int, watch: Watch) -> BatchOutcome:
@@ -371,12 +388,19 @@ class UdfRuntime:
         """The batch's output under the step's retry and ``on_error`` policy, with what the
         UDF counted meanwhile (``usage_counters``). A unit of several calls (``Task.call_rows``)
         runs them in turn, each under the policy on its own; the first call that raises under
-        ``on_error="raise"`` fails the unit, with its own rows in the message."""
+        ``on_error="raise"`` ends the unit, with its own rows in the message: it fails the unit
+        if it was the first, else it is the ``failure`` that follows the answers before it."""
         started = time.perf_counter()
         calls = task.split_calls()
         outcome: BatchOutcome | None = None
         for call in calls:
-            done = await self._run(call, watch)
+            try:
+                done = await self._run(call, watch)
+            except Exception as exc:
+                if outcome is None:
+                    raise
+                outcome.failure = exc
+                break
             outcome = done if outcome is None else outcome.then(done, call.offset - task.offset)
         assert outcome is not None
         # (a failed batch's counts go with the next one)
@@ -442,6 +466,9 @@ class UdfRuntime:
         table = table.append_column(pa.field(self.spec.error_column, pa.string()), pa.array(texts))
         return BatchOutcome(table, 0, len(failures.rows), first)
 
+    def _empty(self) -> pa.Table:
+        return pa.table({}) if self.declared is None else self.declared.empty_table()
+
     def failure(self, task: Task, error: BaseException) -> UDFError:
         tries = self.spec.max_retries + 1
         if self._answered:
@@ -479,6 +506,8 @@ class UdfRuntime:
         for part in (table.slice(0, middle), table.slice(middle)):
             try:
                 piece = await self._attempt(part, number, watch)
+            except RowFailures as failures:  # answered: only its own failed rows need on_error
+                piece = self._some_rows_failed(Task(0, 0, part), failures)
             except RowCountError:
                 raise
             except Exception as exc:

@@ -212,7 +212,7 @@ def _check_arguments(
         signature = _signature(target)
         if signature is None:
             continue
-        problem = binding_problems(signature, (None,) * supplied + tuple(args), kwargs)
+        problem = binding_problems(signature, (None,) * supplied + tuple(args), kwargs, supplied)
         if problem is not None:
             raise ConfigurationError(
                 f"{verb}(): {what} cannot take the arguments given: {problem}. Its signature "

@@ -5,8 +5,13 @@ the official SDK: measured against a loopback server answering in 50 ms with 64 
 flight, the SDK's loop reached about a third of a plain aiohttp loop's rate, the limit on a
 small machine being the client's CPU. It behaves as the official client does where it matters:
 it retries 408, 409, 429, 5xx, connection errors and timeouts with exponential backoff and
-jitter (``max_retries``, default 5), honouring ``retry-after-ms`` and ``Retry-After``; other
-errors are final. A reply that is not valid JSON is treated as a server error and retried.
+jitter (``max_retries``, default 5), honouring ``retry-after-ms`` and ``Retry-After`` (a
+header it cannot read is ignored); other errors are final. A reply that is not valid JSON is
+treated as a server error and retried.
+
+A reply is read field by field and trusted in nothing: a reply without a text answer (``content``
+null for a refusal or a tool call, not text, no ``choices``) fails its row only, and a ``usage``
+that is not a count is taken as not reported. What fails is never cached.
 
 Options: ``base_url`` (else ``OPENAI_BASE_URL``, else OpenAI's), ``api_key`` (else
 ``OPENAI_API_KEY``), ``max_concurrent_requests`` (64, per actor), ``requests_per_minute``,
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +32,7 @@ from typing import Any
 
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
-from vane.ai.protocols import Answer, PromptRequest, Usage
+from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
 
@@ -41,6 +47,8 @@ _CLIENT_OPTIONS = {
     "timeout",
     "cache",
 }
+# Final statuses that may be caused by what the request carried (one text too long, say).
+_REFUSED_FOR_CONTENT = frozenset({400, 413, 422})
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,13 @@ class OpenAITextEmbedder:
 def prompter(provider: str, model: str | None, options: Mapping[str, Any]) -> OpenAIPrompter:
     settings = _settings(provider, model, options)
     generation = {k: v for k, v in options.items() if k not in _CLIENT_OPTIONS}
+    try:
+        json.dumps(generation, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"provider {provider!r}: the options sent with each request must be JSON values "
+            f"(numbers, strings, lists, dicts); {exc}"
+        ) from None
     return OpenAIPrompter(provider, settings.model, settings, generation)
 
 
@@ -172,7 +187,8 @@ class Client:
         return self._session
 
     async def _post(self, path: str, body: Mapping[str, Any], tokens: int, usage: Usage) -> Any:
-        """The server's JSON reply, after retries; ``ProviderError`` when it will not come."""
+        """The server's JSON reply, after retries; ``ProviderError`` when it will not come
+        (``RequestRefused`` when the server refused what the request holds)."""
         import aiohttp
 
         session = self._open()
@@ -185,37 +201,42 @@ class Client:
                 if attempt:
                     usage.retries += 1
                 await self._limiter.acquire(tokens)
+                headers: Mapping[str, str] | None = None
                 try:
                     usage.requests += 1
                     async with session.post(url, data=payload) as response:
-                        text = await response.text()
+                        raw = await response.read()
                         if response.status == 200:
                             try:
-                                return json.loads(text)
-                            except json.JSONDecodeError:
-                                raise _Retry(f"the reply is not JSON: {text[:80]!r}") from None
-                        message = _error_message(text)
+                                return json.loads(raw)
+                            except (ValueError, RecursionError):  # not JSON, or not text
+                                raise _Retry(f"the reply is not JSON: {raw[:80]!r}") from None
+                        message = _error_message(raw)
                         if response.status in RETRYABLE_STATUS:
                             raise _Retry(f"HTTP {response.status}: {message}", response.headers)
-                        raise ProviderError(
-                            f"{self.settings.base_url} answered HTTP {response.status}: {message}"
-                        )
+                        error = f"{url} answered HTTP {response.status}: {message}"
+                        if response.status in _REFUSED_FOR_CONTENT:
+                            raise RequestRefused(error)
+                        raise ProviderError(error)
                 except _Retry as retry:
                     last, headers = str(retry), retry.headers
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                    last, headers = f"{type(exc).__name__}: {exc}".rstrip(": "), None
+                    last = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 if attempt < self.settings.max_retries:
                     await asyncio.sleep(backoff_seconds(attempt, headers))
         raise ProviderError(f"{url} failed {self.settings.max_retries + 1} time(s); last: {last}")
 
     # ---- prompts ------------------------------------------------------------------------------
 
-    async def answer(self, requests: Sequence[PromptRequest], usage: Usage) -> list[Answer]:
-        return list(await asyncio.gather(*(self._answer(r, usage) for r in requests)))
+    async def answer(
+        self, requests: Sequence[PromptRequest], usage: Usage, read: Read
+    ) -> list[Answer]:
+        return list(await asyncio.gather(*(self._answer(r, usage, read) for r in requests)))
 
-    async def _answer(self, request: PromptRequest, usage: Usage) -> Answer:
+    async def _answer(self, request: PromptRequest, usage: Usage, read: Read) -> Answer:
         if self._cache is None:
-            return await self._ask(request, usage)
+            answer, _ = await self._ask(request, usage, read)
+            return answer
         key = request_key(
             {
                 "provider": self.settings.provider,
@@ -229,17 +250,20 @@ class Client:
         if running is not None:  # the same request, already on its way: send it once
             usage.cache_hits += 1
             return await asyncio.shield(running)
-        cached = self._cache.get(key)
-        if cached is not None:
-            usage.cache_hits += 1
-            value, prompt_tokens, completion_tokens = cached
-            return Answer(value, None, prompt_tokens, completion_tokens)
+        kept = self._cache.get(key)
+        if kept is not None:
+            answer = answered(kept.text, read, kept.prompt_tokens, kept.completion_tokens)
+            if answer.error is None:
+                usage.cache_hits += 1
+                return answer
+            # Kept by an older vane that kept what it should not have: ask again.
+            self._cache.unreadable(f"a kept answer is no answer ({answer.error})")
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            answer = await self._ask(request, usage)
-            if answer.error is None:
-                self._cache.put(key, answer.value, answer.prompt_tokens, answer.completion_tokens)
+            answer, text = await self._ask(request, usage, read)
+            if answer.error is None:  # only answers are kept: a failure is asked again
+                self._cache.put(key, text, answer.prompt_tokens, answer.completion_tokens)
             future.set_result(answer)
             return answer
         except BaseException as exc:
@@ -249,44 +273,43 @@ class Client:
         finally:
             del self._inflight[key]
 
-    async def _ask(self, request: PromptRequest, usage: Usage) -> Answer:
+    async def _ask(self, request: PromptRequest, usage: Usage, read: Read) -> tuple[Answer, Any]:
+        """The row's answer, and the model's text it was read from."""
         body = {"model": self.settings.model, "messages": list(request.messages)}
         body.update(request.options)
         estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4
-        estimate += int(request.options.get("max_tokens") or 0)
+        estimate += _count(request.options.get("max_tokens"))
         try:
             reply = await self._post("/chat/completions", body, estimate, usage)
         except ProviderError as exc:
-            usage.failures += 1
-            return Answer(error=str(exc))
-        try:
-            content = reply["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            usage.failures += 1
-            return Answer(error=f"the reply has no choices[0].message.content: {str(reply)[:120]}")
-        counts = reply.get("usage") or {}
-        prompt_tokens = int(counts.get("prompt_tokens") or 0)
-        completion_tokens = int(counts.get("completion_tokens") or 0)
+            return Answer(error=str(exc)), None
+        prompt_tokens, completion_tokens = _tokens(reply)
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
         self._limiter.settle(estimate, prompt_tokens + completion_tokens)
-        return Answer(content, None, prompt_tokens, completion_tokens)
+        try:
+            text = _chat_text(reply)
+        except ValueError as exc:
+            url = f"{self.settings.base_url}/chat/completions"
+            return Answer(None, f"{url}: {exc}", prompt_tokens, completion_tokens), None
+        return answered(text, read, prompt_tokens, completion_tokens), text
 
     # ---- embeddings ---------------------------------------------------------------------------
 
-    async def embed(self, texts: Sequence[str], usage: Usage) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], usage: Usage) -> list[Answer]:
+        """One vector per text, each an ``Answer``: a reply that holds no usable vector for a
+        text fails that text only. ``ProviderError`` when the request failed, or its reply
+        says nothing readable about any text."""
         body: dict[str, Any] = {"model": self.settings.model, "input": list(texts)}
         if self.dimensions is not None:
             body["dimensions"] = self.dimensions
+        url = f"{self.settings.base_url}/embeddings"
         reply = await self._post("/embeddings", body, sum(len(t) for t in texts) // 4, usage)
-        data = sorted(reply.get("data", []), key=lambda item: item.get("index", 0))
-        if len(data) != len(texts):
-            raise ProviderError(
-                f"{self.settings.base_url}/embeddings returned {len(data)} embeddings for "
-                f"{len(texts)} texts"
-            )
-        usage.prompt_tokens += int((reply.get("usage") or {}).get("prompt_tokens") or 0)
-        return [item["embedding"] for item in data]
+        usage.prompt_tokens += _tokens(reply)[0]
+        try:
+            return _vectors(reply, len(texts), self.dimensions)
+        except ValueError as exc:
+            raise ProviderError(f"{url}: {exc}") from None
 
     def close(self) -> None:
         if self._cache is not None:
@@ -298,14 +321,106 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
+            await asyncio.sleep(0)  # the sockets close on the loop's next turn: let it come
         self.close()
 
 
-def _error_message(text: str) -> str:
+# ---- reading replies --------------------------------------------------------------------------
+
+
+def _shown(value: Any) -> str:
+    try:
+        return json.dumps(value, default=repr)[:120]
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too deep to show"
+
+
+def _chat_text(reply: Any) -> Any:
+    """The answer in a chat completion: ``choices[0].message.content``, as it is (the caller's
+    ``read`` decides whether it is text), or ``ValueError`` saying why the reply holds none."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise ValueError(f"the reply has no choices: {_shown(reply)}")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, dict) else None
+    if not isinstance(message, dict):
+        raise ValueError(f"the reply's choices[0] has no message: {_shown(choice)}")
+    content = message.get("content")
+    if content is not None:
+        return content
+    refusal = message.get("refusal")
+    if refusal:
+        raise ValueError(f"the model refused to answer: {_shown(refusal)}")
+    if message.get("tool_calls") or message.get("function_call"):
+        raise ValueError(
+            "the model called a tool instead of answering (prompt() asks for text; drop the "
+            "tools from the request)"
+        )
+    finish = choice.get("finish_reason")
+    raise ValueError(f"the reply holds no answer (content is null; finish_reason {finish!r})")
+
+
+_MAX_COUNT = 2**53  # past this a "count" is no count of tokens
+
+
+def _count(value: Any) -> int:
+    """A token count as a server reported it; anything that is not a count is 0 (not
+    reported), never a failure of an answer that came."""
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and 0 <= value < _MAX_COUNT else 0
+
+
+def _tokens(reply: Any) -> tuple[int, int]:
+    counts = reply.get("usage") if isinstance(reply, dict) else None
+    if not isinstance(counts, dict):
+        return 0, 0
+    return _count(counts.get("prompt_tokens")), _count(counts.get("completion_tokens"))
+
+
+def _vectors(reply: Any, texts: int, dimensions: int | None) -> list[Answer]:
+    data = reply.get("data") if isinstance(reply, dict) else None
+    if not isinstance(data, list):
+        raise ValueError(f"the reply has no data: {_shown(reply)}")
+    if len(data) != texts:
+        raise ValueError(f"the reply holds {len(data)} embeddings for {texts} texts")
+    indexes = [item.get("index") if isinstance(item, dict) else None for item in data]
+    if any(i is not None for i in indexes):  # in any order, each text's once
+        by_index = dict(zip(indexes, data, strict=True))
+        if (
+            len(by_index) != texts
+            or any(type(i) is not int or i not in by_index for i in range(texts))
+            or any(type(i) is not int for i in indexes)
+        ):
+            raise ValueError(f"the reply's indexes are not 0..{texts - 1}: {_shown(indexes[:10])}")
+        data = [by_index[i] for i in range(texts)]
+    return [_vector(item, dimensions) for item in data]
+
+
+def _vector(item: Any, dimensions: int | None) -> Answer:
+    vector = item.get("embedding") if isinstance(item, dict) else None
+    if not isinstance(vector, list) or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector
+    ):
+        return Answer(error=f"the reply holds no embedding for this text: {_shown(item)}")
+    if dimensions is not None and len(vector) != dimensions:
+        return Answer(
+            error=f"the reply's embedding has {len(vector)} numbers, not dimensions={dimensions}"
+        )
+    if not vector:
+        return Answer(error="the reply's embedding is empty")
+    return Answer(vector)
+
+
+def _error_message(raw: bytes) -> str:
     """The server's own words about an error (OpenAI puts them in error.message)."""
+    text = raw.decode("utf-8", errors="replace")
     try:
         body = json.loads(text)
-        message = body.get("error", {}).get("message") if isinstance(body, dict) else None
-    except (json.JSONDecodeError, AttributeError):
-        message = None
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
     return " ".join(str(message or text or "no body").split())[:300]

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vane.ai.protocols import Answer, PromptRequest, Usage
+from vane.ai.protocols import Answer, PromptRequest, Read, Usage, answered
 from vane.ai.providers._models import device, locate, read_json
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError
@@ -72,7 +72,9 @@ class _Generator:
             return str(text)
         return "\n".join(str(m["content"]) for m in messages)
 
-    async def answer(self, requests: Sequence[PromptRequest], usage: Usage) -> list[Answer]:
+    async def answer(
+        self, requests: Sequence[PromptRequest], usage: Usage, read: Read
+    ) -> list[Answer]:
         import torch
 
         options = dict(self.generation)
@@ -102,7 +104,7 @@ class _Generator:
             prompt_tokens = int(inputs["attention_mask"][row].sum())
             usage.prompt_tokens += prompt_tokens
             usage.completion_tokens += len(new)
-            answers.append(Answer(text, None, prompt_tokens, len(new)))
+            answers.append(answered(text, read, prompt_tokens, len(new)))
         return answers
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vane.ai.protocols import Answer, PromptRequest, Usage
+from vane.ai.protocols import Answer, PromptRequest, Read, Usage, answered
 from vane.errors import ConfigurationError
 
 SAMPLING = frozenset(
@@ -76,7 +76,9 @@ class _Engine:
             settings["structured_outputs"] = StructuredOutputsParams(json=schema)
         return self._vllm.SamplingParams(**settings)
 
-    async def answer(self, requests: Sequence[PromptRequest], usage: Usage) -> list[Answer]:
+    async def answer(
+        self, requests: Sequence[PromptRequest], usage: Usage, read: Read
+    ) -> list[Answer]:
         if not requests:
             return []
         sampling = self._sampling(requests[0].options)
@@ -90,7 +92,7 @@ class _Engine:
             completion_tokens = len(completion.token_ids or ())
             usage.prompt_tokens += prompt_tokens
             usage.completion_tokens += completion_tokens
-            answers.append(Answer(completion.text, None, prompt_tokens, completion_tokens))
+            answers.append(answered(completion.text, read, prompt_tokens, completion_tokens))
         return answers
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 
 It reads the INIT frame (the cloudpickled UDF spec), hosts an ``ActorBody`` (which constructs
 the UDF on its own thread), answers READY, then hands each BATCH to the body and writes back each
-result, until STOP; once the UDF's teardown() has run it says STOPPED and exits. SLOTS are the
+result, until STOP (or STOP_EARLY: the batches not started are dropped); once the UDF's
+teardown() has run and the instance is released it says STOPPED and exits. SLOTS are the
 descriptors of the actor's shared-memory slots, comma separated (``shm.py``): a batch that came
 in a slot is copied out of it at once, and its result is written back into the same slot. A call
 that overruns ``batch_timeout_s`` cannot be stopped, so the worker reports it (HUNG) and exits;
@@ -17,9 +18,9 @@ Ctrl-C in a terminal reaches the whole process group, and the driver decides wha
 
 A worker that a Ray actor hosts is started with ``linger``: Ray Data ends its actors with
 ``ray.kill`` once their input is consumed, so the end of a job looks like its driver dying. Such
-a worker asks for no death signal, and on EOF with no batch running it ends as after STOP,
-running the UDF's ``teardown()``, within ``LINGER_SECONDS``; with a batch running, it exits at
-once as any worker does.
+a worker asks for no death signal, and on EOF it ends as after STOP_EARLY: the batches not
+started are dropped, a running one finishes, and the UDF's ``teardown()`` runs, all within
+``LINGER_SECONDS`` (then it exits regardless).
 
 The pipes and slots it inherited are its own: processes the UDF starts (a shell job left
 running, a forked helper) must not hold them, or the driver, which learns of the worker's death
@@ -89,18 +90,19 @@ class _Replies:
     def __init__(self, write_fd: int, slots: Slots | None) -> None:
         self._fd = write_fd
         self._lock = threading.Lock()
-        self.running = 0  # batches received and not yet answered
+        # A lingering worker's host is gone: what the running batch returns goes nowhere.
+        self.unread = False
         self._slots = slots
         self._slot_of: dict[int, int] = {}  # token -> the slot its batch came in
 
     def expect(self, token: int, slot: int) -> None:
         """The batch ``token`` came in ``slot``: its result goes back there."""
-        with self._lock:
-            self.running += 1
         if slot != ipc.INLINE:
             self._slot_of[token] = slot
 
     def send(self, kind: bytes, *parts: Any) -> None:
+        if self.unread:
+            return
         try:
             with self._lock:
                 ipc.write_frame(self._fd, kind, *parts)
@@ -109,19 +111,17 @@ class _Replies:
 
     def deliver(self, token: int, result: Result) -> None:
         slot = self._slot_of.pop(token, None)
-        try:
-            if not isinstance(result, BaseException):
-                try:
-                    parts = ipc.outcome_parts(token, result, self._slots, slot)
-                except Exception as exc:
-                    result = exc
-                else:
-                    self.send(ipc.RESULT, *parts)
-                    return
-            self.failed(token, result)
-        finally:
-            with self._lock:
-                self.running -= 1
+        if self.unread:
+            return
+        if not isinstance(result, BaseException):
+            try:
+                parts = ipc.outcome_parts(token, result, self._slots, slot)
+            except Exception as exc:
+                result = exc
+            else:
+                self.send(ipc.RESULT, *parts)
+                return
+        self.failed(token, result)
 
     def failed(self, token: int, error: BaseException) -> None:
         self.send(ipc.FAILED, ipc.pack_ids(token), ipc.error_to_bytes(error))
@@ -169,19 +169,24 @@ def main(
         replies.failed(-1, exc)
         return
     threading.Thread(target=replies.answer, args=(actor,), name="vane-ready", daemon=True).start()
+    early = False
     while True:
         try:
             kind, body = ipc.read_frame(read_fd)
         except EOFError:
-            if linger and not replies.running:
-                break  # the hosting Ray actor was ended after its last batch
+            if linger:
+                # The hosting Ray actor was ended: after its last batch, or early (a `limit`
+                # met): nobody reads what a batch returns now, but teardown() still runs.
+                replies.unread = early = True
+                break
             os._exit(1)  # the driver is gone: nobody will read what this batch returns
-        if kind == ipc.STOP:
+        if kind in (ipc.STOP, ipc.STOP_EARLY):
+            early = kind == ipc.STOP_EARLY
             break
         token, slot, task = ipc.read_batch(body, slots)
         replies.expect(token, slot)
         actor.submit(token, task)
-    actor.stop(graceful=True)
+    actor.stop(graceful=True, early=early)
     actor.join(LINGER_SECONDS if linger else None)
     replies.send(ipc.STOPPED)  # the driver need not wait for this interpreter to wind down
 

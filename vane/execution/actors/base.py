@@ -4,7 +4,9 @@ replacing an actor that is lost, and what happens to the batches it held.
 A pool starts ``min`` actors side by side (each constructs the UDF once, inside its thread or
 process, within ``actor_start_timeout_s``), takes batches with ``submit`` (a future of the
 batch's outcome), may grow towards ``max`` actors with ``scale_up``, and ends with ``teardown``
-(or ``abort``, which fails every unfinished batch and waits for nothing).
+(or ``abort``, which fails every unfinished batch and waits for nothing); an action that
+needs no more of the step's output (a ``limit`` met, a stream closed) ends it early, which is
+graceful too: unstarted batches are dropped, and every actor runs its UDF's ``teardown()``.
 
 An actor is *lost* when its process dies or a call overruns ``batch_timeout_s`` and cannot be
 stopped. The pool starts a replacement, sends the batches that never started elsewhere, and
@@ -157,7 +159,8 @@ class Actor(ABC):
         ``StartTimeout``."""
 
     @abstractmethod
-    def stop(self, *, graceful: bool = True) -> None: ...
+    def stop(self, *, graceful: bool = True, early: bool = False) -> None:
+        """End the actor: see ``ActorPool.teardown`` for ``graceful`` and ``early``."""
 
 
 class ActorPool(ABC):
@@ -284,9 +287,13 @@ class ActorPool(ABC):
     def _start_actor(self, index: int, slot: int) -> Actor:
         """Create an actor and begin constructing its UDF; ``wait_ready`` waits for it."""
 
-    def teardown(self, *, graceful: bool = True) -> None:
-        """Stop every actor; ``graceful=False`` (after a failure) drops queued batches and does
-        not wait for running ones. Actors that finish starting later stop themselves."""
+    def teardown(self, *, graceful: bool = True, early: bool = False) -> None:
+        """Stop every actor, each after its UDF's teardown(). With ``early`` (the action needs
+        no more output: a ``limit`` is met, a stream was closed), batches not started are
+        dropped, an async UDF's running calls are cancelled and a plain one's running call
+        finishes. ``graceful=False`` (after a failure) drops queued batches, does not wait for
+        running ones and runs no teardown(). Actors that finish starting later stop
+        themselves."""
         with self._lock:
             self._closed = True
             actors, starting = self.actors, list(self._starting)
@@ -297,7 +304,7 @@ class ActorPool(ABC):
             actor.stop(graceful=False)
         for actor in actors:
             actor.stopping = True
-            actor.stop(graceful=graceful)
+            actor.stop(graceful=graceful, early=early)
 
     def abort(self, error: BaseException) -> None:
         """Stop now: every unfinished batch fails with ``error``, every actor is stopped

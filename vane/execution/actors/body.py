@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import itertools
 import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future, InvalidStateError
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -134,8 +136,10 @@ class ActorBody:
             self._loop = asyncio.new_event_loop()
         self._queue: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
         self._tasks: dict[asyncio.Task[None], int] = {}  # an async UDF's batches, by token
-        self._dropping = False  # stopped without grace: batches not started are dropped
+        self._dropping = False  # stopped early or aborted: batches not yet done are dropped
+        self._aborted = False  # stopped without grace: no result is delivered after it
         self._hung = False  # the watchdog gave up on this actor: deliver nothing more
+        self._over = threading.Event()  # the thread ended, or was given up on
         self._watchdog: _Watchdog | None = None
         timeout = spec.batch_timeout_s
         if timeout is not None:
@@ -150,6 +154,12 @@ class ActorBody:
     # ---- the body's thread --------------------------------------------------------------------
 
     def _main(self, schema: pa.Schema, step: str) -> None:
+        try:
+            self._serve(schema, step)
+        finally:
+            self._over.set()
+
+    def _serve(self, schema: pa.Schema, step: str) -> None:
         if self._loop is not None:
             import asyncio
 
@@ -162,6 +172,7 @@ class ActorBody:
             return
         if not settle(self.ready):
             self._close_loop()  # the host stopped waiting: nobody will send a batch
+            self._release()
             return
         try:
             if self._loop is None:
@@ -174,6 +185,24 @@ class ActorBody:
         finally:
             if self._watchdog is not None:
                 self._watchdog.close()
+            if not self._hung:
+                self._release()
+
+    def _release(self) -> None:
+        """Let go of the UDF instance as its actor ends, right after its teardown(): Ray Data's
+        users clean up in ``__del__``, and expect it to run when the job ends, not at some
+        later garbage collection. A cycle that holds the instance (an exception's traceback,
+        say) is collected here, on the actor's thread."""
+        runtime, self.runtime = self.runtime, None
+        if runtime is None or not self.spec.is_class:
+            return
+        try:
+            instance = weakref.ref(runtime.fn)
+        except TypeError:  # a class without weak references: its last reference goes below
+            return
+        del runtime
+        if instance() is not None:
+            gc.collect()
 
     def _serve_queue(self) -> bool:
         """Run batches until told to stop; whether the actor ended normally."""
@@ -183,7 +212,7 @@ class ActorBody:
             if self._hung:
                 return False  # its host has given up on this thread and moved on
             self._deliver(token, result)
-        return not self._dropping
+        return not self._aborted
 
     def _run_plain(self, token: int, task: Task) -> Result:
         assert self.runtime is not None
@@ -200,7 +229,10 @@ class ActorBody:
         self._slots = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
         try:
             loop.run_forever()
-            if not (self._dropping or self._hung):
+            # Stopped with or without grace, every batch has ended (the drain awaited them): the
+            # UDF releases what it holds (connections, say) now, not when it is collected. Only
+            # an actor given up on, whose loop may still be blocked, is left as it is.
+            if not self._hung:
                 assert self.runtime is not None
                 loop.run_until_complete(self.runtime.teardown())
         finally:
@@ -261,6 +293,7 @@ class ActorBody:
             token, attempt = next(((t, a) for t, a in running if t == blocked), (token, attempt))
         seconds = self.spec.batch_timeout_s or 0.0
         self._on_hang(Hang(token, attempt, seconds, self._stuck_at()))
+        self._over.set()  # given up on: nobody waits for this thread any more
 
     def _stuck_at(self) -> str:
         """Where the body's thread is now: the user's call it is in, and the innermost frame."""
@@ -286,15 +319,19 @@ class ActorBody:
         else:
             self._loop.call_soon_threadsafe(self._spawn, token, task)
 
-    def stop(self, *, graceful: bool) -> None:
-        """With ``graceful``, finish every batch submitted, then end. Without, drop the batches
-        not started and end once the running call returns (which may be never: nothing waits
-        for the thread, a daemon)."""
-        if not graceful:
+    def stop(self, *, graceful: bool, early: bool = False) -> None:
+        """With ``graceful``, finish every batch submitted, run teardown(), then end; with
+        ``early`` too (the action needs no more of this actor's output), drop the batches not
+        started and cancel an async UDF's running calls first. Without ``graceful``, drop the
+        batches not started and end once the running call returns (which may be never: nothing
+        waits for the thread, a daemon), without teardown()."""
+        if not graceful or early:
             self._dropping = True
-            settle(self.ready, RuntimeError("the actor was stopped while it started"))
             while not self._queue.empty():
                 self._queue.get_nowait()
+        if not graceful:
+            self._aborted = True
+            settle(self.ready, RuntimeError("the actor was stopped while it started"))
             if self._watchdog is not None:
                 self._watchdog.close()
         if self._loop is None:
@@ -302,14 +339,14 @@ class ActorBody:
             return
         # A closed loop: the constructor failed, or the actor already ended.
         with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._shutdown, graceful)
+            self._loop.call_soon_threadsafe(self._shutdown, self._dropping)
 
-    def _shutdown(self, graceful: bool) -> None:
+    def _shutdown(self, cancel: bool) -> None:
         import asyncio
 
         assert self._loop is not None
         loop = self._loop
-        if not graceful:
+        if cancel:
             for task in list(self._tasks):
                 task.cancel()
 
@@ -320,7 +357,9 @@ class ActorBody:
         loop.create_task(drain())
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        """Wait for the body to end (its teardown() run), or to be given up on (a call that
+        overran ``batch_timeout_s``: its thread may never end)."""
+        self._over.wait(timeout)
 
 
 class _Watchdog:

@@ -60,11 +60,12 @@ _HEADER = struct.Struct("<Q")
 INIT = b"I"  # driver -> worker: the pickled spec, schema, step label, sys.path
 READY = b"R"  # worker -> driver: the UDF was constructed
 BATCH = b"B"  # driver -> worker: token, offset, attempts done, where the table lies
-RESULT = b"O"  # worker -> driver: token, outcome's counts, where the table lies
+RESULT = b"O"  # worker -> driver: token, outcome's counts, its failure, where the table lies
 FAILED = b"E"  # worker -> driver: token (or -1 for construction), the error
 HUNG = b"H"  # worker -> driver: token, attempt, where it was stuck; then the worker exits
 STOP = b"S"  # driver -> worker: finish the batches sent, then exit
-STOPPED = b"D"  # worker -> driver: every batch is answered and teardown() ran; it exits next
+STOP_EARLY = b"X"  # driver -> worker: drop the batches not started, finish the running ones
+STOPPED = b"D"  # worker -> driver: every batch is answered (or dropped) and teardown() ran
 
 _IDS = struct.Struct("<qqq")
 # Where a table lies: its slot (or INLINE: the rest of the frame) and its size in the slot.
@@ -189,13 +190,26 @@ def outcome_parts(
             outcome.calls,
         ]
     ).encode()
-    return [pack_ids(token, len(meta)), meta, *write_table(outcome.table, slots, slot)]
+    # The error that ended a unit part way (BatchOutcome.failure), as FAILED carries one.
+    failure = b"" if outcome.failure is None else error_to_bytes(outcome.failure)
+    return [
+        pack_ids(token, len(meta), len(failure)),
+        meta,
+        failure,
+        *write_table(outcome.table, slots, slot),
+    ]
 
 
-def read_outcome(rest: memoryview, meta_size: int, slots: Slots | None = None) -> BatchOutcome:
+def read_outcome(
+    rest: memoryview, meta_size: int, slots: Slots | None = None, failure_size: int = 0
+) -> BatchOutcome:
     meta = json.loads(bytes(rest[:meta_size]))
-    _, table = read_table(rest[meta_size:], slots)
-    return BatchOutcome(table, *meta)
+    failure = rest[meta_size : meta_size + failure_size]
+    _, table = read_table(rest[meta_size + failure_size :], slots)
+    outcome = BatchOutcome(table, *meta)
+    if failure_size:
+        outcome.failure = error_from_bytes(failure)
+    return outcome
 
 
 class RemoteTraceback(Exception):

@@ -23,6 +23,7 @@ one, which is why quick calls travel in units of several batches (``stage.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -32,7 +33,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import IO, Any
 
 import pyarrow as pa
@@ -169,6 +170,7 @@ class SubprocessActor(Actor):
         self._ready: Future[None] = Future()
         self._started = False  # the UDF was constructed: from then on, an exit is a loss
         self._outbox: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
+        self._early = False  # stopped early: the worker drops the batches it has not started
         self._hangs: dict[int, tuple[int, float, str]] = {}  # token -> attempt, seconds, where
         # Set once nothing more will come from the worker: it said STOPPED, or it is gone.
         self._finished = threading.Event()
@@ -196,7 +198,7 @@ class SubprocessActor(Actor):
                 parts = ipc.batch_parts(token, task, self._slots, slot)
                 ipc.write_frame(self._write_fd, ipc.BATCH, *parts)
             if not self._dead:
-                ipc.write_frame(self._write_fd, ipc.STOP)
+                ipc.write_frame(self._write_fd, ipc.STOP_EARLY if self._early else ipc.STOP)
         except OSError:
             pass  # the worker is gone; the receiver reports it
         except BaseException as exc:
@@ -262,9 +264,9 @@ class SubprocessActor(Actor):
             if kind == ipc.STOPPED:
                 self._finished.set()  # its exit (EOF next) is reaped by _ended, on this thread
                 continue
-            token, a, _, rest = ipc.unpack_ids(body)
+            token, a, b, rest = ipc.unpack_ids(body)
             if kind == ipc.RESULT:
-                outcome = ipc.read_outcome(rest, a, self._slots)
+                outcome = ipc.read_outcome(rest, a, self._slots, b)
                 self._free_slot(token)
                 self._delivered(token, outcome)
             elif kind == ipc.FAILED:
@@ -296,13 +298,20 @@ class SubprocessActor(Actor):
 
         self._lose(charge)
 
-    def stop(self, *, graceful: bool = True) -> None:
+    def stop(self, *, graceful: bool = True, early: bool = False) -> None:
         self.stopping = True
         settle(self._ready, RuntimeError(f"{self.label} was stopped while starting"))
         if not graceful:
             # After a failure nothing queued here matters: end the worker now rather than let
             # it finish batches whose results nobody will read.
             self.process.kill()
+        elif early:
+            # Nobody will read what the batches not yet sent return: they stay here, and the
+            # worker drops those it has not started (STOP_EARLY).
+            self._early = True
+            with contextlib.suppress(Empty):
+                while True:
+                    self._outbox.get_nowait()
         self._outbox.put(None)
         # Once the worker has said STOPPED (its batches answered, the UDF's teardown() run), its
         # interpreter winding down is no business of the action's (measured 0.1-0.4 s with

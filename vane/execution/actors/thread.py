@@ -48,10 +48,10 @@ class ThreadActor(Actor):
         self._body.stop(graceful=False)
         self._lose(lambda _, token: loss if token == hang.token else None)
 
-    def stop(self, *, graceful: bool = True) -> None:
+    def stop(self, *, graceful: bool = True, early: bool = False) -> None:
         self.stopping = True
-        self._body.stop(graceful=graceful)
-        if graceful:  # every batch is done: the thread ends at once
+        self._body.stop(graceful=graceful, early=early)
+        if graceful:  # every batch is done (or dropped): the thread ends after teardown()
             self._body.join()
 
 

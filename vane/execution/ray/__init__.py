@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -18,6 +17,7 @@ import pyarrow as pa
 from vane._arrow import exact_batches
 from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.ray.actor import StepCounts
 from vane.execution.ray.cluster import cluster_resources, ray_module
@@ -209,12 +209,17 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
-    progress = lowering.progress = _Progress(tally, lowering.steps)
+    progress = lowering.progress = _Progress(tally, lowering.steps, Caller())
     try:
         yield lowering
         progress.finish()
+    except GeneratorExit:
+        progress.finish()  # a stream closed early: the steps' summaries as far as they went
+        raise
     except BaseException as exc:
-        error = _unwrap(exc)
+        # What a stream from Ray raised, rather than DuckDB's text for it
+        failed = lowering.failure if lowering.failure and not _interrupt(exc) else exc
+        error = _unwrap(failed)
         if error is exc:
             raise
         raise error from error.__cause__
@@ -231,17 +236,18 @@ class _Progress:
 
     POLL_SECONDS = 0.5
 
-    def __init__(self, tally: Any, steps: dict[int, UdfStep]) -> None:
+    def __init__(self, tally: Any, steps: dict[int, UdfStep], caller: Caller) -> None:
         self.tally = tally
         self.steps = steps
+        self.caller = caller  # where the on_error warnings are shown
         self.events = action_events()
         self.started = time.perf_counter()
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
         self.finished: list[StageFinished] = []
         self._done = False
         self._stopped = threading.Event()
-        for node in steps.values():
-            self.events.emit(StageStarted(node.udf.name, node.udf.min_actors))
+        for key, node in steps.items():
+            self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors))
         self._thread: threading.Thread | None = None
         if self.events.listening and steps:
             self._thread = threading.Thread(
@@ -268,6 +274,7 @@ class _Progress:
             self.events.emit(
                 BatchDone(
                     self.steps[key].udf.name,
+                    key,
                     counts.rows_in - seen.rows_in,
                     counts.rows_out - seen.rows_out,
                     max(counts.busy, 0),
@@ -289,6 +296,7 @@ class _Progress:
             spec, counts = node.udf, totals.get(key) or StepCounts()
             summary = StageFinished(
                 spec.name,
+                key,
                 counts.rows_in,
                 counts.rows_out,
                 counts.skipped,
@@ -307,7 +315,7 @@ class _Progress:
                 poisoned=counts.poisoned,
             )
             if message:
-                warnings.warn(message, UserWarning, stacklevel=5)
+                self.caller.warn(message)
         return self.finished
 
     def stop(self) -> None:
@@ -315,6 +323,10 @@ class _Progress:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+
+
+def _interrupt(exc: BaseException) -> bool:
+    return not isinstance(exc, Exception)  # KeyboardInterrupt, SystemExit: as they are
 
 
 def _unwrap(exc: BaseException) -> BaseException:

@@ -75,6 +75,8 @@ class RayUdf:
         future = self._pool.submit(task)
         try:
             outcome = future.result()
+            if outcome.failure is not None:  # (a unit's: Ray sends batches one by one)
+                raise outcome.failure
         except BaseException as exc:
             self.tally.done.remote(self.key, self.name, 0, (0, 0, 0, None, [], {}))
             # Ray pickles what an actor raises and would lose its cause (the user's exception):

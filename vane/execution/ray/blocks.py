@@ -1,76 +1,19 @@
-"""Relational work inside Ray tasks: reading a share of a file source, and running a chain of
-row-local SQL steps (select, filter, with_column, drop, rename) on each block with the worker's
-own embedded DuckDB. Both give exactly what the local runner's DuckDB gives for those rows."""
+"""Relational work inside Ray tasks: reading a share of a file source with the worker's own
+embedded DuckDB (a chain of row-local SQL steps on each block is ``BlockSql``, in
+``vane.execution.row_steps``). It gives exactly what the local runner's DuckDB gives for those
+rows."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 from vane import _engine
-from vane.execution.lowering import Scannable, lower
-from vane.plan.nodes import Cursor, FileScan, PlanNode, Relation, Source
-from vane.plan.traverse import with_inputs
-
-
-@dataclass(frozen=True, eq=False)
-class BlockInput(Source):
-    """Stands for "the block at hand" at the bottom of a chain of steps shipped to a task."""
-
-    block_schema: pa.Schema
-    current: dict[str, pa.Table] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self) -> None:
-        self._set_schema(self.block_schema)
-
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        return cursor.from_arrow(self.current["table"])
-
-    def describe(self) -> str:
-        return "Block"
-
-
-class _NoStreams:
-    """Lowering inside a task: there is no UDF step and no shared subplan below a chain."""
-
-    def udf_reader(self, node: Any) -> pa.RecordBatchReader:
-        raise AssertionError("a row-local chain holds no UDF step")
-
-    def spooled(self, node: PlanNode) -> Scannable | None:
-        return None
-
-
-def reroot(chain: list[PlanNode], schema: pa.Schema) -> tuple[PlanNode, BlockInput]:
-    """``chain`` (bottom step first, each reading the one before) rebuilt on a ``BlockInput``
-    of ``schema``: what a task needs, without the sources below."""
-    bottom = BlockInput(schema)
-    node: PlanNode = bottom
-    for step in chain:
-        node = with_inputs(step, (node,))
-    return node, bottom
-
-
-class BlockSql:
-    """Ray Data's function for a chain of row-local SQL steps: one block in, one block out."""
-
-    def __init__(self, top: PlanNode, bottom: BlockInput) -> None:
-        self.top = top
-        self.bottom = bottom
-
-    def __call__(self, block: pa.Table) -> pa.Table:
-        cursor = _engine.cursor()
-        try:
-            self.bottom.current["table"] = block
-            table: pa.Table = lower(self.top, cursor, _NoStreams()).to_arrow_table()
-        finally:
-            self.bottom.current.clear()
-            cursor.close()
-        return table
+from vane.plan.nodes import FileScan
 
 
 def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -23,9 +23,10 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
-from vane.execution.lowering import Scannable
+from vane.execution.lowering import Scannable, row_caps
 from vane.execution.ray.actor import RayUdf
-from vane.execution.ray.blocks import BlockSql, file_datasource, reroot
+from vane.execution.ray.blocks import file_datasource
+from vane.execution.row_steps import BlockSql, reroot
 from vane.plan.nodes import (
     ArrowScan,
     FileScan,
@@ -96,12 +97,16 @@ class RayLowering:
         self.ray_data = ray.data
         self.tally = tally
         self._shared = shared_subplans(plan)
-        # The UDF steps, by the key their actors report their counts under.
-        self.steps: dict[int, UdfStep] = dict(
-            enumerate(n for n in walk(plan) if isinstance(n, UdfStep))
-        )
-        self._keys = {id(node): key for key, node in self.steps.items()}
+        # The UDF steps, by the key their actors report their counts under: the step's id.
+        self.steps: dict[int, UdfStep] = {
+            n.step_id: n for n in walk(plan) if isinstance(n, UdfStep)
+        }
         self.progress: Any = None  # the action's events (set by the runner)
+        # The rows a `limit` needs from a UDF step (by node identity): its dataset stops there.
+        self._caps = row_caps(plan)
+        # The first error a stream from Ray raised: DuckDB, reading the stream, reports it as
+        # its own text, so the original (with its cause) is kept here to re-raise.
+        self.failure: BaseException | None = None
         self._datasets: dict[int, Any] = {}
         self._cursors: list[duckdb.DuckDBPyConnection] = []
 
@@ -148,7 +153,13 @@ class RayLowering:
 
     def _udf(self, node: UdfStep) -> Any:
         spec = node.udf
-        udf_schema = output_schema(spec, node.declared)
+        udf_schema = output_schema(spec, node.declared_schema)
+        source = self.dataset(node.input)
+        cap = self._caps.get(id(node))
+        if cap is not None and _row_for_row(spec):
+            # Each input row gives one output row: the step reads only the rows it must answer
+            # (as Ray Data pushes a limit below a `map`), and no row past them runs or raises.
+            source = source.limit(cap)
         calls = spec.max_concurrency_per_actor if spec.is_async else PLAIN_CALLS_PER_ACTOR
         compute = self.ray_data.ActorPoolStrategy(
             min_size=spec.min_actors,
@@ -158,10 +169,10 @@ class RayLowering:
         )
         # Ray restarts a dead actor and retries its batches without limit (a lost node must not
         # fail the job); a batch that kills the UDF's process is the actor's own pool's affair.
-        return self.dataset(node.input).map_batches(
+        answered = source.map_batches(
             RayUdf,
             fn_constructor_args=(spec, udf_schema, node.schema, spec.name),
-            fn_constructor_kwargs={"tally": self.tally, "key": self._keys[id(node)]},
+            fn_constructor_kwargs={"tally": self.tally, "key": node.step_id},
             batch_size=spec.rows_per_batch,
             batch_format="pyarrow",
             zero_copy_batch=True,
@@ -169,6 +180,7 @@ class RayLowering:
             runtime_env=_ACTOR_ENV,
             **actor_resources(spec),
         )
+        return answered if cap is None else answered.limit(cap)
 
     def _from_driver(self, node: PlanNode) -> Any:
         """A step computed on the driver, put into the object store for Ray steps to read."""
@@ -191,8 +203,17 @@ class RayLowering:
             batches = self.dataset(node).iter_batches(
                 batch_size=batch_size, batch_format="pyarrow", prefetch_batches=1
             )
-            return pa.RecordBatchReader.from_batches(node.schema, _as_batches(batches, node.schema))
+            stream = self._guard(_as_batches(batches, node.schema))
+            return pa.RecordBatchReader.from_batches(node.schema, stream)
         return self.relation(node).to_arrow_reader(batch_size)
+
+    def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from batches
+        except Exception as exc:  # not GeneratorExit: a reader closing the stream is no failure
+            if self.failure is None:
+                self.failure = exc
+            raise
 
     def runs_on_ray(self, node: PlanNode) -> bool:
         """Whether ``node``'s result comes from Ray: it is row-local (or a source) over a part
@@ -235,6 +256,11 @@ class _StreamScan:
 
     def to_duckdb(self, cursor: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
         return cursor.from_arrow(self.reader)
+
+
+def _row_for_row(spec: UdfSpec) -> bool:
+    """Whether the step answers each input row with exactly one output row, in order."""
+    return spec.on_error != "skip" and (spec.kind == "row" or spec.passthrough)
 
 
 def _run_block_sql(block: pa.Table, top: PlanNode, bottom: Any) -> pa.Table:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from vane.plan.nodes import PlanNode
 from vane.plan.optimizer.lift_udf_calls import lift_udf_calls
+from vane.plan.optimizer.merge_shared_calls import merge_shared_calls
 from vane.plan.optimizer.prune_columns import prune_columns
 from vane.plan.optimizer.pushdown_filters import pushdown_filters
 from vane.plan.traverse import with_inputs
@@ -57,6 +58,7 @@ def _pass(rule: LocalRule, node: PlanNode, done: dict[int, PlanNode] | None = No
 
 
 RULES: tuple[Rule, ...] = (
+    bottom_up(merge_shared_calls),
     bottom_up(lift_udf_calls),
     bottom_up(pushdown_filters),
     prune_columns,

@@ -40,7 +40,7 @@ def pushdown_filters(node: PlanNode) -> PlanNode | None:
             moved = Filter(below.input, node.predicate)
         except PlanError:
             return None
-        return UdfStep(moved, below.udf, below.declared)
+        return UdfStep(moved, below.udf, below.declared, step_id=below.step_id)
     return None
 
 

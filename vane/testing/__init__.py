@@ -1,10 +1,32 @@
-"""Helpers for testing code that uses vane."""
+"""Helpers for testing code that uses vane: ``assert_table_equal``, and ``OpenAIServer``, a
+real OpenAI-compatible HTTP server on 127.0.0.1 with deterministic answers (loaded when first
+used; it needs the ``openai`` extra), also runnable as ``python -m vane.testing.server``.
+
+>>> from vane.testing import OpenAIServer
+>>> server = OpenAIServer().start()
+>>> server.base_url.startswith("http://127.0.0.1:")
+True
+>>> server.stop()
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from vane.testing.server import Behaviour, OpenAIServer, Scripted
+
+__all__ = ["Behaviour", "OpenAIServer", "Scripted", "assert_table_equal"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Behaviour", "OpenAIServer", "Scripted"):
+        from vane.testing import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'vane.testing' has no attribute {name!r}")
 
 
 def assert_table_equal(actual: Any, expected: Any, *, check_order: bool = True) -> None:

@@ -1,0 +1,27 @@
+"""The tally of a Ray action's UDF steps (``vane.execution.ray.actor.Tally``), a plain class
+that runs as a Ray actor: what the progress line shows on Ray is what it decides."""
+
+from __future__ import annotations
+
+from vane.execution.ray.actor import Tally
+
+
+def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
+    # What the progress line shows on Ray, decided by the tally: an actor is busy while any
+    # call of its own runs, and two actors are two.
+    tally = Tally()
+    counts = (5, 0, 0, None, [], {})
+    tally.joined(1, "a")
+    tally.begin(1, "a")
+    tally.begin(1, "a")  # its second call, queued in its worker
+    assert (tally.totals()[1].busy, tally.totals()[1].actors) == (1, 1)
+    tally.joined(1, "b")
+    tally.begin(1, "b")
+    assert (tally.totals()[1].busy, tally.totals()[1].actors) == (2, 2)
+    tally.done(1, "a", 5, counts)
+    assert tally.totals()[1].busy == 2  # "a" still runs a call
+    tally.done(1, "a", 5, counts)
+    assert tally.totals()[1].busy == 1
+    tally.left(1, "b")  # let go of while a call ran
+    assert (tally.totals()[1].busy, tally.totals()[1].actors) == (0, 1)
+    assert tally.totals()[1].rows_in == 10 and tally.totals()[1].rows_out == 10

@@ -1,0 +1,72 @@
+"""A chain of row-local SQL steps (select, filter, with_column, drop, rename) run on one batch
+at a time with its own DuckDB cursor: what a Ray task does to each block, and what the local
+runner does to a UDF step's batches when the action streams them, so that nothing is read
+ahead of what the reader asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from vane import _engine
+from vane.execution.lowering import Scannable, lower
+from vane.plan.nodes import Cursor, PlanNode, Relation, Source
+from vane.plan.traverse import with_inputs
+
+
+@dataclass(frozen=True, eq=False)
+class BlockInput(Source):
+    """Stands for "the block at hand" (a Ray block, a UDF step's batch) at the bottom of a chain
+    of steps."""
+
+    block_schema: pa.Schema
+    current: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._set_schema(self.block_schema)
+
+    def to_duckdb(self, cursor: Cursor) -> Relation:
+        return cursor.from_arrow(self.current["table"])
+
+    def describe(self) -> str:
+        return "Block"
+
+
+class _NoStreams:
+    """Lowering a chain on its own: there is no UDF step and no shared subplan below it."""
+
+    def udf_reader(self, node: Any) -> pa.RecordBatchReader:
+        raise AssertionError("a row-local chain holds no UDF step")
+
+    def spooled(self, node: PlanNode) -> Scannable | None:
+        return None
+
+
+def reroot(chain: list[PlanNode], schema: pa.Schema) -> tuple[PlanNode, BlockInput]:
+    """``chain`` (bottom step first, each reading the one before) rebuilt on a ``BlockInput``
+    of ``schema``: what a task needs, without the sources below."""
+    bottom = BlockInput(schema)
+    node: PlanNode = bottom
+    for step in chain:
+        node = with_inputs(step, (node,))
+    return node, bottom
+
+
+class BlockSql:
+    """A chain of row-local SQL steps as a function: one block in, one block out."""
+
+    def __init__(self, top: PlanNode, bottom: BlockInput) -> None:
+        self.top = top
+        self.bottom = bottom
+
+    def __call__(self, block: pa.Table) -> pa.Table:
+        cursor = _engine.cursor()
+        try:
+            self.bottom.current["table"] = block
+            table: pa.Table = lower(self.top, cursor, _NoStreams()).to_arrow_table()
+        finally:
+            self.bottom.current.clear()
+            cursor.close()
+        return table

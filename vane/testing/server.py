@@ -1,0 +1,291 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1, for tests of code that prompts or embeds
+(vane's own tests and benchmark use it, and so can yours).
+
+It speaks ``/v1/chat/completions`` and ``/v1/embeddings``, answers deterministically (so a test
+knows each row's answer), and can be told to misbehave: answer slowly, fail every n-th request
+with a status (429 with ``Retry-After``, 500...), stall past the client's timeout, send
+malformed JSON, refuse some prompts for good (HTTP 400), answer some structured requests with
+JSON that does not fit, or send a scripted reply (any status, headers and body, JSON or not) for
+a given prompt or embedded text. It counts requests (per prompt and per text too) and requests
+in flight.
+
+In a test::
+
+    from vane.testing import OpenAIServer
+
+    server = OpenAIServer().start()       # a free port on 127.0.0.1
+    rel.prompt("question", base_url=server.base_url, api_key="any", model="any")
+    server.stop()
+
+or as a command: ``python -m vane.testing.server --port 8000 --latency 0.05``. It needs the
+``openai`` extra (``aiohttp``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from vane.errors import MissingDependencyError
+
+try:
+    from aiohttp import web
+except ImportError as exc:  # pragma: no cover - the extra is installed wherever tests run
+    raise MissingDependencyError(
+        "vane.testing.OpenAIServer needs aiohttp: pip install 'vane-data[openai]'"
+    ) from exc
+
+
+@dataclass
+class Behaviour:
+    latency: float = 0.0
+    fail_every: int = 0  # every n-th request fails with fail_status (0: never)
+    fail_status: int = 429
+    retry_after: str | None = None
+    stall_every: int = 0  # every n-th request waits stall_seconds before answering
+    stall_seconds: float = 5.0
+    malformed_every: int = 0  # every n-th reply is not JSON
+    refuse: set[str] = field(default_factory=set)  # prompts answered with HTTP 400, always
+    misfit: set[str] = field(default_factory=set)  # prompts whose structured answer misfits
+    embedding_size: int = 8
+    # prompt (or, for /embeddings, any text of the request) -> the reply to send instead
+    scripted: dict[str, Scripted] = field(default_factory=dict)
+
+
+@dataclass
+class Scripted:
+    """A reply sent as it is: ``body`` is JSON-encoded unless it is ``str`` or ``bytes`` (sent
+    raw); ``times`` is how many requests get it before the prompt is answered as usual (None:
+    every one)."""
+
+    body: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    times: int | None = None
+
+
+def answer_for(prompt: str) -> str:
+    return f"answer to: {prompt}"
+
+
+def vector_for(text: str, size: int) -> list[float]:
+    digest = hashlib.sha256(text.encode()).digest()
+    return [digest[i % len(digest)] / 255.0 for i in range(size)]
+
+
+class OpenAIServer:
+    """The server; ``start()`` runs it on a thread of this process, ``stop()`` ends it."""
+
+    def __init__(self, behaviour: Behaviour | None = None, port: int = 0) -> None:
+        self.behaviour = behaviour or Behaviour()
+        self.port = port
+        self.requests = 0
+        self.by_prompt: Counter[str] = Counter()
+        self.by_text: Counter[str] = Counter()  # texts sent to /embeddings, each time sent
+        self.arrivals: list[float] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    def reset(self, behaviour: Behaviour | None = None) -> None:
+        """Forget every request counted so far, and take ``behaviour`` (else a plain one)."""
+        with self._lock:
+            self.behaviour = behaviour or Behaviour()
+            self.requests = 0
+            self.by_prompt.clear()
+            self.by_text.clear()
+            self.arrivals.clear()
+            self.max_in_flight = self.in_flight
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # ---- behaviour ---------------------------------------------------------------------------
+
+    async def _misbehave(self, number: int) -> web.Response | None:
+        b = self.behaviour
+        if b.latency:
+            await asyncio.sleep(b.latency)
+        if b.fail_every and number % b.fail_every == 0:
+            headers = {"Retry-After": b.retry_after} if b.retry_after else {}
+            body = {"error": {"message": f"injected {b.fail_status}", "type": "injected"}}
+            return web.json_response(body, status=b.fail_status, headers=headers)
+        if b.stall_every and number % b.stall_every == 0:
+            await asyncio.sleep(b.stall_seconds)
+        if b.malformed_every and number % b.malformed_every == 0:
+            return web.Response(text='{"choices": [', content_type="application/json")
+        return None
+
+    def _scripted(self, keys: list[Any]) -> web.Response | None:
+        """The scripted reply for the first of ``keys`` that has one still due, if any."""
+        for key in keys:
+            with self._lock:
+                scripted = self.behaviour.scripted.get(key) if isinstance(key, str) else None
+                if scripted is None or scripted.times == 0:
+                    continue
+                if scripted.times is not None:
+                    scripted.times -= 1
+            body = scripted.body
+            if isinstance(body, str):
+                body = body.encode()
+            elif not isinstance(body, bytes):
+                body = json.dumps(body).encode()
+            headers = {"Content-Type": "application/json", **scripted.headers}
+            return web.Response(body=body, status=scripted.status, headers=headers)
+        return None
+
+    def _count(self, prompt: str | None) -> int:
+        with self._lock:
+            self.requests += 1
+            self.arrivals.append(time.monotonic())
+            if prompt is not None:
+                self.by_prompt[prompt] += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            return self.requests
+
+    def _done(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    async def chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        prompt = _text(body["messages"][-1]["content"])
+        number = self._count(prompt)
+        try:
+            refusal = await self._misbehave(number) or self._scripted([prompt])
+            if refusal is not None:
+                return refusal
+            if prompt in self.behaviour.refuse:
+                error = {"error": {"message": f"refused: {prompt}", "type": "invalid_request"}}
+                return web.json_response(error, status=400)
+            content = self._content(prompt, body.get("response_format"))
+            words = len(prompt.split())
+            reply = {
+                "id": f"chat-{number}",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": words, "completion_tokens": words + 2},
+            }
+            return web.json_response(reply)
+        finally:
+            self._done()
+
+    def _content(self, prompt: str, response_format: Any) -> str:
+        if not response_format:
+            return answer_for(prompt)
+        schema = response_format["json_schema"]["schema"]
+        if prompt in self.behaviour.misfit:
+            return json.dumps({"unexpected": True})
+        return json.dumps(_fill(schema, prompt))
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        number = self._count(None)
+        with self._lock:
+            self.by_text.update(t for t in texts if isinstance(t, str))
+        try:
+            refusal = await self._misbehave(number) or self._scripted(texts)
+            if refusal is not None:
+                return refusal
+            size = body.get("dimensions") or self.behaviour.embedding_size
+            data = [
+                {"object": "embedding", "index": i, "embedding": vector_for(t, size)}
+                for i, t in enumerate(texts)
+            ]
+            usage = {"prompt_tokens": sum(len(t.split()) for t in texts)}
+            return web.json_response({"object": "list", "data": data, "usage": usage})
+        finally:
+            self._done()
+
+    # ---- running -------------------------------------------------------------------------------
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/embeddings", self.embeddings)
+        return app
+
+    def start(self) -> OpenAIServer:
+        self._thread = threading.Thread(
+            target=self._serve, daemon=True, name="vane-test-openai-server"
+        )
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the OpenAI-compatible test server did not start within 30 s")
+        return self
+
+    def _serve(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        runner = web.AppRunner(self._app(), access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", self.port, backlog=1024)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+
+def _text(content: Any) -> Any:
+    """A message's text: a string, or a list of parts (``[{"type": "text", "text": ...}]``, as
+    the OpenAI API allows and Daft's prompt sends)."""
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return content
+
+
+def _fill(schema: dict[str, Any], prompt: str) -> Any:
+    """A value of the schema's shape that depends on the prompt (an enum picks the option the
+    prompt mentions)."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return next((v for v in schema["enum"] if str(v) in prompt), schema["enum"][0])
+    if kind == "object":
+        return {name: _fill(child, prompt) for name, child in schema["properties"].items()}
+    if kind == "array":
+        return [_fill(schema.get("items", {}), prompt)]
+    if kind == "integer":
+        return len(prompt)
+    if kind == "number":
+        return len(prompt) / 2
+    if kind == "boolean":
+        return True
+    return prompt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--latency", type=float, default=0.05)
+    args = parser.parse_args()
+    server = OpenAIServer(Behaviour(latency=args.latency), port=args.port).start()
+    print(f"serving {server.base_url}", flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
