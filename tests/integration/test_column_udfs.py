@@ -52,7 +52,11 @@ def test_with_column_keeps_the_rows_and_their_keys():
 def test_a_call_is_named_after_its_first_argument_and_explain_shows_the_lifted_step():
     out = reviews().select("id", u.shout(col("review")))
     assert out.columns == ["id", "review"]
-    assert out.explain() == "Select id, shout(review) AS review\n  FromArrow rows=3"
+    assert out.explain() == (
+        "Select id, shout(review) AS review"
+        "  [shout: backend=thread batch_size=default concurrency=1]\n"
+        "  FromArrow rows=3"
+    )
     lifted = out.explain(optimized=True)
     assert "Udf shout(review) -> input + [__vane_udf_0]" in lifted
     assert "reads=[review]" in lifted

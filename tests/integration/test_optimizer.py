@@ -191,7 +191,9 @@ def test_golden_lifted_calls_with_a_filter_and_a_projection_above():
     assert out.explain() == (
         "Select id, mood, n\n"
         "  Filter (id >= 7)\n"
-        "    WithColumn mood = SentimentClassifier(text), n = length(text)\n"
+        "    WithColumn mood = SentimentClassifier(text), n = length(text)"
+        "  [SentimentClassifier: backend=thread batch_size=default concurrency=1]"
+        "  [length: backend=thread batch_size=default concurrency=1]\n"
         "      FromArrow rows=10"
     )
     assert out.explain(optimized=True) == (

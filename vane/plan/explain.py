@@ -1,10 +1,18 @@
-"""``explain()``: the plan as deterministic text, one line per step, the final step first."""
+"""``explain()``: the plan as deterministic text, one line per step, the final step first.
+
+A UDF step's line says how it runs (backend, batch size, actors, GPUs...). Before the
+optimizer lifts column UDF calls into steps of their own, the line of the step that holds the
+calls says the same of each step-to-be, in brackets: ``[embed: backend=thread ...]``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from vane.plan.nodes import PlanNode
+from vane.plan.nodes import PlanNode, SqlStep, execution_fields
+
+if TYPE_CHECKING:
+    from vane.udf.column import ColumnUdf
 
 
 def explain(
@@ -25,6 +33,7 @@ def explain(
         lines.append(
             "  " * depth
             + current.describe()
+            + _udf_calls(current)
             + (f"  @ {place}" if place else "")
             + (f"  -- {note}" if note else "")
         )
@@ -33,3 +42,43 @@ def explain(
 
     visit(node, 0)
     return "\n".join(lines)
+
+
+def _udf_calls(node: PlanNode) -> str:
+    """How the column UDF calls in ``node``'s expressions will run, one bracket per UDF step
+    they become (calls on one ``@vane.cls`` instance share one), in order of appearance."""
+    if not isinstance(node, SqlStep):
+        return ""
+    from vane.plan.optimizer.lift_udf_calls import step_key
+
+    steps: dict[int, list[ColumnUdf]] = {}
+    for expr in node.expressions():
+        for call in expr.udf_calls():
+            steps.setdefault(step_key(call.udf), []).append(call.udf)
+    return "".join(
+        f"  [{', '.join(dict.fromkeys(udf.name for udf in udfs))}: {' '.join(_fields(udfs))}]"
+        for udfs in steps.values()
+    )
+
+
+def _fields(udfs: list[ColumnUdf]) -> list[str]:
+    from vane.plan.optimizer.lift_udf_calls import step_options
+    from vane.udf.column_calls import DEFAULT_ASYNC_ROWS
+    from vane.udf.spec import default_backend
+
+    first = udfs[0]
+    options = step_options(first)
+    concurrency = options["concurrency"]
+    # An async function's max_concurrency is how many rows it has in flight per actor.
+    rows = first.options.max_concurrency or DEFAULT_ASYNC_ROWS
+    return execution_fields(
+        backend=options["execution_backend"] or default_backend(options["gpus"]),
+        batch_size=options["batch_size"],
+        actors=concurrency if isinstance(concurrency, tuple) else (concurrency, concurrency),
+        gpus=options["gpus"],
+        is_async=any(udf.is_async for udf in udfs),
+        async_limit="" if first.owner is not None else f"max_concurrency={rows}",
+        max_retries=options["max_retries"],
+        on_error=options["on_error"],
+        batch_timeout_s=options["batch_timeout_s"],
+    )

@@ -972,30 +972,20 @@ class UdfStep(PlanNode):
 
     def describe(self) -> str:
         spec = self.udf
-        concurrency = (
-            str(spec.min_actors)
-            if spec.min_actors == spec.max_actors
-            else f"({spec.min_actors}, {spec.max_actors})"
+        fields = execution_fields(
+            backend=spec.backend,
+            batch_size=spec.batch_size,
+            actors=(spec.min_actors, spec.max_actors),
+            gpus=spec.gpus,
+            cpus=spec.cpus,
+            memory=spec.memory,
+            is_async=spec.is_async,
+            async_limit=f"max_concurrency_per_actor={spec.max_concurrency_per_actor}",
+            max_retries=spec.max_retries,
+            on_error=spec.on_error,
+            batch_timeout_s=spec.batch_timeout_s,
+            preserve_order=spec.preserve_order,
         )
-        fields = [
-            f"backend={spec.backend}",
-            f"batch_size={spec.batch_size or 'default'}",
-            f"concurrency={concurrency}",
-        ]
-        if spec.gpus:
-            fields.append(f"gpus={spec.gpus:g}")
-        if spec.cpus:
-            fields.append(f"cpus={spec.cpus:g}")
-        if spec.memory:
-            fields.append(f"memory={spec.memory}")
-        if spec.is_async:
-            fields.append(f"async max_concurrency_per_actor={spec.max_concurrency_per_actor}")
-        if spec.max_retries:
-            fields.append(f"max_retries={spec.max_retries}")
-        if spec.on_error != "raise":
-            fields.append(f"on_error={spec.on_error}")
-        if not spec.preserve_order:
-            fields.append("preserve_order=False")
         if spec.reads is not None:
             fields.append(f"reads=[{', '.join(spec.reads)}]")
         declared = self.declared
@@ -1007,3 +997,46 @@ class UdfStep(PlanNode):
         return f"{_VERB_KIND.get(spec.verb, 'Udf')} {spec.name} -> {keeps}[{columns}] " + " ".join(
             fields
         )
+
+
+def execution_fields(
+    *,
+    backend: str,
+    batch_size: int | None,
+    actors: tuple[int, int],
+    gpus: float = 0,
+    cpus: float | None = None,
+    memory: int | None = None,
+    is_async: bool = False,
+    async_limit: str = "",
+    max_retries: int = 0,
+    on_error: str = "raise",
+    batch_timeout_s: float | None = None,
+    preserve_order: bool = True,
+) -> list[str]:
+    """How a UDF step runs, as ``explain()`` shows it: backend, batch size and actors always,
+    the other options when they differ from their defaults. One format for ``map_batches``
+    steps and for column UDF calls before the optimizer lifts them into steps."""
+    low, high = actors
+    fields = [
+        f"backend={backend}",
+        f"batch_size={batch_size or 'default'}",
+        f"concurrency={low if low == high else f'({low}, {high})'}",
+    ]
+    if gpus:
+        fields.append(f"gpus={gpus:g}")
+    if cpus:
+        fields.append(f"cpus={cpus:g}")
+    if memory:
+        fields.append(f"memory={memory}")
+    if is_async:
+        fields.append(f"async {async_limit}".rstrip())
+    if max_retries:
+        fields.append(f"max_retries={max_retries}")
+    if on_error != "raise":
+        fields.append(f"on_error={on_error}")
+    if batch_timeout_s is not None:
+        fields.append(f"batch_timeout_s={batch_timeout_s:g}")
+    if not preserve_order:
+        fields.append("preserve_order=False")
+    return fields

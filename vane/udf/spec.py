@@ -308,14 +308,7 @@ def build_spec(
         raise ConfigurationError(f"{verb}(): cpus must be > 0, got {cpus!r}")
     if memory is not None:
         _positive_int(verb, "memory (bytes)", memory)
-    from vane.config import get_config
-
-    if execution_backend is not None:
-        backend = execution_backend
-    elif get_config().runner == "ray":
-        backend = "ray_actor"
-    else:
-        backend = "subprocess_actor" if gpus else "thread"
+    backend = execution_backend if execution_backend is not None else default_backend(gpus)
     if backend not in BACKENDS:
         raise ConfigurationError(
             f"{verb}(): execution_backend={backend!r} is not one of {', '.join(BACKENDS)}"
@@ -380,6 +373,16 @@ def build_spec(
 
     check_shippable(spec)
     return spec
+
+
+def default_backend(gpus: float) -> str:
+    """The backend of a step that names none: Ray actors under the Ray runner; else a thread,
+    or a process for a step that asks for GPUs (each its own ``CUDA_VISIBLE_DEVICES``)."""
+    from vane.config import get_config
+
+    if get_config().runner == "ray":
+        return "ray_actor"
+    return "subprocess_actor" if gpus else "thread"
 
 
 def check_error_column(on_error: str, error_column: object, where: str) -> None:

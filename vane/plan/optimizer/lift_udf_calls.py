@@ -23,6 +23,7 @@ names the input has, so ``explain(optimized=True)`` is deterministic.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypedDict
 
 import pyarrow as pa
 
@@ -32,6 +33,7 @@ from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
 from vane.plan.sql import display
 from vane.types import arrow_to_duckdb, to_arrow_schema
+from vane.udf.column import ColumnUdf
 from vane.udf.column_calls import AsyncColumnCalls, CallPlan, ColumnCalls
 from vane.udf.spec import build_spec
 
@@ -108,10 +110,8 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
             columns.append(existing)
         output = names.fresh("udf")
         outputs[id(call)] = output
-        owner = call.udf.owner
-        key = id(owner) if owner is not None else id(call.udf.target)
         plan = CallPlan(call.udf, tuple(columns), call.layout, output, display(call))
-        groups.setdefault(key, []).append((call, plan))
+        groups.setdefault(step_key(call.udf), []).append((call, plan))
     if computed:
         below = WithColumns(below, tuple(computed))
         hidden.extend(name for name, _ in computed)
@@ -134,37 +134,59 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
     return Drop(lifted, tuple(n for n in hidden if n in lifted.schema.names))
 
 
+def step_key(udf: ColumnUdf) -> int:
+    """The calls of one step with the same key run in one UDF step: those on one ``@vane.cls``
+    instance (one object per actor serves them all), or of one ``@vane.func``."""
+    return id(udf.owner) if udf.owner is not None else id(udf.target)
+
+
+def step_options(udf: ColumnUdf) -> StepOptions:
+    """The execution options of the UDF step that runs ``udf``'s calls (``explain()`` shows
+    them before the calls are lifted)."""
+    options = udf.options
+    return StepOptions(
+        batch_size=options.batch_size,
+        execution_backend=options.backend or ("subprocess_actor" if options.use_process else None),
+        concurrency=(options.max_concurrency or 1) if udf.owner is not None else 1,
+        gpus=options.gpus,
+        max_retries=options.max_retries,
+        on_error=options.on_error,
+        batch_timeout_s=options.batch_timeout_s,
+    )
+
+
+class StepOptions(TypedDict):
+    batch_size: int | None
+    execution_backend: str | None
+    concurrency: int | tuple[int, int]
+    gpus: float
+    max_retries: int
+    on_error: str
+    batch_timeout_s: float | None
+
+
 def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Names) -> UdfStep:
     first = group[0][0].udf
-    options = first.options
-    owner = first.owner
     plans = tuple(plan for _, plan in group)
     runner = AsyncColumnCalls if any(call.udf.is_async for call, _ in group) else ColumnCalls
     reads = tuple(dict.fromkeys(c for plan in plans for c in plan.columns))
     label = ", ".join(f"{call.udf.name}({', '.join(plan.columns)})" for call, plan in group)
-    is_class = owner is not None
     spec = build_spec(
         "udf",
         runner,
         kind="batch",
-        batch_size=options.batch_size,
-        execution_backend=options.backend or ("subprocess_actor" if options.use_process else None),
-        concurrency=(options.max_concurrency or 1) if is_class else 1,
-        gpus=options.gpus,
+        **step_options(first),
         cpus=None,
         memory=None,
-        fn_constructor_args=(owner, plans),
+        fn_constructor_args=(first.owner, plans),
         fn_constructor_kwargs=None,
         fn_kwargs=None,
         max_concurrency_per_actor=None,
-        max_retries=options.max_retries,
-        on_error=options.on_error,
-        batch_timeout_s=options.batch_timeout_s,
         preserve_order=True,
         reads=reads,
         passthrough=True,
         label=label,
-        error_column=options.error_column,
+        error_column=first.options.error_column,
         hidden_error_column=names.fresh("error"),
     )
     declared = to_arrow_schema(
