@@ -42,11 +42,6 @@ class Known:
     timeout_s: float = TIMEOUT_S
 
 
-_FAKE_SERVER = Known(
-    "imports the tests' FakeServer (tests/ai_server.py), which an installed vane does not "
-    "have: ship it in the package (issue 25 item 5)",
-    "No module named 'tests'",
-)
 _HUB_MODEL = Known(
     "names the model by its hub id (sentence-transformers/all-MiniLM-L6-v2), which only the "
     "tests' fake hub cache holds offline (issue 25 item 5)",
@@ -54,10 +49,6 @@ _HUB_MODEL = Known(
     r"couldn't connect to 'https://huggingface.co'",
 )
 KNOWN_FAILING: dict[str, Known] = {
-    "ai-functions.md-1": _FAKE_SERVER,
-    "ai-functions.md-2": _FAKE_SERVER,
-    "ai-functions.md-3": _FAKE_SERVER,
-    "ai-functions.md-4": _FAKE_SERVER,
     "ai-functions.md-5": _HUB_MODEL,
     "expressions.md-6": _HUB_MODEL,
 }
