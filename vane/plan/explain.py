@@ -63,8 +63,8 @@ def _udf_calls(node: PlanNode) -> str:
 
 def _fields(udfs: list[ColumnUdf]) -> list[str]:
     from vane.plan.optimizer.lift_udf_calls import step_options
+    from vane.udf.build import default_backend
     from vane.udf.column_calls import DEFAULT_ASYNC_ROWS
-    from vane.udf.spec import default_backend
 
     first = udfs[0]
     options = step_options(first)

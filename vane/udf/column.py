@@ -22,7 +22,7 @@ from vane.errors import ConfigurationError, PlanError, SchemaError
 from vane.plan.expr import Expr, UdfCall
 from vane.types import arrow_to_duckdb, to_arrow_type
 from vane.types.python import python_to_arrow
-from vane.udf.spec import check_error_column
+from vane.udf.build import check_error_column
 
 ON_ERROR = ("raise", "skip", "null")
 

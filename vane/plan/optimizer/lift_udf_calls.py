@@ -33,9 +33,9 @@ from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
 from vane.plan.sql import display
 from vane.types import arrow_to_duckdb, to_arrow_schema
+from vane.udf.build import build_spec
 from vane.udf.column import ColumnUdf
 from vane.udf.column_calls import AsyncColumnCalls, CallPlan, ColumnCalls
-from vane.udf.spec import build_spec
 
 
 class _Names:
