@@ -29,9 +29,8 @@ import pyarrow as pa
 
 from vane._sql import quote_ident
 from vane.errors import PlanError
-from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText
+from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText, display
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
-from vane.plan.sql import display
 from vane.types import arrow_to_duckdb, to_arrow_schema
 from vane.udf.build import build_spec
 from vane.udf.column import ColumnUdf
@@ -110,8 +109,8 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
             columns.append(existing)
         output = names.fresh("udf")
         outputs[id(call)] = output
-        plan = CallPlan(call.udf, tuple(columns), call.layout, output, display(call))
-        groups.setdefault(step_key(call.udf), []).append((call, plan))
+        plan = CallPlan(column_udf(call), tuple(columns), call.layout, output, display(call))
+        groups.setdefault(step_key(plan.udf), []).append((call, plan))
     if computed:
         below = WithColumns(below, tuple(computed))
         hidden.extend(name for name, _ in computed)
@@ -123,15 +122,26 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
         if step.udf.on_error == "null":
             hidden.append(step.udf.error_column)
             for call, _ in group:
-                if call.udf.options.error_column is not None:
-                    errors[call.udf.options.error_column] = step.udf.error_column
-        for call, plan in group:
-            if call.udf.is_generator:
-                below = WithColumns(below, ((plan.output, _unnest(plan.output, call)),))
+                if call.udf.error_column is not None:
+                    errors[call.udf.error_column] = step.udf.error_column
+        for _, plan in group:
+            if plan.udf.is_generator:
+                below = WithColumns(below, ((plan.output, _unnest(plan.output, plan.udf)),))
     lifted = _rebuilt(node, below, outputs, errors)
     if isinstance(node, Select):
         return lifted  # it names what it keeps
     return Drop(lifted, tuple(n for n in hidden if n in lifted.schema.names))
+
+
+def column_udf(call: UdfCall) -> ColumnUdf:
+    """The column UDF ``call`` calls. An expression holds it as the plan's ``ColumnFunction``
+    (its name and type); lifting the call into a step needs all of it."""
+    if not isinstance(call.udf, ColumnUdf):
+        raise PlanError(
+            f"the UDF call {display(call)} holds a {type(call.udf).__name__}, not a column UDF; "
+            "this is a bug in vane, please report it"
+        )
+    return call.udf
 
 
 def step_key(udf: ColumnUdf) -> int:
@@ -166,9 +176,9 @@ class StepOptions(TypedDict):
 
 
 def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Names) -> UdfStep:
-    first = group[0][0].udf
     plans = tuple(plan for _, plan in group)
-    runner = AsyncColumnCalls if any(call.udf.is_async for call, _ in group) else ColumnCalls
+    first = plans[0].udf
+    runner = AsyncColumnCalls if any(plan.udf.is_async for plan in plans) else ColumnCalls
     reads = tuple(dict.fromkeys(c for plan in plans for c in plan.columns))
     label = ", ".join(f"{call.udf.name}({', '.join(plan.columns)})" for call, plan in group)
     spec = build_spec(
@@ -191,19 +201,19 @@ def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Na
     )
     declared = to_arrow_schema(
         {
-            plan.output: pa.list_(call.udf.return_type)
-            if call.udf.is_generator
-            else call.udf.return_type
-            for call, plan in group
+            plan.output: pa.list_(plan.udf.return_type)
+            if plan.udf.is_generator
+            else plan.udf.return_type
+            for plan in plans
         }
     )
     return UdfStep(below, spec, declared)
 
 
-def _unnest(column: str, call: UdfCall) -> Expr:
+def _unnest(column: str, udf: ColumnUdf) -> Expr:
     """A generator call's list of values, one row per value; an empty or null list (nothing
     yielded, or the row failed under on_error="null") one row with a null."""
-    name, element = quote_ident(column), arrow_to_duckdb(call.udf.return_type)
+    name, element = quote_ident(column), arrow_to_duckdb(udf.return_type)
     return SqlText(
         f"unnest(CASE WHEN {name} IS NULL OR len({name}) = 0 THEN [NULL::{element}] "
         f"ELSE {name} END)"
@@ -211,7 +221,7 @@ def _unnest(column: str, call: UdfCall) -> Expr:
 
 
 def _check_generators(node: Select | Filter | WithColumns | OrderBy, calls: list[UdfCall]) -> None:
-    generators = [c for c in calls if c.udf.is_generator]
+    generators = [c for c in calls if column_udf(c).is_generator]
     if not generators:
         return
     name = generators[0].udf.name
