@@ -49,7 +49,7 @@ def _udf_calls(node: PlanNode) -> str:
     they become (calls on one ``@vane.cls`` instance share one), in order of appearance."""
     if not isinstance(node, SqlStep):
         return ""
-    from vane.plan.optimizer.lift_udf_calls import column_udf, step_key
+    from vane.plan.udf_steps import column_udf, step_key
 
     steps: dict[int, list[ColumnUdf]] = {}
     for expr in node.expressions():
@@ -63,7 +63,7 @@ def _udf_calls(node: PlanNode) -> str:
 
 
 def _fields(udfs: list[ColumnUdf]) -> list[str]:
-    from vane.plan.optimizer.lift_udf_calls import step_options
+    from vane.plan.udf_steps import step_options
     from vane.udf.build import default_backend
     from vane.udf.column_calls import DEFAULT_ASYNC_ROWS
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from vane.plan.expr import Expr
 from vane.plan.nodes import PlanNode, WithColumns
-from vane.plan.optimizer.lift_udf_calls import column_udf, step_key
+from vane.plan.udf_steps import column_udf, step_key
 
 
 def _udf_objects(exprs: tuple[Expr, ...]) -> set[int]:
