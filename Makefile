@@ -36,11 +36,13 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples bench
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples bench
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 # The same suite on a busy machine: two processes keep two cores busy beside it (.ci/busy.py
@@ -50,6 +52,7 @@ test-stress: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples bench
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python .ci/busy.py 2 -- $(BIN)/python -m pytest
 
 clean:

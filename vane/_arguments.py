@@ -5,7 +5,8 @@ Python's own ``TypeError`` names one problem (often the missing argument a missp
 was meant to be) and nothing to do about it. ``checked`` wraps a public function so that a call
 that does not fit its signature raises ``ArgumentError`` (a ``ConfigurationError`` and a
 ``TypeError``) before the function runs; ``binding_problems`` serves callables vane calls for
-the user later (a UDF class's constructor, its ``__call__``).
+the user later (a UDF class's constructor, its ``__call__``). A call recorded now and made later
+(a column UDF's, in an expression) keeps its arguments as ``CallArgument``s.
 """
 
 from __future__ import annotations
@@ -14,11 +15,24 @@ import difflib
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from vane.errors import ArgumentError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """An argument that is a Python value rather than a column: passed to every call as is."""
+
+    value: Any
+
+
+# One argument of a recorded call, in call order: its keyword (None: positional) and where its
+# value comes from: the index of one of the call's argument columns, or a constant.
+CallArgument = tuple[str | None, int | Const]
 
 
 def _keyword_names(signature: inspect.Signature) -> list[str]:

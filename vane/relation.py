@@ -27,7 +27,8 @@ from vane.plan.nodes import UdfStep
 from vane.plan.parse import parse_sort_key
 from vane.plan.traverse import walk
 from vane.types import SchemaSpec, describe_schema, to_arrow_schema
-from vane.udf.spec import DEFAULT_ACTOR_START_TIMEOUT_S, Kind, build_spec
+from vane.udf.build import build_spec
+from vane.udf.spec import DEFAULT_ACTOR_START_TIMEOUT_S, Kind
 
 if TYPE_CHECKING:
     import pandas as pd

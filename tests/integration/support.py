@@ -8,7 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vane.udf.spec import UdfSpec, build_spec
+from vane.udf.build import build_spec
+from vane.udf.spec import UdfSpec
 
 
 def udf_spec(fn: object, **changes: Any) -> UdfSpec:

@@ -13,7 +13,7 @@ from vane.observe.events import StageFinished, subscribe
 from vane.plan.nodes import UdfStep
 from vane.relation import Relation
 from vane.types import to_arrow_schema
-from vane.udf.spec import build_spec
+from vane.udf.build import build_spec
 
 
 def keep_columns(

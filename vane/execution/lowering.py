@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
+from vane.plan.expr import display
 from vane.plan.nodes import (
     Drop,
     FileScan,
@@ -24,7 +25,6 @@ from vane.plan.nodes import (
     UdfStep,
     WithColumns,
 )
-from vane.plan.sql import display
 from vane.plan.traverse import shared_subplans, walk
 
 Cursor = duckdb.DuckDBPyConnection

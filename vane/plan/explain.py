@@ -49,12 +49,13 @@ def _udf_calls(node: PlanNode) -> str:
     they become (calls on one ``@vane.cls`` instance share one), in order of appearance."""
     if not isinstance(node, SqlStep):
         return ""
-    from vane.plan.optimizer.lift_udf_calls import step_key
+    from vane.plan.udf_steps import column_udf, step_key
 
     steps: dict[int, list[ColumnUdf]] = {}
     for expr in node.expressions():
         for call in expr.udf_calls():
-            steps.setdefault(step_key(call.udf), []).append(call.udf)
+            udf = column_udf(call)
+            steps.setdefault(step_key(udf), []).append(udf)
     return "".join(
         f"  [{', '.join(dict.fromkeys(udf.name for udf in udfs))}: {' '.join(_fields(udfs))}]"
         for udfs in steps.values()
@@ -62,9 +63,9 @@ def _udf_calls(node: PlanNode) -> str:
 
 
 def _fields(udfs: list[ColumnUdf]) -> list[str]:
-    from vane.plan.optimizer.lift_udf_calls import step_options
+    from vane.plan.udf_steps import step_options
+    from vane.udf.build import default_backend
     from vane.udf.column_calls import DEFAULT_ASYNC_ROWS
-    from vane.udf.spec import default_backend
 
     first = udfs[0]
     options = step_options(first)

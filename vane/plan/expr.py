@@ -9,7 +9,9 @@ A node is a column reference, a literal, an operator or function applied to othe
 cast, an alias, raw SQL text (the escape hatch, read with DuckDB's parser), or a call of a
 column UDF on argument expressions. Expressions without UDF calls compile to DuckDB SQL with
 every identifier quoted (``plan/sql.py``), so any column name works; an optimizer rule lifts UDF
-calls into UDF steps before anything runs.
+calls into UDF steps before anything runs. ``display`` is the shorter text ``explain()`` and
+messages show. A UDF call holds its function as a ``ColumnFunction``, what the plan needs of
+it, so that expressions import nothing from ``vane.udf``.
 
 An expression's output name follows Polars and Daft: an alias if it has one, else the name of
 its left-most column (``col("x") + 1`` is ``x``), else ``literal``.
@@ -19,15 +21,16 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from vane._arguments import CallArgument
+from vane._sql import quote_ident, sql_list
 from vane.errors import PlanError
+from vane.plan.literals import check_literal, literal_sql
 from vane.plan.parse import ParsedExpression, check_text, is_aggregate, parse_expression
-
-if TYPE_CHECKING:
-    from vane.udf.column import ColumnUdf, Slot
 
 # Python operator -> SQL operator.
 _BINARY = {
@@ -142,8 +145,6 @@ class Expr:
         return any(isinstance(node, UdfCall) for node in self.walk())
 
     def __str__(self) -> str:
-        from vane.plan.sql import display
-
         return display(self)
 
     def __repr__(self) -> str:
@@ -329,98 +330,7 @@ class Literal(Expr):
     value: Any
 
     def __post_init__(self) -> None:
-        _check_literal(self.value)
-
-
-_MAX_DECIMAL_DIGITS = 38  # DuckDB's widest DECIMAL
-_MAX_INTERVAL = dt.timedelta(microseconds=(2**63 - 1) // 1000)
-
-
-def _check_literal(value: Any) -> None:
-    """A ``PlanError`` unless ``value`` has the one SQL type its Python type stands for
-    (``literal_sql``): an int must fit BIGINT, a Decimal DECIMAL(38), and so on."""
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            _check_literal(item)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str) or not key or "\x00" in key:
-                raise PlanError(
-                    f"lit(): a dict's keys name the fields of a STRUCT: non-empty strings "
-                    f"without NUL characters, got {key!r}"
-                )
-            check_text(key, "lit()")
-            _check_literal(item)
-    elif isinstance(value, str):
-        check_text(value, "lit()")
-    elif isinstance(value, int) and not isinstance(value, bool) and not _is_bigint(value):
-        raise PlanError(
-            f"lit(): {value} does not fit BIGINT, the type of a Python int in vane. Pass "
-            "decimal.Decimal(n) for a DECIMAL (up to 38 digits), or a float for a DOUBLE"
-        )
-    elif isinstance(value, decimal.Decimal):
-        _check_decimal(value)
-    elif isinstance(value, dt.time) and value.tzinfo is not None:
-        raise PlanError(
-            f"lit(): {value!r} has a time zone, and a TIME column has none (Arrow has no time "
-            "with a zone). Pass the time without tzinfo, or a datetime with it"
-        )
-    elif isinstance(value, dt.timedelta) and abs(value) > _MAX_INTERVAL:
-        # DuckDB hands an INTERVAL to Arrow in nanoseconds, and a longer one wraps around
-        # without a word.
-        raise PlanError(f"lit(): {value!r} is longer than an INTERVAL passes intact (292 years)")
-    elif isinstance(value, dt.datetime):
-        _check_instant(value)
-    elif not (
-        value is None
-        or isinstance(
-            value, (bool, int, float, str, bytes, decimal.Decimal, dt.date, dt.time, dt.timedelta)
-        )
-    ):
-        raise PlanError(
-            f"lit(): {type(value).__name__} values cannot be SQL literals; use numbers, strings, "
-            "bytes, booleans, None, dates and times, decimals, or lists and dicts of those"
-        )
-
-
-def _is_bigint(value: int) -> bool:
-    # Not `in range(...)`: that walks the whole range for an int subclass (an IntEnum).
-    return -(2**63) <= value < 2**63
-
-
-def _check_instant(value: dt.datetime) -> None:
-    offset = value.utcoffset()
-    if offset is None:
-        return
-    try:
-        value.replace(tzinfo=None) - offset  # the UTC time literal_sql writes
-    except OverflowError:
-        raise PlanError(
-            f"lit(): {value!r} is before year 1 or after year 9999 in UTC, where a "
-            "TIMESTAMPTZ keeps it and Python cannot read it back"
-        ) from None
-
-
-def _check_decimal(value: decimal.Decimal) -> None:
-    if not value.is_finite():
-        raise PlanError(
-            f"lit(): {value!r} is not a number a DECIMAL can hold; use float('nan') or "
-            "float('inf') for a DOUBLE"
-        )
-    if decimal_type(value)[0] > _MAX_DECIMAL_DIGITS:
-        raise PlanError(
-            f"lit(): {value!r} needs more than {_MAX_DECIMAL_DIGITS} digits, the most a DECIMAL "
-            "holds; round it (value.quantize(...)) or pass a float for a DOUBLE"
-        )
-
-
-def decimal_type(value: decimal.Decimal) -> tuple[int, int]:
-    """The DECIMAL(precision, scale) that holds a finite ``value`` as written:
-    ``Decimal("1.50")`` is DECIMAL(3, 2), ``Decimal("1E+3")`` DECIMAL(4, 0)."""
-    _, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)  # finite
-    scale = max(0, -exponent)
-    return max(len(digits) + max(0, exponent), scale, 1), scale
+        check_literal(self.value)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -473,14 +383,32 @@ class SqlText(Expr):
         return value
 
 
+class ColumnFunction(Protocol):
+    """What the plan needs of the column UDF a ``UdfCall`` calls (``vane.udf.column.ColumnUdf``,
+    which the rule that lifts calls into UDF steps uses whole)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def type_name(self) -> str:
+        """The DuckDB type of its values."""
+        ...
+
+    @property
+    def error_column(self) -> str | None:
+        """The column that keeps each failing row's error text (``on_error="null"``), if any."""
+        ...
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class UdfCall(Expr):
     """A column UDF called on argument expressions; lifted into a UDF step before running.
-    ``layout`` says, parameter by parameter, which argument expression or constant it gets."""
+    ``layout`` says, argument by argument, which argument expression or constant it passes."""
 
-    udf: ColumnUdf
+    udf: ColumnFunction
     args: tuple[Expr, ...]
-    layout: tuple[Slot, ...] = ()
+    layout: tuple[CallArgument, ...] = ()
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -498,10 +426,55 @@ def udf_error_columns(exprs: Sequence[Expr]) -> list[str]:
     names: dict[int, str] = {}
     for expr in exprs:
         for call in expr.udf_calls():
-            name = call.udf.options.error_column
+            name = call.udf.error_column
             if name is not None:
                 names.setdefault(id(call), name)
     return list(names.values())
+
+
+# ---- text for explain() and messages ----------------------------------------------------
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # shown unquoted by explain(); never parsed
+
+
+def display(expr: Expr) -> str:
+    """Short, readable text for ``explain()`` and errors: plain names unquoted, raw SQL as the
+    user wrote it, UDF calls as ``Name(args)``."""
+    if isinstance(expr, Column):
+        return expr.name if _PLAIN.fullmatch(expr.name) else quote_ident(expr.name)
+    if isinstance(expr, Literal):
+        if isinstance(expr.value, int) and not isinstance(expr.value, bool):
+            return str(int(expr.value))  # the casts that fix their types are noise here
+        if isinstance(expr.value, float):
+            return repr(float(expr.value))
+        return literal_sql(expr.value) if len(repr(expr.value)) <= 40 else "<literal>"
+    composite = operation_text(expr, display)
+    if composite is not None:
+        return composite
+    if isinstance(expr, Alias):
+        return f"{display(expr.operand)} AS {display(Column(expr.name))}"
+    if isinstance(expr, SqlText):
+        return " ".join(expr.text.split())
+    if isinstance(expr, UdfCall):
+        return f"{expr.udf.name}({sql_list(display(a) for a in expr.args)})"
+    if isinstance(expr, UdfErrorText):
+        return f"<errors of the call keeping {expr.name!r}>"
+    raise TypeError(f"cannot display {type(expr).__name__}")
+
+
+def operation_text(expr: Expr, render: Callable[[Expr], str]) -> str | None:
+    """Operators, functions and casts look the same in SQL and in explain(); only their
+    leaves differ, so each caller passes how to render a child."""
+    if isinstance(expr, BinaryOp):
+        return f"({render(expr.left)} {expr.op} {render(expr.right)})"
+    if isinstance(expr, UnaryOp):
+        inner = render(expr.operand)
+        return f"({inner} {expr.op})" if expr.op.startswith("IS") else f"({expr.op} {inner})"
+    if isinstance(expr, FunctionCall):
+        return f"{expr.name}({sql_list(render(a) for a in expr.args)})"
+    if isinstance(expr, Cast):
+        return f"CAST({render(expr.operand)} AS {expr.type_name})"
+    return None
 
 
 def col(name: str) -> Expr:

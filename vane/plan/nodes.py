@@ -27,9 +27,9 @@ from vane.io import readers
 from vane.io.combine import check_files
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
-from vane.plan.expr import Alias, Column, Expr, SqlText
+from vane.plan.expr import Alias, Column, Expr, SqlText, display
 from vane.plan.parse import check_query, code_tokens
-from vane.plan.sql import display, select_item, to_sql
+from vane.plan.sql import select_item, to_sql
 from vane.udf.spec import UdfSpec, output_schema
 
 Relation = duckdb.DuckDBPyRelation

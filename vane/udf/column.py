@@ -18,11 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from vane._arguments import CallArgument, Const
 from vane.errors import ConfigurationError, PlanError, SchemaError
 from vane.plan.expr import Expr, UdfCall
 from vane.types import arrow_to_duckdb, to_arrow_type
 from vane.types.python import python_to_arrow
-from vane.udf.spec import check_error_column
+from vane.udf.build import check_error_column
 
 ON_ERROR = ("raise", "skip", "null")
 
@@ -62,18 +63,6 @@ METHOD_ATTRIBUTE = "__vane_method__"
 
 
 @dataclass(frozen=True, eq=False)
-class Const:
-    """An argument that is a Python value rather than a column: passed to every call as is."""
-
-    value: Any
-
-
-# For each parameter of one call: its keyword (None: positional) and where its value comes
-# from: the index of an argument expression, or a constant.
-Slot = tuple[str | None, int | Const]
-
-
-@dataclass(frozen=True, eq=False)
 class ColumnUdf:
     """A function, or a method of a recorded class instance, callable on column expressions.
 
@@ -100,6 +89,10 @@ class ColumnUdf:
     def type_name(self) -> str:
         return arrow_to_duckdb(self.return_type)
 
+    @property
+    def error_column(self) -> str | None:
+        return self.options.error_column
+
     def __call__(self, *args: Any, **kwargs: Any) -> Expr:
         """A ``UdfCall`` expression. Expressions are columns; other values are constants passed
         to every call unchanged; the arity is checked against the function now."""
@@ -108,19 +101,19 @@ class ColumnUdf:
         except TypeError as exc:
             raise PlanError(f"{self.name}() called with the wrong arguments: {exc}") from None
         exprs: list[Expr] = []
-        slots: list[Slot] = []
+        layout: list[CallArgument] = []
         for keyword, value in [(None, a) for a in args] + list(kwargs.items()):
             if isinstance(value, Expr):
-                slots.append((keyword, len(exprs)))
+                layout.append((keyword, len(exprs)))
                 exprs.append(value)
             else:
-                slots.append((keyword, Const(value)))
+                layout.append((keyword, Const(value)))
         if not exprs:
             raise PlanError(
                 f"{self.name}() needs at least one column argument, such as vane.col('text'); "
                 "a call on constants alone has no rows to run on"
             )
-        return UdfCall(self, tuple(exprs), tuple(slots))
+        return UdfCall(self, tuple(exprs), tuple(layout))
 
 
 def return_type_of(fn: Callable[..., Any], declared: Any, where: str) -> pa.DataType:

@@ -17,10 +17,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from vane._arguments import CallArgument, Const
 from vane._text import counted
 from vane.udf.batch_contract import ContractError, Subject, to_column
 from vane.udf.batch_format import python_values
-from vane.udf.column import ClassInstance, ColumnUdf, Const, Slot
+from vane.udf.column import ClassInstance, ColumnUdf
 from vane.udf.runtime import RowFailures
 
 # Rows in flight per actor for an async function that does not say (``max_concurrency``).
@@ -48,7 +49,7 @@ class CallPlan:
 
     udf: ColumnUdf
     columns: tuple[str, ...]
-    layout: tuple[Slot, ...]
+    layout: tuple[CallArgument, ...]
     output: str
     shown: str = ""  # the call as the user wrote it, for messages: "score(text, (id + 1))"
 
@@ -69,7 +70,9 @@ class CallPlan:
         return to_column(values, self.output_type, subject)
 
 
-def _arguments(layout: tuple[Slot, ...], values: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+def _arguments(
+    layout: tuple[CallArgument, ...], values: list[Any]
+) -> tuple[list[Any], dict[str, Any]]:
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for keyword, source in layout:

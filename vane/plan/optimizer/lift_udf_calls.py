@@ -23,19 +23,18 @@ names the input has, so ``explain(optimized=True)`` is deterministic.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TypedDict
 
 import pyarrow as pa
 
 from vane._sql import quote_ident
 from vane.errors import PlanError
-from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText
+from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText, display
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
-from vane.plan.sql import display
+from vane.plan.udf_steps import column_udf, step_key, step_options
 from vane.types import arrow_to_duckdb, to_arrow_schema
+from vane.udf.build import build_spec
 from vane.udf.column import ColumnUdf
 from vane.udf.column_calls import AsyncColumnCalls, CallPlan, ColumnCalls
-from vane.udf.spec import build_spec
 
 
 class _Names:
@@ -110,8 +109,8 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
             columns.append(existing)
         output = names.fresh("udf")
         outputs[id(call)] = output
-        plan = CallPlan(call.udf, tuple(columns), call.layout, output, display(call))
-        groups.setdefault(step_key(call.udf), []).append((call, plan))
+        plan = CallPlan(column_udf(call), tuple(columns), call.layout, output, display(call))
+        groups.setdefault(step_key(plan.udf), []).append((call, plan))
     if computed:
         below = WithColumns(below, tuple(computed))
         hidden.extend(name for name, _ in computed)
@@ -123,52 +122,21 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
         if step.udf.on_error == "null":
             hidden.append(step.udf.error_column)
             for call, _ in group:
-                if call.udf.options.error_column is not None:
-                    errors[call.udf.options.error_column] = step.udf.error_column
-        for call, plan in group:
-            if call.udf.is_generator:
-                below = WithColumns(below, ((plan.output, _unnest(plan.output, call)),))
+                if call.udf.error_column is not None:
+                    errors[call.udf.error_column] = step.udf.error_column
+        for _, plan in group:
+            if plan.udf.is_generator:
+                below = WithColumns(below, ((plan.output, _unnest(plan.output, plan.udf)),))
     lifted = _rebuilt(node, below, outputs, errors)
     if isinstance(node, Select):
         return lifted  # it names what it keeps
     return Drop(lifted, tuple(n for n in hidden if n in lifted.schema.names))
 
 
-def step_key(udf: ColumnUdf) -> int:
-    """The calls of one step with the same key run in one UDF step: those on one ``@vane.cls``
-    instance (one object per actor serves them all), or of one ``@vane.func``."""
-    return id(udf.owner) if udf.owner is not None else id(udf.target)
-
-
-def step_options(udf: ColumnUdf) -> StepOptions:
-    """The execution options of the UDF step that runs ``udf``'s calls (``explain()`` shows
-    them before the calls are lifted)."""
-    options = udf.options
-    return StepOptions(
-        batch_size=options.batch_size,
-        execution_backend=options.backend or ("subprocess_actor" if options.use_process else None),
-        concurrency=(options.max_concurrency or 1) if udf.owner is not None else 1,
-        gpus=options.gpus,
-        max_retries=options.max_retries,
-        on_error=options.on_error,
-        batch_timeout_s=options.batch_timeout_s,
-    )
-
-
-class StepOptions(TypedDict):
-    batch_size: int | None
-    execution_backend: str | None
-    concurrency: int | tuple[int, int]
-    gpus: float
-    max_retries: int
-    on_error: str
-    batch_timeout_s: float | None
-
-
 def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Names) -> UdfStep:
-    first = group[0][0].udf
     plans = tuple(plan for _, plan in group)
-    runner = AsyncColumnCalls if any(call.udf.is_async for call, _ in group) else ColumnCalls
+    first = plans[0].udf
+    runner = AsyncColumnCalls if any(plan.udf.is_async for plan in plans) else ColumnCalls
     reads = tuple(dict.fromkeys(c for plan in plans for c in plan.columns))
     label = ", ".join(f"{call.udf.name}({', '.join(plan.columns)})" for call, plan in group)
     spec = build_spec(
@@ -191,19 +159,19 @@ def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Na
     )
     declared = to_arrow_schema(
         {
-            plan.output: pa.list_(call.udf.return_type)
-            if call.udf.is_generator
-            else call.udf.return_type
-            for call, plan in group
+            plan.output: pa.list_(plan.udf.return_type)
+            if plan.udf.is_generator
+            else plan.udf.return_type
+            for plan in plans
         }
     )
     return UdfStep(below, spec, declared)
 
 
-def _unnest(column: str, call: UdfCall) -> Expr:
+def _unnest(column: str, udf: ColumnUdf) -> Expr:
     """A generator call's list of values, one row per value; an empty or null list (nothing
     yielded, or the row failed under on_error="null") one row with a null."""
-    name, element = quote_ident(column), arrow_to_duckdb(call.udf.return_type)
+    name, element = quote_ident(column), arrow_to_duckdb(udf.return_type)
     return SqlText(
         f"unnest(CASE WHEN {name} IS NULL OR len({name}) = 0 THEN [NULL::{element}] "
         f"ELSE {name} END)"
@@ -211,7 +179,7 @@ def _unnest(column: str, call: UdfCall) -> Expr:
 
 
 def _check_generators(node: Select | Filter | WithColumns | OrderBy, calls: list[UdfCall]) -> None:
-    generators = [c for c in calls if c.udf.is_generator]
+    generators = [c for c in calls if column_udf(c).is_generator]
     if not generators:
         return
     name = generators[0].udf.name

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 from vane.plan.expr import Expr
 from vane.plan.nodes import PlanNode, WithColumns
+from vane.plan.udf_steps import column_udf, step_key
 
 
 def _udf_objects(exprs: tuple[Expr, ...]) -> set[int]:
     """What a step's UDF calls run on: the ``@vane.cls`` instance, or the function itself."""
-    return {
-        id(call.udf.owner) if call.udf.owner is not None else id(call.udf.target)
-        for expr in exprs
-        for call in expr.udf_calls()
-    }
+    return {step_key(column_udf(call)) for expr in exprs for call in expr.udf_calls()}
 
 
 def merge_shared_calls(node: PlanNode) -> PlanNode | None:
@@ -36,7 +33,9 @@ def merge_shared_calls(node: PlanNode) -> PlanNode | None:
     if not _udf_objects(node.expressions()) & _udf_objects(lower.expressions()):
         return None
     if any(
-        c.udf.is_generator for e in node.expressions() + lower.expressions() for c in e.udf_calls()
+        column_udf(c).is_generator
+        for e in node.expressions() + lower.expressions()
+        for c in e.udf_calls()
     ):
         return None  # a generator repeats its row per value: each keeps its own step
 
