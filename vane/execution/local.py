@@ -9,9 +9,9 @@ pools; a UDF step's output feeds the action directly when nothing relational fol
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -308,12 +308,16 @@ class LocalRunner:
         return materialized(plan, self._stream(plan, get_config().batch_size, lazy=False))
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+        # Timed from the call to the action's end: the rows are computed as they are read,
+        # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
+        # the first row is written), and a stage that a `limit` left unfinished ends last.
+        started = time.perf_counter()
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         with _action(plan) as execution:
-            result = write_to(sink, execution.reader(plan, get_config().batch_size))
+            committed = write_to(sink, execution.reader(plan, get_config().batch_size))
         # After the action's end, where a stage that a `limit` left unfinished says its summary.
-        return replace(result, steps=tuple(execution.finished))
+        return committed.result(time.perf_counter() - started, tuple(execution.finished))
 
 
 def materialized(plan: PlanNode, batches: Iterator[pa.RecordBatch]) -> MaterializedScan:

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -132,6 +131,7 @@ class RayRunner:
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
         write's staging directory; the driver commits them all at once (or none)."""
+        started = time.perf_counter()  # the whole write, as on the local runner
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         if not holds_udf(plan):
@@ -140,16 +140,17 @@ class RayRunner:
 
         with _action(plan) as lowering:
             if sink.single_file or not lowering.runs_on_ray(plan):
-                result = write_to(sink, lowering.reader(plan, get_config().batch_size))
+                committed = write_to(sink, lowering.reader(plan, get_config().batch_size))
             else:
                 write = sink.start()
                 try:
                     parts = _write_parts(lowering.dataset(plan), write.writer, plan.schema)
-                    result = write.commit(parts)
+                    committed = write.commit(parts)
                 except BaseException:
                     write.abort()
                     raise
-            return replace(result, steps=tuple(lowering.progress.finish()))
+            steps = tuple(lowering.progress.finish())
+        return committed.result(time.perf_counter() - started, steps)
 
 
 def _feeds_ray(node: PlanNode, plan: PlanNode) -> bool:
@@ -241,7 +242,6 @@ class _Progress:
         self.steps = steps
         self.caller = caller  # where the on_error warnings are shown
         self.events = action_events()
-        self.started = time.perf_counter()
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
         self.finished: list[StageFinished] = []
         self._done = False
@@ -291,7 +291,6 @@ class _Progress:
         self.stop()
         totals: dict[int, StepCounts] = ray_module().get(self.tally.totals.remote())
         self._update(totals)
-        seconds = time.perf_counter() - self.started
         for key, node in self.steps.items():
             spec, counts = node.udf, totals.get(key) or StepCounts()
             summary = StageFinished(
@@ -301,7 +300,7 @@ class _Progress:
                 counts.rows_out,
                 counts.skipped,
                 counts.nulled,
-                seconds,
+                counts.seconds,
                 counts.usage,
             )
             self.finished.append(summary)
