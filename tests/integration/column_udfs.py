@@ -233,3 +233,8 @@ class ModelAtGate:
 
     def __call__(self, value: int) -> int:
         return value_at_gate(value, self.gate)
+
+
+def plus_one(value: int) -> int:
+    """Undecorated, so a test can make it a column UDF with the options it needs."""
+    return value + 1

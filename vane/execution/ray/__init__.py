@@ -18,6 +18,7 @@ from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
+from vane.execution.lowering import row_caps
 from vane.execution.ray.actor import StepCounts
 from vane.execution.ray.cluster import cluster_resources, ray_module
 from vane.execution.ray.lowering import (
@@ -28,6 +29,7 @@ from vane.execution.ray.lowering import (
 )
 from vane.execution.resources import gpus_needed
 from vane.execution.stage import on_error_warning
+from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, Part, WriteResult
 from vane.observe.events import BatchDone, StageFinished, StageStarted, action_events
 from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
@@ -210,7 +212,8 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
-    progress = lowering.progress = _Progress(tally, lowering.steps, Caller())
+    totals = stage_totals(plan, row_caps(plan))
+    progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), totals)
     try:
         yield lowering
         progress.finish()
@@ -237,7 +240,11 @@ class _Progress:
 
     POLL_SECONDS = 0.5
 
-    def __init__(self, tally: Any, steps: dict[int, UdfStep], caller: Caller) -> None:
+    def __init__(
+        self, tally: Any, steps: dict[int, UdfStep], caller: Caller, totals: dict[int, int]
+    ) -> None:
+        """``totals``: the rows each step will read, where that is certain (by node identity,
+        ``totals.py``)."""
         self.tally = tally
         self.steps = steps
         self.caller = caller  # where the on_error warnings are shown
@@ -247,7 +254,8 @@ class _Progress:
         self._done = False
         self._stopped = threading.Event()
         for key, node in steps.items():
-            self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors))
+            total = totals.get(id(node))
+            self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors, total))
         self._thread: threading.Thread | None = None
         if self.events.listening and steps:
             self._thread = threading.Thread(
