@@ -215,3 +215,26 @@ def fragile_skip_in_small_batches(value: int) -> int:
     if value == 4003:
         raise ValueError("4003 is unlucky")
     return value * 10
+
+
+def value_at_gate(value: int, gate: str) -> int:
+    """A column UDF's body that waits at the test's gate (``udfs.wait_at_gate``)."""
+    from tests.integration.udfs import wait_at_gate
+
+    wait_at_gate(gate)
+    return value
+
+
+class ModelAtGate:
+    """A class UDF whose calls wait at the test's gate (``udfs.wait_at_gate``)."""
+
+    def __init__(self, gate: str) -> None:
+        self.gate = gate
+
+    def __call__(self, value: int) -> int:
+        return value_at_gate(value, self.gate)
+
+
+def plus_one(value: int) -> int:
+    """Undecorated, so a test can make it a column UDF with the options it needs."""
+    return value + 1

@@ -4,6 +4,7 @@ processes: construction, ordering, validation, retries, on_error, crashes, async
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -385,8 +386,11 @@ def test_progress_appears_on_a_terminal_unless_turned_off(enabled):
     )
     text = _stderr_on_a_terminal(script)
     if enabled:
+        text = " ".join(text.split())  # as wrapped to the terminal's width
         assert "slow: " in text and "rows in" in text and "actors busy" in text
-        assert "2,000 rows in, 2,000 out" in text and "done in" in text
+        # the range's size is known: a percentage, and the time left while it runs
+        assert "100% 2,000 rows in, 2,000 out" in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+        assert "of 2,000 rows in" in text and "ETA " in text and "done in" in text
     else:
         assert text == ""
 

@@ -533,3 +533,27 @@ class LeavesAHelperThenDies:
                 record.write_text(str(pid))
             os._exit(3)
         return pa.table({"id": batch["id"]})
+
+
+def wait_at_gate(gate: str) -> None:
+    """Say the step has begun (a file ``started`` in the folder ``gate``), then wait until the
+    test opens the gate (a file ``open``): the test times the wait itself, so it knows a span
+    of time the step surely ran through, whatever the machine's speed."""
+    folder = Path(gate)
+    (folder / "started").touch()
+    deadline = time.monotonic() + 120
+    while not (folder / "open").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the test never opened the gate {gate}")
+        time.sleep(0.005)
+
+
+class Gated:
+    """Passes its batches on once the test has opened ``gate`` (``wait_at_gate``)."""
+
+    def __init__(self, gate: str) -> None:
+        self.gate = gate
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        wait_at_gate(self.gate)
+        return batch

@@ -25,3 +25,18 @@ def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
     tally.left(1, "b")  # let go of while a call ran
     assert (tally.totals()[1].busy, tally.totals()[1].actors) == (0, 1)
     assert tally.totals()[1].rows_in == 10 and tally.totals()[1].rows_out == 10
+
+
+def test_a_step_takes_its_time_from_its_first_actors_start_to_its_last_answer():
+    # By the tally's clock (given here): an actor's leaving is Ray Data's affair and may come
+    # while a later step runs, so it is no part of the step's time.
+    now = iter([10.0, 12.0, 13.0, 15.0, 100.0])
+    tally = Tally(clock=lambda: next(now))
+    tally.starting(1)  # 10: its first actor starts (its model loads)
+    tally.joined(1, "a")  # 12
+    tally.begin(1, "a")  # 13
+    tally.done(1, "a", 5, (5, 0, 0, None, [], {}))  # 15
+    assert tally.totals()[1].seconds == 5.0
+    tally.left(1, "a")
+    assert tally.totals()[1].seconds == 5.0
+    assert Tally().totals().get(2) is None  # a step that never started says nothing

@@ -94,7 +94,7 @@ def test_files_replaced_while_the_relation_is_built_say_so(tmp_path, monkeypatch
         for name in files:
             (tmp_path / "out" / name).unlink(missing_ok=True)
 
-    monkeypatch.setattr(readers, "parquet_schemas", replaced)
+    monkeypatch.setattr(readers, "parquet_footers", replaced)
     with pytest.raises(SourceError, match="no longer exist"):
         vane.read_parquet(tmp_path / "out")
 

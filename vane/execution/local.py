@@ -9,9 +9,9 @@ pools; a UDF step's output feeds the action directly when nothing relational fol
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -26,6 +26,7 @@ from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower, row_caps
 from vane.execution.row_steps import BlockSql, reroot
+from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished, action_events
@@ -60,6 +61,8 @@ class Execution:
         self.cancellation = Cancellation()
         # The rows a `limit` needs from a UDF step (by node identity): its stream ends there.
         self._caps = row_caps(plan)
+        # The rows each UDF step will read, where that is certain (for the progress display).
+        self._totals = stage_totals(plan, self._caps)
         # Each UDF stage and its stream, closed with the action if a reader left it unfinished.
         self._stages: list[tuple[UdfStage, Generator[pa.RecordBatch, None, None]]] = []
         # Where the action's warnings are shown: the user's line that started it.
@@ -168,6 +171,7 @@ class Execution:
             cancellation=self.cancellation,
             warn=self.caller.warn,
             limit=self._caps.get(id(node)),
+            total_rows=self._totals.get(id(node)),
         )
         stream = self._guard(stage.batches())
         self._stages.append((stage, stream))
@@ -308,12 +312,16 @@ class LocalRunner:
         return materialized(plan, self._stream(plan, get_config().batch_size, lazy=False))
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+        # Timed from the call to the action's end: the rows are computed as they are read,
+        # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
+        # the first row is written), and a stage that a `limit` left unfinished ends last.
+        started = time.perf_counter()
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         with _action(plan) as execution:
-            result = write_to(sink, execution.reader(plan, get_config().batch_size))
+            committed = write_to(sink, execution.reader(plan, get_config().batch_size))
         # After the action's end, where a stage that a `limit` left unfinished says its summary.
-        return replace(result, steps=tuple(execution.finished))
+        return committed.result(time.perf_counter() - started, tuple(execution.finished))
 
 
 def materialized(plan: PlanNode, batches: Iterator[pa.RecordBatch]) -> MaterializedScan:

@@ -12,19 +12,8 @@ import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError, SourceError
-from vane.plan.expr import display
-from vane.plan.nodes import (
-    Drop,
-    FileScan,
-    Limit,
-    PlanNode,
-    Rename,
-    Select,
-    Source,
-    SqlStep,
-    UdfStep,
-    WithColumns,
-)
+from vane.plan.nodes import FileScan, Limit, PlanNode, Source, SqlStep, UdfStep
+from vane.plan.rows import one_for_one
 from vane.plan.traverse import shared_subplans, walk
 
 Cursor = duckdb.DuckDBPyConnection
@@ -80,19 +69,9 @@ def row_caps(plan: PlanNode) -> dict[int, int]:
         if not isinstance(node, Limit):
             continue
         below = node.input
-        while id(below) not in shared and _one_for_one(below):
+        while id(below) not in shared and one_for_one(below):
             below = below.inputs[0]
         if isinstance(below, UdfStep) and id(below) not in shared:
             needed = node.offset + node.n if node.n else 0
             caps[id(below)] = max(caps.get(id(below), 0), needed)
     return caps
-
-
-def _one_for_one(node: PlanNode) -> bool:
-    """Whether ``node`` gives exactly one row for each input row, in order."""
-    if isinstance(node, (Drop, Rename)):
-        return True
-    if isinstance(node, (Select, WithColumns)):
-        exprs = node.expressions()
-        return node.row_local and not any("unnest" in display(e).lower() for e in exprs)
-    return False

@@ -29,6 +29,7 @@ from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
 from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted, add_counts
+from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
@@ -61,12 +62,14 @@ class UdfStage:
         cancellation: Cancellation | None = None,
         warn: Callable[[str], None] | None = None,
         limit: int | None = None,
+        total_rows: int | None = None,
     ) -> None:
         """``udf_schema`` is what the actors return; ``schema`` what the stage yields (the same,
         or for a pass-through step the input columns followed by it). ``cancellation`` stops
         the stage at once (Ctrl-C); ``warn`` reports rows that ``on_error`` handled, at the
         user's line of code; ``limit``, when the action needs at most that many rows of this
-        step, ends the stage once it has them."""
+        step, ends the stage once it has them; ``total_rows`` is the rows it will read, when
+        that is certain (``totals.py``)."""
         self.spec = spec
         self.udf_schema = udf_schema
         self.schema = schema
@@ -83,15 +86,24 @@ class UdfStage:
         self.warn = warn or (lambda message: warnings.warn(message, UserWarning, stacklevel=3))
         self.calls_per_unit = 1  # grows once the actors say how quick a call is
         self.limit = limit
+        self.total_rows = total_rows
         # The action failed elsewhere: closing the stream then aborts the pool, as a failure.
         self.abandoned = False
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
+        # A step that answers each row with one needs only as many input rows as the `limit`
+        # above it keeps: no row past them is sent (as the Ray runner limits the step's input),
+        # and the stage reads exactly the total its StageStarted said.
+        left = self.limit if self.limit is not None and answers_row_for_row(self.spec) else None
         try:
-            while not rechunker.exhausted:
-                batches = list(rechunker.take(self.batch_size * self.calls_per_unit))
-                yield pa.Table.from_batches(batches, self.source.schema)
+            while not rechunker.exhausted and left != 0:
+                rows = self.batch_size * self.calls_per_unit
+                batches = list(rechunker.take(rows if left is None else min(rows, left)))
+                chunk = pa.Table.from_batches(batches, self.source.schema)
+                if left is not None:
+                    left -= chunk.num_rows
+                yield chunk
         except (duckdb.Error, pa.ArrowException, OSError) as exc:
             if isinstance(exc, VaneError):
                 raise
@@ -125,7 +137,9 @@ class UdfStage:
         ending = "failed"
         try:
             pool.start()
-            self.events.emit(StageStarted(self.step, self.step_id, len(pool.actors)))
+            self.events.emit(
+                StageStarted(self.step, self.step_id, len(pool.actors), self.total_rows)
+            )
             saturated_since: float | None = None
             offset = 0
             for seq, chunk in enumerate(self._chunks()):

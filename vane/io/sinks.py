@@ -14,7 +14,6 @@ Files are written by pyarrow (Parquet, CSV) or rendered by DuckDB (JSON lines), 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +46,26 @@ _Where = TypeVar("_Where", Path, BinaryIO)  # a file to create, or a stream open
 
 
 @dataclass(frozen=True)
+class Committed:
+    """What a committed write holds. The runner that ran the write makes it a ``WriteResult``:
+    it alone knows when the action began (rows are computed as they are read, and DuckDB
+    computes some before the first is written) and what its steps did."""
+
+    path: str
+    rows: int
+    files: int
+    bytes: int
+
+    def result(self, seconds: float, steps: tuple[StageFinished, ...]) -> WriteResult:
+        return WriteResult(self.path, self.rows, self.files, self.bytes, seconds, steps)
+
+
+@dataclass(frozen=True)
 class WriteResult:
-    """What a write produced. ``str()`` reads as one line for a log. ``steps`` holds each UDF
-    step's summary (rows in and out, rows on_error handled, seconds, and what it counted: an AI
-    function's requests, tokens, retries, cache hits and failures)."""
+    """What a write produced. ``str()`` reads as one line for a log. ``seconds`` is the whole
+    write, from the call until it returned (reading, every step, writing, committing);
+    ``steps`` holds each UDF step's summary (rows in and out, rows on_error handled, seconds,
+    and what it counted: an AI function's requests, tokens, retries, cache hits and failures)."""
 
     path: str
     rows: int
@@ -200,16 +215,14 @@ class FileWrite:
         self.sink = sink
         self.staging = staging
         self.writer = writer
-        self.started = time.perf_counter()
 
-    def commit(self, parts: list[Part]) -> WriteResult:
+    def commit(self, parts: list[Part]) -> Committed:
         destination = self.staging.commit()
-        return WriteResult(
+        return Committed(
             str(destination),
             sum(p.rows for p in parts),
             len(parts),
             sum(p.bytes for p in parts),
-            time.perf_counter() - self.started,
         )
 
     def abort(self) -> None:
@@ -367,7 +380,7 @@ def _write_file(
     return rows
 
 
-def write_to(sink: FileSink, reader: pa.RecordBatchReader) -> WriteResult:
+def write_to(sink: FileSink, reader: pa.RecordBatchReader) -> Committed:
     """Start a write, write ``reader``'s batches, commit; on any failure abort, so the
     destination is as it was."""
     write = sink.start()

@@ -27,8 +27,9 @@ class StageStarted:
     step: str
     step_id: int
     actors: int
-    # The rows the stage will read, when that is known without reading them (an in-memory
-    # table, a range, Parquet metadata); None when it is not: never a guess.
+    # The rows the stage will read, when that is certain before it starts (a range, an
+    # in-memory table, Parquet footers, through steps that keep each row, capped by a limit:
+    # vane/execution/totals.py); None when it is not: never an estimate or an upper bound.
     total_rows: int | None = None
 
 

@@ -129,9 +129,12 @@ class FileScan(Source):
         options = dict(self.options)
         restore: dict[str, pa.DataType] = {}
         differing = None  # Parquet files' stored schemas, where they differ
+        rows = None  # the files' rows, where their footers say
         if self.format == "parquet":
-            schemas = readers.parquet_schemas(self.files)
-            if schemas is not None:
+            footers = readers.parquet_footers(self.files)
+            if footers is not None:
+                schemas = [footer.schema for footer in footers]
+                rows = sum(footer.rows for footer in footers)
                 readers.check_names(self.files, schemas)
                 restore = readers.fixed_size_columns(schemas)
                 if any(not s.equals(schemas[0], check_metadata=False) for s in schemas[1:]):
@@ -140,6 +143,7 @@ class FileScan(Source):
         elif len(self.files) > 1:
             options.setdefault("union_by_name", True)  # files are combined by column name
         object.__setattr__(self, "_restore", restore)
+        object.__setattr__(self, "_rows", rows)
         typed = readers.typed_columns(self.format, options)
         cursor = _engine.cursor()
         try:
@@ -172,6 +176,13 @@ class FileScan(Source):
         changed = self.vanished()  # replaced while it was being read: say so now
         if changed is not None:
             raise changed
+
+    @property
+    def rows(self) -> int | None:
+        """The rows the files hold, when that is known without reading them (Parquet footers;
+        a file replaced since fails the action that reads it, so the count holds)."""
+        rows: int | None = self.__dict__["_rows"]
+        return rows
 
     def _scan(self, cursor: Cursor) -> Relation:
         """The files as DuckDB reads them together, before vane's casts and projection."""

@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +18,7 @@ from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
+from vane.execution.lowering import row_caps
 from vane.execution.ray.actor import StepCounts
 from vane.execution.ray.cluster import cluster_resources, ray_module
 from vane.execution.ray.lowering import (
@@ -29,6 +29,7 @@ from vane.execution.ray.lowering import (
 )
 from vane.execution.resources import gpus_needed
 from vane.execution.stage import on_error_warning
+from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, Part, WriteResult
 from vane.observe.events import BatchDone, StageFinished, StageStarted, action_events
 from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
@@ -132,6 +133,7 @@ class RayRunner:
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
         write's staging directory; the driver commits them all at once (or none)."""
+        started = time.perf_counter()  # the whole write, as on the local runner
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         if not holds_udf(plan):
@@ -140,16 +142,17 @@ class RayRunner:
 
         with _action(plan) as lowering:
             if sink.single_file or not lowering.runs_on_ray(plan):
-                result = write_to(sink, lowering.reader(plan, get_config().batch_size))
+                committed = write_to(sink, lowering.reader(plan, get_config().batch_size))
             else:
                 write = sink.start()
                 try:
                     parts = _write_parts(lowering.dataset(plan), write.writer, plan.schema)
-                    result = write.commit(parts)
+                    committed = write.commit(parts)
                 except BaseException:
                     write.abort()
                     raise
-            return replace(result, steps=tuple(lowering.progress.finish()))
+            steps = tuple(lowering.progress.finish())
+        return committed.result(time.perf_counter() - started, steps)
 
 
 def _feeds_ray(node: PlanNode, plan: PlanNode) -> bool:
@@ -209,7 +212,8 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     lowering = RayLowering(plan, tally)
-    progress = lowering.progress = _Progress(tally, lowering.steps, Caller())
+    totals = stage_totals(plan, row_caps(plan))
+    progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), totals)
     try:
         yield lowering
         progress.finish()
@@ -236,18 +240,22 @@ class _Progress:
 
     POLL_SECONDS = 0.5
 
-    def __init__(self, tally: Any, steps: dict[int, UdfStep], caller: Caller) -> None:
+    def __init__(
+        self, tally: Any, steps: dict[int, UdfStep], caller: Caller, totals: dict[int, int]
+    ) -> None:
+        """``totals``: the rows each step will read, where that is certain (by node identity,
+        ``totals.py``)."""
         self.tally = tally
         self.steps = steps
         self.caller = caller  # where the on_error warnings are shown
         self.events = action_events()
-        self.started = time.perf_counter()
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
         self.finished: list[StageFinished] = []
         self._done = False
         self._stopped = threading.Event()
         for key, node in steps.items():
-            self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors))
+            total = totals.get(id(node))
+            self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors, total))
         self._thread: threading.Thread | None = None
         if self.events.listening and steps:
             self._thread = threading.Thread(
@@ -291,7 +299,6 @@ class _Progress:
         self.stop()
         totals: dict[int, StepCounts] = ray_module().get(self.tally.totals.remote())
         self._update(totals)
-        seconds = time.perf_counter() - self.started
         for key, node in self.steps.items():
             spec, counts = node.udf, totals.get(key) or StepCounts()
             summary = StageFinished(
@@ -301,7 +308,7 @@ class _Progress:
                 counts.rows_out,
                 counts.skipped,
                 counts.nulled,
-                seconds,
+                counts.seconds,
                 counts.usage,
             )
             self.finished.append(summary)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,12 +55,17 @@ class RayUdf:
         tally: Any,
         key: int,
     ) -> None:
+        import ray
+
         self.spec = spec
         self.schema = schema
         self.tally = tally
         self.key = key
         self.name = uuid.uuid4().hex  # this actor, to the tally (its calls overlap)
         self._tokens = itertools.count()
+        # The step's time counts from its first actor's start: waited for, so that the tally
+        # has noted it before this actor's first call begins.
+        ray.get(tally.starting.remote(key))
         # Ray gave this actor its GPUs (CUDA_VISIBLE_DEVICES): its one worker gets them all.
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
         self._pool = SubprocessPool(
@@ -142,14 +149,29 @@ class Tally:
 
     An actor's calls overlap (two at once, or an async UDF's many), so an actor is busy while
     any call of its own runs: the tally keeps each actor's running calls, by the actor's name.
+
+    A step's seconds run from its first actor's start to its last answered batch (as a local
+    stage's run from its pool's start to its end), by the tally's clock: each step its own
+    time, as locally, rather than the action's. (An actor's leaving is not counted: Ray Data
+    lets go of actors when it likes, maybe while a later step runs.)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.steps: dict[int, StepCounts] = {}
         self._calls: dict[tuple[int, str], int] = {}  # (step, actor) -> calls running
+        self._clock = clock
 
     def _step(self, key: int) -> StepCounts:
         return self.steps.setdefault(key, StepCounts())
+
+    def _stamp(self, key: int) -> None:
+        counts = self._step(key)
+        now = self._clock()
+        counts.first = now if counts.first is None else counts.first
+        counts.last = now
+
+    def starting(self, key: int) -> None:
+        self._stamp(key)
 
     def _running(self, key: int, actor: str, change: int) -> None:
         calls = self._calls.get((key, actor), 0)
@@ -157,6 +179,7 @@ class Tally:
         self._step(key).busy += (calls + change > 0) - (calls > 0)
 
     def joined(self, key: int, actor: str) -> None:
+        self._stamp(key)
         self._step(key).actors += 1
 
     def left(self, key: int, actor: str) -> None:
@@ -165,9 +188,11 @@ class Tally:
             self._step(key).busy -= 1
 
     def begin(self, key: int, actor: str) -> None:
+        self._stamp(key)
         self._running(key, actor, +1)
 
     def done(self, key: int, actor: str, rows_in: int, outcome: tuple[Any, ...]) -> None:
+        self._stamp(key)
         counts = self._step(key)
         rows_out, skipped, nulled, first_error, poisoned, usage = outcome
         self._running(key, actor, -1)
@@ -194,3 +219,9 @@ class StepCounts:
     first_error: str | None = None
     poisoned: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
+    first: float | None = None  # by the tally's clock: the step's first report
+    last: float | None = None  # and its latest
+
+    @property
+    def seconds(self) -> float:
+        return self.last - self.first if self.first is not None and self.last is not None else 0.0

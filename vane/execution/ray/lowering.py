@@ -36,6 +36,7 @@ from vane.plan.nodes import (
     SqlStep,
     UdfStep,
 )
+from vane.plan.rows import answers_row_for_row
 from vane.plan.traverse import shared_subplans, walk
 from vane.udf.spec import UdfSpec, output_schema
 
@@ -156,7 +157,7 @@ class RayLowering:
         udf_schema = output_schema(spec, node.declared_schema)
         source = self.dataset(node.input)
         cap = self._caps.get(id(node))
-        if cap is not None and _row_for_row(spec):
+        if cap is not None and answers_row_for_row(spec):
             # Each input row gives one output row: the step reads only the rows it must answer
             # (as Ray Data pushes a limit below a `map`), and no row past them runs or raises.
             source = source.limit(cap)
@@ -256,11 +257,6 @@ class _StreamScan:
 
     def to_duckdb(self, cursor: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
         return cursor.from_arrow(self.reader)
-
-
-def _row_for_row(spec: UdfSpec) -> bool:
-    """Whether the step answers each input row with exactly one output row, in order."""
-    return spec.on_error != "skip" and (spec.kind == "row" or spec.passthrough)
 
 
 def _run_block_sql(block: pa.Table, top: PlanNode, bottom: Any) -> pa.Table:
