@@ -16,18 +16,17 @@ import pyarrow as pa
 
 from vane._arrow import exact_batches
 from vane.config import get_config
-from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.errors import ActorDiedError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.ray.actor import StepCounts
-from vane.execution.ray.cluster import cluster_resources, ray_module
+from vane.execution.ray.cluster import cluster_state, ray_module
+from vane.execution.ray.fit import check_fits
 from vane.execution.ray.lowering import (
     RayLowering,
-    actor_resources,
     describe_actor,
     holds_udf,
 )
-from vane.execution.resources import gpus_needed
 from vane.execution.stage import on_error_warning
 from vane.io.sinks import FileSink, Part, WriteResult
 from vane.observe.events import BatchDone, StageFinished, StageStarted, action_events
@@ -52,33 +51,10 @@ class RayRunner:
     # ---- checks and explain ----------------------------------------------------------------
 
     def check(self, plan: PlanNode) -> None:
-        """Each UDF step's actors against the cluster's CPUs, GPUs and memory: a request the
-        cluster cannot meet fails now, with both numbers, rather than waiting forever."""
-        resources = cluster_resources()
-        for node in walk(plan):
-            if not isinstance(node, UdfStep):
-                continue
-            spec = node.udf
-            each = actor_resources(spec)
-            actors = spec.min_actors
-            wants = (
-                ("GPU", gpus_needed(actors, spec.gpus), "gpus"),
-                ("CPU", actors * each["num_cpus"], "cpus"),
-                ("memory", actors * each.get("memory", 0), "memory"),
-            )
-            for resource, needed, option in wants:
-                has = resources.get(resource, 0)
-                if needed > has:
-                    shown = (
-                        f"{needed / 2**30:.1f} GiB vs {has / 2**30:.1f} GiB"
-                        if resource == "memory"
-                        else f"{needed:g} vs {has:g}"
-                    )
-                    raise ConfigurationError(
-                        f"{spec.verb} step `{spec.name}` needs {resource} for {actors} actor(s) "
-                        f"and the Ray cluster has too few ({shown}). Lower concurrency or "
-                        f"{option}, or add nodes with {resource} to the cluster"
-                    )
+        """The plan's actors, every UDF step's at once, and a CPU for the tasks that feed them,
+        against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
+        to change, rather than waiting forever."""
+        check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
         if not holds_udf(plan):

@@ -26,6 +26,7 @@ from vane import _engine
 from vane.execution.lowering import Scannable, row_caps
 from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import file_datasource
+from vane.execution.ray.fit import actor_resources
 from vane.execution.row_steps import BlockSql, reroot
 from vane.plan.nodes import (
     ArrowScan,
@@ -60,16 +61,6 @@ _ACTOR_ENV = {"env_vars": {"RAY_kill_child_processes_on_worker_exit": "false"}}
 
 def holds_udf(node: PlanNode) -> bool:
     return any(isinstance(n, UdfStep) for n in walk(node))
-
-
-def actor_resources(spec: UdfSpec) -> dict[str, Any]:
-    """What one actor of the step reserves: a GPU actor holds no CPU unless it asks for one."""
-    resources: dict[str, Any] = {"num_cpus": spec.cpus if spec.cpus else (0 if spec.gpus else 1)}
-    if spec.gpus:
-        resources["num_gpus"] = spec.gpus
-    if spec.memory:
-        resources["memory"] = spec.memory
-    return resources
 
 
 def describe_actor(spec: UdfSpec) -> str:
