@@ -13,6 +13,7 @@ from vane.observe.events import (
     BatchDone,
     StageFinished,
     StageStarted,
+    StageWaiting,
     add_counts,
     describe_usage,
 )
@@ -44,6 +45,11 @@ class ProgressDisplay:
                 completed=rows[0],
                 info=self._info(step, f"{event.busy_actors}/{event.actors} actors busy"),
             )
+        elif isinstance(event, StageWaiting) and event.step_id in self._tasks:
+            # Until the next batch, the line says why nothing moves
+            step = event.step_id
+            tail = event.state or f"{'resumed' if self._rows[step][0] else 'starting'}"
+            self._progress.update(self._tasks[step], info=self._info(step, tail))
         elif isinstance(event, StageFinished) and event.step_id in self._tasks:
             self._finish(event)
 
