@@ -50,13 +50,6 @@ _HUB_MODEL = Known(
 KNOWN_FAILING: dict[str, Known] = {
     "ai-functions.md-5": _HUB_MODEL,
 }
-if (os.cpu_count() or 1) < 3:
-    KNOWN_FAILING["ray.md-1"] = Known(
-        "two actors of 1 CPU hold every CPU of a 2-CPU machine and Ray's read tasks wait for "
-        "one forever (issue 25 item 1)",
-        "did not finish",
-        timeout_s=90,  # it never does: no need to wait as long as for a slow one
-    )
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ class Config:
     memory_budget: int = _default_memory_budget()
     spill_directory: str | None = None  # None: the system's temporary directory
     ai_cache: str | None = None  # a directory where AI functions keep answers (None: none)
+    # How long an action on Ray may wait, with nothing moving, for CPUs, GPUs or memory that
+    # the cluster does not free, before it fails (math.inf: as long as it takes, e.g. while
+    # an autoscaling cluster adds nodes). It shows the wait on the progress line first.
+    resource_wait_timeout_s: float = 300.0
 
 
 _config = Config()
@@ -49,7 +53,24 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
-_SETTINGS = ("runner", "progress", "batch_size", "memory_budget", "spill_directory", "ai_cache")
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(
+            f"{name} must be a positive number of seconds (math.inf to wait as long as it "
+            f"takes), got {value!r}"
+        )
+    return float(value)
+
+
+_SETTINGS = (
+    "runner",
+    "progress",
+    "batch_size",
+    "memory_budget",
+    "spill_directory",
+    "ai_cache",
+    "resource_wait_timeout_s",
+)
 
 
 @checked
@@ -61,6 +82,7 @@ def configure(
     memory_budget: int | None = None,
     spill_directory: str | os.PathLike[str] | None = None,
     ai_cache: str | os.PathLike[str] | None = None,
+    resource_wait_timeout_s: float | None = None,
     address: str | None = None,
     **ray_init_kwargs: Any,
 ) -> Config:
@@ -69,6 +91,8 @@ def configure(
     ``memory_budget`` (bytes) is how much of a materialized result vane keeps in memory before
     it spills the result to Parquet files in ``spill_directory``. ``ai_cache`` is a directory
     where AI functions keep every answer they receive, so a rerun pays only for new requests.
+    ``resource_wait_timeout_s`` is how long an action on Ray may wait, with nothing moving, for
+    resources the cluster does not free (``math.inf``: as long as it takes).
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
@@ -101,7 +125,7 @@ def configure(
         raise ConfigurationError(
             f"configure() got {given}, which only apply with runner='ray' (they are passed to "
             "ray.init); other settings are runner, progress, batch_size, memory_budget, "
-            "spill_directory and ai_cache"
+            "spill_directory, ai_cache and resource_wait_timeout_s"
         )
     if runner == "ray":
         from vane.execution.ray.cluster import connect  # needs the `ray` extra
@@ -122,5 +146,9 @@ def configure(
         changes["spill_directory"] = directory
     if ai_cache is not None:
         changes["ai_cache"] = os.fspath(ai_cache)
+    if resource_wait_timeout_s is not None:
+        changes["resource_wait_timeout_s"] = _seconds(
+            "resource_wait_timeout_s", resource_wait_timeout_s
+        )
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config

@@ -19,6 +19,8 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
+    │   ├── ResourceWaitError                   an action on Ray waited longer than
+    │   │                                       resource_wait_timeout_s for resources
     │   └── ProviderError                       a model provider (an HTTP server, a local model)
     │                                           failed a request, after its retries
     └── MissingDependencyError    (ImportError) an optional package that is not installed
@@ -34,6 +36,7 @@ __all__ = [
     "MissingDependencyError",
     "PlanError",
     "ProviderError",
+    "ResourceWaitError",
     "SchemaError",
     "SchemaMismatchError",
     "SinkError",
@@ -97,6 +100,12 @@ class UDFError(ExecutionError):
 class ActorDiedError(ExecutionError):
     """A worker process running a UDF died (crash, ``os._exit``, killed for memory) more times
     than vane retries; the message gives its exit code or signal."""
+
+
+class ResourceWaitError(ExecutionError):
+    """An action on Ray waited, with nothing moving, longer than ``resource_wait_timeout_s``
+    for CPUs, GPUs or memory that the cluster did not free; the message says what waited for
+    what, and what held it."""
 
 
 class ProviderError(ExecutionError):

@@ -110,11 +110,11 @@ def test_four_gpu_actors_see_four_different_devices(on_ray):
 def test_a_request_the_cluster_cannot_meet_fails_when_the_step_is_built(on_ray):
     from vane.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match=r"needs GPU for 5 actor\(s\).*\(5 vs 4\)"):
+    with pytest.raises(ConfigurationError, match=r"5 actors x 1 GPU for `double`.*\(5 vs 4\)"):
         vane.range(3).map_batches(
             double, schema={"id": "BIGINT", "v": "BIGINT"}, concurrency=5, gpus=1
         )
-    with pytest.raises(ConfigurationError, match=r"needs CPU.*\(12 vs 4\)"):
+    with pytest.raises(ConfigurationError, match=r"3 actors x 4 CPUs for `double`.*\(13 vs 4\)"):
         vane.range(3).map_batches(
             double, schema={"id": "BIGINT", "v": "BIGINT"}, concurrency=3, cpus=4
         )

@@ -11,10 +11,12 @@ def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
     # call of its own runs, and two actors are two.
     tally = Tally()
     counts = (5, 0, 0, None, [], {})
+    tally.starting(1, "a")
     tally.joined(1, "a")
     tally.begin(1, "a")
     tally.begin(1, "a")  # its second call, queued in its worker
     assert (tally.totals()[1].busy, tally.totals()[1].actors) == (1, 1)
+    tally.starting(1, "b")
     tally.joined(1, "b")
     tally.begin(1, "b")
     assert (tally.totals()[1].busy, tally.totals()[1].actors) == (2, 2)

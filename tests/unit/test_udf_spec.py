@@ -9,7 +9,7 @@ import pytest
 
 import vane
 from vane.errors import ConfigurationError, SchemaError
-from vane.observe.events import BatchDone, StageFinished, StageStarted
+from vane.observe.events import BatchDone, StageFinished, StageStarted, StageWaiting
 from vane.observe.progress import ProgressDisplay
 
 SCHEMA = {"id": "BIGINT"}
@@ -121,6 +121,21 @@ def test_progress_display_draws_two_steps_of_one_function_on_lines_of_their_own(
     text = stream.getvalue()
     assert "30 rows in, 30 out" in text and "7 rows in, 7 out" in text
     assert "37 rows" not in text
+
+
+def test_progress_display_says_what_a_stage_waits_for_until_it_moves():
+    display = ProgressDisplay(io.StringIO())
+    display(StageStarted("Embedder", 1, 2))
+    state = "waiting for 1 CPU (a read, SQL or write task): 2 of 2 CPUs held by 2 actors"
+    display(StageWaiting("Embedder", 1, state))
+    (task,) = display._progress.tasks
+    assert task.fields["info"].endswith(state)
+    display(StageWaiting("Embedder", 1, None))
+    assert task.fields["info"].endswith("starting")
+    display(StageWaiting("Embedder", 1, state))
+    display(BatchDone("Embedder", 1, 10, 10, 1, 2))
+    assert task.fields["info"].endswith("1/2 actors busy")
+    display(StageFinished("Embedder", 1, 10, 10, 0, 0, 1.0))
 
 
 def test_progress_is_silent_when_disabled_or_not_a_terminal(capfd):

@@ -47,6 +47,17 @@ class BatchDone:
 
 
 @dataclass(frozen=True)
+class StageWaiting:
+    """A stage that waits for resources (so far: on Ray, for CPUs, GPUs or memory the cluster
+    does not free), and what it waits for: "waiting for 1 CPU (...): 2 of 2 CPUs held by 2
+    actors of `Embedder`"; ``state`` None when the wait is over."""
+
+    step: str
+    step_id: int
+    state: str | None
+
+
+@dataclass(frozen=True)
 class StageFinished:
     """A UDF step's summary: rows, what on_error did, seconds, and its counters summed."""
 

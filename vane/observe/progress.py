@@ -20,6 +20,7 @@ from vane.observe.events import (
     BatchDone,
     StageFinished,
     StageStarted,
+    StageWaiting,
     add_counts,
     describe_usage,
 )
@@ -42,6 +43,7 @@ class StageLine:
         self._first: tuple[float, int] | None = None  # when the first batch came, its rows
         self._last = now  # when the latest batch came
         self.finished: StageFinished | None = None
+        self.waiting: str | None = None  # what it waits for (StageWaiting), until a batch comes
 
     def batch(self, event: BatchDone, now: float) -> None:
         self.rows_in += event.rows_in
@@ -49,6 +51,7 @@ class StageLine:
         self.busy, self.actors = event.busy_actors, event.actors
         self.usage = add_counts(self.usage, event.usage)
         self._last = now
+        self.waiting = None
         if self._first is None:
             self._first = (now, self.rows_in)
 
@@ -103,7 +106,9 @@ class StageLine:
         left = self.seconds_left(now)
         if left is not None:
             parts.append(f"ETA {duration(left)}")
-        if self._first is None:
+        if self.waiting is not None:
+            parts.append(self.waiting)
+        elif self._first is None:
             parts.append("starting")
         else:
             parts.append(f"{self.busy}/{self.actors} actors busy")
@@ -141,6 +146,9 @@ class ProgressDisplay:
             line = self._lines[event.step_id]
             line.batch(event, self.clock())
             self._progress.update(self._tasks[event.step_id], completed=line.rows_in)
+        elif isinstance(event, StageWaiting) and event.step_id in self._tasks:
+            # Until the next batch, the line says why nothing moves
+            self._lines[event.step_id].waiting = event.state
         elif isinstance(event, StageFinished) and event.step_id in self._tasks:
             self._finish(event)
 

@@ -13,6 +13,7 @@ a ``flat_map``, a ``map_batches`` (which may return any number of rows), a step 
 
 from __future__ import annotations
 
+from vane.plan.expr import display
 from vane.plan.nodes import (
     ArrowScan,
     Drop,
@@ -28,7 +29,6 @@ from vane.plan.nodes import (
     Union,
     WithColumns,
 )
-from vane.plan.expr import display
 from vane.udf.spec import UdfSpec
 
 

@@ -5,6 +5,7 @@ See docs/ray.md."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -15,23 +16,31 @@ import pyarrow as pa
 
 from vane._arrow import exact_batches
 from vane.config import get_config
-from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.errors import ActorDiedError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.lowering import row_caps
 from vane.execution.ray.actor import StepCounts
-from vane.execution.ray.cluster import cluster_resources, ray_module
+from vane.execution.ray.cluster import cluster_state, ray_module
+from vane.execution.ray.fit import check_fits, pools
 from vane.execution.ray.lowering import (
     RayLowering,
-    actor_resources,
     describe_actor,
     holds_udf,
 )
-from vane.execution.resources import gpus_needed
+from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, Part, WriteResult
-from vane.observe.events import BatchDone, StageFinished, StageStarted, action_events
+from vane.observe.events import (
+    BatchDone,
+    StageFinished,
+    StageStarted,
+    StageWaiting,
+    action_events,
+    log,
+)
+from vane.observe.progress import wants_progress
 from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import walk
@@ -53,33 +62,10 @@ class RayRunner:
     # ---- checks and explain ----------------------------------------------------------------
 
     def check(self, plan: PlanNode) -> None:
-        """Each UDF step's actors against the cluster's CPUs, GPUs and memory: a request the
-        cluster cannot meet fails now, with both numbers, rather than waiting forever."""
-        resources = cluster_resources()
-        for node in walk(plan):
-            if not isinstance(node, UdfStep):
-                continue
-            spec = node.udf
-            each = actor_resources(spec)
-            actors = spec.min_actors
-            wants = (
-                ("GPU", gpus_needed(actors, spec.gpus), "gpus"),
-                ("CPU", actors * each["num_cpus"], "cpus"),
-                ("memory", actors * each.get("memory", 0), "memory"),
-            )
-            for resource, needed, option in wants:
-                has = resources.get(resource, 0)
-                if needed > has:
-                    shown = (
-                        f"{needed / 2**30:.1f} GiB vs {has / 2**30:.1f} GiB"
-                        if resource == "memory"
-                        else f"{needed:g} vs {has:g}"
-                    )
-                    raise ConfigurationError(
-                        f"{spec.verb} step `{spec.name}` needs {resource} for {actors} actor(s) "
-                        f"and the Ray cluster has too few ({shown}). Lower concurrency or "
-                        f"{option}, or add nodes with {resource} to the cluster"
-                    )
+        """The plan's actors, every UDF step's at once, and a CPU for the tasks that feed them,
+        against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
+        to change, rather than waiting forever."""
+        check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
         if not holds_udf(plan):
@@ -115,7 +101,9 @@ class RayRunner:
             return self._local.count(plan)
         with _action(plan) as lowering:
             if lowering.runs_on_ray(plan):
-                return int(lowering.dataset(plan).count())
+                dataset = lowering.dataset(plan)
+                with lowering.watch.pulling():
+                    return int(dataset.count())
             rows = lowering.relation(plan).aggregate("count(*)").fetchall()
             return int(rows[0][0])
 
@@ -146,7 +134,7 @@ class RayRunner:
             else:
                 write = sink.start()
                 try:
-                    parts = _write_parts(lowering.dataset(plan), write.writer, plan.schema)
+                    parts = _write_parts(lowering, plan, write.writer)
                     committed = write.commit(parts)
                 except BaseException:
                     write.abort()
@@ -174,10 +162,11 @@ def _row_local_path(top: PlanNode, target: PlanNode) -> bool:
         return False
 
 
-def _write_parts(dataset: Any, writer: Any, schema: pa.Schema) -> list[Part]:
-    """Each block of ``dataset`` written by a Ray task as its own part file(s), named by the
-    block's position so the files sort in row order."""
+def _write_parts(lowering: RayLowering, plan: PlanNode, writer: Any) -> list[Part]:
+    """Each block of the plan's dataset written by a Ray task as its own part file(s), named
+    by the block's position so the files sort in row order."""
     ray = ray_module()
+    schema = plan.schema
 
     def write_block(block: pa.Table, index: int) -> list[Part]:
         parts: list[Part] = writer.write(block.to_batches(), schema, worker=f"{index:06d}")
@@ -187,13 +176,33 @@ def _write_parts(dataset: Any, writer: Any, schema: pa.Schema) -> list[Part]:
 
     parts: list[Part] = []
     pending: list[Any] = []
-    blocks = (ref for bundle in dataset.iter_internal_ref_bundles() for ref in bundle.block_refs)
+    bundles = lowering.pulled(lowering.dataset(plan).iter_internal_ref_bundles())
+    blocks = (ref for bundle in bundles for ref in bundle.block_refs)
+    done = itertools.count(1)
+
+    def collect(ref: Any) -> None:
+        parts.extend(_written(ref, lowering.watch))
+        lowering.watch.moved("write tasks", next(done))
+
     for index, ref in enumerate(blocks):
         pending.append(remote.remote(ref, index))
         while len(pending) > _WRITES_IN_FLIGHT:
-            parts.extend(ray.get(pending.pop(0)))
+            collect(pending.pop(0))
     for ref in pending:
-        parts.extend(ray.get(ref))
+        collect(ref)
+    return parts
+
+
+def _written(ref: Any, watch: ResourceWatch) -> list[Part]:
+    """A write task's parts, waited for as long as the watch allows: the tasks are Ray's, not
+    Ray Data's, so no execution of Ray Data's stops when the watch gives up on them."""
+    ray = ray_module()
+    with watch.pulling():
+        while not ray.wait([ref], timeout=_Progress.POLL_SECONDS)[0]:
+            if watch.failure is not None:
+                ray.cancel(ref, force=True)
+                raise watch.failure
+    parts: list[Part] = ray.get(ref)
     return parts
 
 
@@ -211,9 +220,10 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
 
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
-    lowering = RayLowering(plan, tally)
+    watch = ResourceWatch(pools(plan), get_config().resource_wait_timeout_s)
+    lowering = RayLowering(plan, tally, watch)
     totals = stage_totals(plan, row_caps(plan))
-    progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), totals)
+    progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), watch, totals)
     try:
         yield lowering
         progress.finish()
@@ -221,6 +231,8 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
         progress.finish()  # a stream closed early: the steps' summaries as far as they went
         raise
     except BaseException as exc:
+        if watch.failure is not None and not _interrupt(exc):
+            raise watch.failure from None  # what stopped Ray Data's execution, said plainly
         # What a stream from Ray raised, rather than DuckDB's text for it
         failed = lowering.failure if lowering.failure and not _interrupt(exc) else exc
         error = _unwrap(failed)
@@ -230,26 +242,35 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     finally:
         progress.stop()
         lowering.close()
+        watch.close()
         ray.kill(tally)
 
 
 class _Progress:
     """The local runner's stage events for the UDF steps of a Ray action, from the tally:
-    ``StageStarted`` now, ``BatchDone`` as the counts move (polled twice a second while
-    anybody listens), ``StageFinished`` and the on_error warning at the end."""
+    ``StageStarted`` now, ``BatchDone`` as the counts move (polled twice a second),
+    ``StageWaiting`` while the action waits for resources (``waits.py``), ``StageFinished``
+    and the on_error warning at the end."""
 
     POLL_SECONDS = 0.5
 
     def __init__(
-        self, tally: Any, steps: dict[int, UdfStep], caller: Caller, totals: dict[int, int]
+        self,
+        tally: Any,
+        steps: dict[int, UdfStep],
+        caller: Caller,
+        watch: ResourceWatch,
+        totals: dict[int, int],
     ) -> None:
         """``totals``: the rows each step will read, where that is certain (by node identity,
         ``totals.py``)."""
         self.tally = tally
         self.steps = steps
         self.caller = caller  # where the on_error warnings are shown
+        self.watch = watch
         self.events = action_events()
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
+        self._waiting: str | None = None  # the state the progress line shows
         self.finished: list[StageFinished] = []
         self._done = False
         self._stopped = threading.Event()
@@ -257,18 +278,56 @@ class _Progress:
             total = totals.get(id(node))
             self.events.emit(StageStarted(node.udf.name, key, node.udf.min_actors, total))
         self._thread: threading.Thread | None = None
-        if self.events.listening and steps:
+        if steps:  # polled even with nobody listening: the resource watch needs the counts
             self._thread = threading.Thread(
                 target=self._poll, name="vane-ray-progress", daemon=True
             )
             self._thread.start()
 
     def _poll(self) -> None:
+        from vane.execution.ray.watching import cluster_load
+
         while not self._stopped.wait(self.POLL_SECONDS):
             try:
-                self._update(ray_module().get(self.tally.totals.remote()))
+                totals = ray_module().get(self.tally.totals.remote())
             except Exception:  # the action is ending (the tally was killed): nothing to show
                 return
+            self._update(totals)
+            try:
+                load = cluster_load()
+            except Exception:  # the cluster did not answer this time: ask it at the next poll
+                continue
+            self._watch(totals, load)
+
+    def _watch(self, totals: dict[int, StepCounts], load: Load) -> None:
+        """The resource watch's sample of this poll; the steps' lines say its state."""
+        counts = {key: totals.get(key) or StepCounts() for key in self.steps}
+        total, free, pending = load
+        sample = Sample(
+            moved=(
+                tuple((c.rows_in, c.rows_out, c.actors, c.starting) for c in counts.values()),
+                self.watch.ray_progress(),
+            ),
+            working=any(c.busy > 0 or c.starting > 0 for c in counts.values()),
+            pulling=self.watch.is_pulling,
+            actors={key: max(c.actors, 0) + max(c.starting, 0) for key, c in counts.items()},
+            total=total,
+            free=free,
+            pending=pending,
+        )
+        wait = self.watch.observe(sample, time.monotonic())
+        state = wait.line() if wait is not None else None
+        if state == self._waiting:
+            return
+        if state is not None and self._waiting is None and not self._displayed:
+            log.warning("vane: %s", state)  # no progress line to say it on
+        self._waiting = state
+        for key, node in self.steps.items():
+            self.events.emit(StageWaiting(node.udf.name, key, state))
+
+    @property
+    def _displayed(self) -> bool:
+        return wants_progress(get_config().progress)
 
     def _update(self, totals: dict[int, StepCounts]) -> None:
         """``BatchDone`` for what moved since the last poll (only the polling thread calls

@@ -64,14 +64,19 @@ class RayUdf:
         self.name = uuid.uuid4().hex  # this actor, to the tally (its calls overlap)
         self._tokens = itertools.count()
         # The step's time counts from its first actor's start: waited for, so that the tally
-        # has noted it before this actor's first call begins.
-        ray.get(tally.starting.remote(key))
+        # has noted it before this actor's first call begins. Starting (the model loading) is
+        # work, not a wait for resources: the driver's watch must know it from such an actor.
+        ray.get(tally.starting.remote(key, self.name))
         # Ray gave this actor its GPUs (CUDA_VISIBLE_DEVICES): its one worker gets them all.
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
-        self._pool = SubprocessPool(
-            replace(spec, min_actors=1, max_actors=1), udf_schema, step, visible, linger=True
-        )
-        self._pool.start()
+        try:
+            self._pool = SubprocessPool(
+                replace(spec, min_actors=1, max_actors=1), udf_schema, step, visible, linger=True
+            )
+            self._pool.start()
+        except BaseException:
+            tally.gave_up.remote(key, self.name)
+            raise
         tally.joined.remote(key, self.name)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -143,9 +148,10 @@ class RemoteFailure(Exception):
 
 
 class Tally:
-    """One per action (a Ray actor on the driver's node): per UDF step, the actors up, the
-    actors busy, rows in and out, and rows that on_error skipped or nulled. The driver reads it
-    for progress events while the action runs and for the warning at its end.
+    """One per action (a Ray actor on the driver's node): per UDF step, the actors starting
+    and up, the actors busy, rows in and out, and rows that on_error skipped or nulled. The
+    driver reads it for progress events and its resource watch while the action runs, and
+    for the warning at its end.
 
     An actor's calls overlap (two at once, or an async UDF's many), so an actor is busy while
     any call of its own runs: the tally keeps each actor's running calls, by the actor's name.
@@ -170,17 +176,23 @@ class Tally:
         counts.first = now if counts.first is None else counts.first
         counts.last = now
 
-    def starting(self, key: int) -> None:
-        self._stamp(key)
-
     def _running(self, key: int, actor: str, change: int) -> None:
         calls = self._calls.get((key, actor), 0)
         self._calls[(key, actor)] = calls + change
         self._step(key).busy += (calls + change > 0) - (calls > 0)
 
+    def starting(self, key: int, actor: str) -> None:
+        self._stamp(key)
+        self._step(key).starting += 1
+
+    def gave_up(self, key: int, actor: str) -> None:
+        self._step(key).starting -= 1
+
     def joined(self, key: int, actor: str) -> None:
         self._stamp(key)
-        self._step(key).actors += 1
+        counts = self._step(key)
+        counts.starting -= 1
+        counts.actors += 1
 
     def left(self, key: int, actor: str) -> None:
         self._step(key).actors -= 1
@@ -211,6 +223,7 @@ class Tally:
 @dataclass
 class StepCounts:
     actors: int = 0
+    starting: int = 0  # constructing (their resources held, their worker not yet up)
     busy: int = 0
     rows_in: int = 0
     rows_out: int = 0

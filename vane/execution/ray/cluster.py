@@ -8,7 +8,8 @@ no progress bars of its own: vane reports progress itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vane._deps import require
@@ -60,13 +61,21 @@ def tune_data_context() -> None:
     logging.getLogger("ray.data._internal.progress").setLevel(logging.ERROR)
 
 
-def cluster_resources() -> dict[str, float]:
-    """What the whole cluster has (CPU, GPU, memory), as Ray counts it."""
+@dataclass(frozen=True)
+class Cluster:
+    """What the Ray cluster has (CPU, GPU, memory, as Ray counts them): in all, and on each
+    alive node."""
+
+    total: Mapping[str, float]
+    nodes: Sequence[Mapping[str, float]] = ()
+
+
+def cluster_state() -> Cluster:
     ray = ray_module()
     if not ray.is_initialized():
         raise ConfigurationError(
             "the Ray runner is selected but this process is not connected to Ray (was "
             "ray.shutdown() called?). Call vane.configure(runner='ray') again"
         )
-    resources: dict[str, float] = ray.cluster_resources()
-    return resources
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    return Cluster(ray.cluster_resources(), nodes)

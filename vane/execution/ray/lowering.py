@@ -16,8 +16,11 @@ runner gives.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -26,6 +29,8 @@ from vane import _engine
 from vane.execution.lowering import Scannable, row_caps
 from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import file_datasource
+from vane.execution.ray.fit import actor_resources
+from vane.execution.ray.waits import ResourceWatch
 from vane.execution.row_steps import BlockSql, reroot
 from vane.plan.nodes import (
     ArrowScan,
@@ -40,8 +45,12 @@ from vane.plan.rows import answers_row_for_row
 from vane.plan.traverse import shared_subplans, walk
 from vane.udf.spec import UdfSpec, output_schema
 
+T = TypeVar("T")
+
 # Rows per object a driver-side result is cut into when Ray steps read it.
 _OBJECT_ROWS = 65_536
+# How often a wait on Ray outside Ray Data's executions looks whether the watch gave up.
+_WATCH_SECONDS = 0.5
 # Blocks an in-memory table is split into, so that later steps can run in parallel.
 _MIN_BLOCKS = 8
 
@@ -63,16 +72,6 @@ def holds_udf(node: PlanNode) -> bool:
     return any(isinstance(n, UdfStep) for n in walk(node))
 
 
-def actor_resources(spec: UdfSpec) -> dict[str, Any]:
-    """What one actor of the step reserves: a GPU actor holds no CPU unless it asks for one."""
-    resources: dict[str, Any] = {"num_cpus": spec.cpus if spec.cpus else (0 if spec.gpus else 1)}
-    if spec.gpus:
-        resources["num_gpus"] = spec.gpus
-    if spec.memory:
-        resources["memory"] = spec.memory
-    return resources
-
-
 def describe_actor(spec: UdfSpec) -> str:
     resources = actor_resources(spec)
     parts = [f"{resources['num_cpus']:g} CPU"]
@@ -92,11 +91,13 @@ class RayLowering:
     """One action's lowering: Ray datasets for the parts of ``plan`` that run on Ray, DuckDB on
     the driver for the rest. Shared subplans with UDF steps are materialized once."""
 
-    def __init__(self, plan: PlanNode, tally: Any) -> None:
+    def __init__(self, plan: PlanNode, tally: Any, watch: ResourceWatch) -> None:
         import ray.data
 
         self.ray_data = ray.data
         self.tally = tally
+        # Ray Data's executions report their progress to it, and stop when it says so
+        self.watch = watch
         self._shared = shared_subplans(plan)
         # The UDF steps, by the key their actors report their counts under: the step's id.
         self.steps: dict[int, UdfStep] = {
@@ -117,11 +118,25 @@ class RayLowering:
         key = id(node)
         if key in self._datasets:
             return self._datasets[key]
-        ds = self._build(node)
+        from vane.execution.ray.watching import watched
+
+        ds = watched(self._build(node), self.watch)
         if key in self._shared:
-            ds = ds.materialize()  # read by two steps: computed once, kept in the object store
+            with self.watch.pulling():  # read by two steps: computed once, kept in the store
+                ds = watched(ds.materialize(), self.watch)
         self._datasets[key] = ds
         return ds
+
+    def pulled(self, items: Iterable[T]) -> Iterator[T]:
+        """``items`` from Ray, the driver known to wait on Ray while it waits for each."""
+        iterator = iter(items)
+        while True:
+            with self.watch.pulling():
+                try:
+                    item = next(iterator)
+                except StopIteration:
+                    return
+            yield item
 
     def _build(self, node: PlanNode) -> Any:
         if isinstance(node, UdfStep):
@@ -149,7 +164,8 @@ class RayLowering:
         if isinstance(node, FileScan):
             return self.ray_data.read_datasource(file_datasource(node))
         if isinstance(node, ArrowScan):
-            return self.ray_data.from_arrow(_split(node.table))
+            tables = _split(node.table)
+            return self._built(lambda: self.ray_data.from_arrow(tables))
         return self._from_driver(node)
 
     def _udf(self, node: UdfStep) -> Any:
@@ -194,7 +210,29 @@ class RayLowering:
                 refs.append(ray.put(pa.Table.from_batches([batch])))
         if not refs:
             refs.append(ray.put(node.schema.empty_table()))
-        return self.ray_data.from_arrow_refs(refs)  # type: ignore[arg-type]
+        return self._built(lambda: self.ray_data.from_arrow_refs(refs))
+
+    def _built(self, make: Callable[[], T]) -> T:
+        """A dataset of in-memory tables: Ray Data reads their metadata in a task (a CPU) and
+        waits for it before any execution starts, where no callback can stop the wait. So
+        it is built on a thread of its own and waited for here, as long as the resource
+        watch allows; a build given up on ends when its task runs, its dataset unused."""
+        built: Future[T] = Future()
+
+        def build() -> None:
+            try:
+                built.set_result(make())
+            except BaseException as exc:
+                built.set_exception(exc)
+
+        threading.Thread(target=build, name="vane-ray-build", daemon=True).start()
+        with self.watch.pulling():
+            while True:
+                try:
+                    return built.result(timeout=_WATCH_SECONDS)
+                except FutureTimeout:
+                    if self.watch.failure is not None:
+                        raise self.watch.failure from None
 
     # ---- on the driver ---------------------------------------------------------------------
 
@@ -210,7 +248,7 @@ class RayLowering:
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
-            yield from batches
+            yield from self.pulled(batches)
         except Exception as exc:  # not GeneratorExit: a reader closing the stream is no failure
             if self.failure is None:
                 self.failure = exc
