@@ -118,13 +118,17 @@ class RayRunner:
             rows = lowering.relation(plan).aggregate("count(*)").fetchall()
             return int(rows[0][0])
 
-    def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
+    def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]:
+        """As the local runner's: Ray's blocks as they come, or batches of ``batch_size``."""
         plan = optimize(plan)
         if not holds_udf(plan):
             yield from self._local.stream(plan, batch_size)
             return
         with _action(plan) as lowering:
-            yield from exact_batches(lowering.reader(plan, batch_size), batch_size)
+            if batch_size is None:
+                yield from lowering.produced(plan, get_config().batch_size)
+            else:
+                yield from exact_batches(lowering.reader(plan, batch_size), batch_size)
 
     def materialize(self, plan: PlanNode) -> MaterializedScan:
         return materialized(plan, self.stream(plan, get_config().batch_size))
