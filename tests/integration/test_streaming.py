@@ -205,6 +205,41 @@ def test_an_ai_functions_first_batch_reaches_the_caller_before_its_next_is_answe
     assert [i for b in [first, *rest] for i in b["id"].to_pylist()] == list(range(N))
 
 
+class AsyncHeldDouble:
+    """``held_double`` as an async UDF: a held batch keeps no other from running, whatever order
+    Ray sends the blocks in (it sent the third block before the first, in a run of this test)."""
+
+    def __init__(self, gate: str) -> None:
+        self.gate = gate
+
+    async def __call__(self, batch: pa.Table) -> pa.Table:
+        if batch["id"][0].as_py() >= B:
+            deadline = time.monotonic() + HOLD_SECONDS
+            while not os.path.exists(self.gate):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the first batch never reached the caller: it was held")
+                await asyncio.sleep(0.005)
+        return pa.table({"id": batch["id"], "v": pc.multiply(batch["id"], 2)})
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(HOLD_SECONDS * 3)
+@pytest.mark.parametrize("asked", [None, 256])
+def test_on_ray_the_first_block_reaches_the_caller_before_the_next_is_done(tmp_path, on_ray, asked):
+    """Ray Data hands a UDF step's output on block by block (an in-memory table becomes 8
+    blocks, see ``ray/lowering._split``; one UDF batch each), and vane asks for each as it
+    comes: Ray Data's prefetch would wait for the next before handing one on."""
+    gate = tmp_path / "open"
+    rows = 8 * 1024
+    source = vane.from_arrow(pa.table({"id": pa.array(range(rows), pa.int64())}))
+    rel = source.map_batches(
+        AsyncHeldDouble, fn_constructor_kwargs={"gate": str(gate)}, schema=SCHEMA, batch_size=1024
+    ).filter("v % 4 = 0")
+    first, rest = first_then_rest(iter(rel.iter_batches(asked)), gate)
+    assert first["id"].to_pylist()[0] == 0
+    assert [i for b in [first, *rest] for i in b["id"].to_pylist()] == list(range(0, rows, 2))
+
+
 # ---- sizes ---------------------------------------------------------------------------------------
 
 

@@ -91,13 +91,15 @@ def describe_actor(spec: UdfSpec) -> str:
 
 class RayLowering:
     """One action's lowering: Ray datasets for the parts of ``plan`` that run on Ray, DuckDB on
-    the driver for the rest. Shared subplans with UDF steps are materialized once."""
+    the driver for the rest. Shared subplans with UDF steps are materialized once. A
+    ``streaming`` action's reader waits for each batch (see ``_tables``)."""
 
-    def __init__(self, plan: PlanNode, tally: Any) -> None:
+    def __init__(self, plan: PlanNode, tally: Any, *, streaming: bool = False) -> None:
         import ray.data
 
         self.ray_data = ray.data
         self.tally = tally
+        self.streaming = streaming
         self._shared = shared_subplans(plan)
         # The UDF steps, by the key their actors report their counts under: the step's id.
         self.steps: dict[int, UdfStep] = {
@@ -227,9 +229,13 @@ class RayLowering:
 
     def _tables(self, node: PlanNode, batch_size: int | None) -> Iterator[pa.Table]:
         """``node``'s rows from Ray, in tables of ``batch_size`` rows, or Ray's blocks as they
-        are (``None``), in ``node``'s schema."""
+        are (``None``), in ``node``'s schema. A stream does not prefetch: Ray Data's prefetch
+        waits for the next block before it hands on the one in hand, so a slow model's first
+        rows would wait for its second block."""
         tables = self.dataset(node).iter_batches(
-            batch_size=batch_size, batch_format="pyarrow", prefetch_batches=1
+            batch_size=batch_size,
+            batch_format="pyarrow",
+            prefetch_batches=0 if self.streaming else 1,
         )
         return self._guard(_conformed(tables, node.schema))
 
