@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -72,8 +72,32 @@ def exact_batches(batches: Iterable[pa.RecordBatch], size: int) -> Iterator[pa.R
     they are read: zero-copy slices, joined at the seams."""
     rechunker = Rechunker(iter(batches))
     while not rechunker.exhausted:
-        pieces = list(rechunker.take(size))
-        yield pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+        yield one_batch(list(rechunker.take(size)))
+
+
+def gathered(
+    batches: Iterable[pa.RecordBatch], in_hand: Callable[[], bool], max_rows: int
+) -> Iterator[list[pa.RecordBatch]]:
+    """``batches`` in groups, as they are read: each group is a batch and those after it that
+    are already in hand (``in_hand()``, asked after each batch: the next one will come without
+    waiting), up to ``max_rows`` rows or a batch more. No group waits for a batch not yet
+    produced; empty batches are dropped."""
+    group: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows:
+            group.append(batch)
+            rows += batch.num_rows
+        if group and (rows >= max_rows or not in_hand()):
+            yield group
+            group, rows = [], 0
+    if group:
+        yield group
+
+
+def one_batch(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of ``batches`` (copied only when there are several)."""
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 
 # While a table gathers, its batches are joined into Arrow's memory about this many bytes at a

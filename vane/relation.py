@@ -569,14 +569,27 @@ class Relation:
 
     @checked
     def iter_batches(self, batch_size: int | None = None) -> Iterator[pa.RecordBatch]:
-        """Stream the rows as record batches of up to ``batch_size`` rows."""
-        size = get_config().batch_size if batch_size is None else batch_size
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        """Stream the rows as record batches. With ``batch_size``, each holds exactly that many
+        rows (the last may hold fewer); without it, each is handed on as it is produced, of the
+        size it comes in: a UDF step's answers as each batch of them is done (several already
+        done together, up to ``vane.configure(batch_size=...)`` rows), so a model's first rows
+        arrive after its first batch, not once a batch of the configured size has filled.
+
+        >>> import vane
+        >>> rel = vane.range(5).with_column("sq", "id * id")
+        >>> [b.num_rows for b in rel.iter_batches(batch_size=2)]
+        [2, 2, 1]
+        >>> sum(b.num_rows for b in rel.iter_batches())
+        5
+        """
+        if batch_size is not None and (
+            isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0
+        ):
             raise ConfigurationError(f"batch_size must be a positive integer, got {batch_size!r}")
-        return current_runner().stream(self._plan, size)
+        return current_runner().stream(self._plan, batch_size)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        """Rows as dicts, streamed."""
+        """Rows as dicts, streamed as they are produced (as ``iter_batches()``)."""
         for batch in self.iter_batches():
             yield from batch.to_pylist()
 

@@ -4,6 +4,11 @@ on the embedded DuckDB database.
 Each action is one ``Execution``: it owns the cursors and UDF stages it opens and closes them
 all at the end. Relational steps stream through DuckDB; UDF steps stream through their actor
 pools; a UDF step's output feeds the action directly when nothing relational follows it.
+
+A stream (``iter_batches``, iteration) keeps DuckDB away from a UDF step's batches wherever it
+can, since DuckDB reads dozens of batches ahead of what it returns: the row-local steps and
+limits above a UDF step run on its batches as they come (``row_steps.streamed``), and its
+batches reach the caller as they are produced, those already in hand gathered, none waited for.
 """
 
 from __future__ import annotations
@@ -18,20 +23,20 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
-from vane._arrow import exact_batches
+from vane._arrow import exact_batches, gathered, one_batch
 from vane._sql import duckdb_message
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower, row_caps
-from vane.execution.row_steps import BlockSql, reroot
+from vane.execution.row_steps import streamed
 from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished, action_events
 from vane.plan.explain import explain
-from vane.plan.nodes import FileScan, MaterializedScan, PlanNode, SqlStep, UdfStep
+from vane.plan.nodes import FileScan, Limit, MaterializedScan, PlanNode, SqlStep, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import shared_subplans, walk
 from vane.udf.spec import output_schema
@@ -41,10 +46,12 @@ if TYPE_CHECKING:
 
 
 class Execution:
-    """The resources of one action, released together by ``close``."""
+    """The resources of one action, released together by ``close``. A ``streaming`` action's
+    reader may stop at any batch, and waits for each (see ``reader``)."""
 
-    def __init__(self, plan: PlanNode) -> None:
+    def __init__(self, plan: PlanNode, *, streaming: bool = False) -> None:
         self.plan = plan
+        self.streaming = streaming
         self.events = action_events()
         # Each UDF step's summary, as its stage ends (for WriteResult.steps and explain).
         self.finished: list[StageFinished] = []
@@ -98,62 +105,82 @@ class Execution:
         return scan
 
     def reader(
-        self, node: PlanNode, batch_size: int, *, lazy: bool = False
+        self, node: PlanNode, batch_size: int, *, fill: bool = False
     ) -> pa.RecordBatchReader:
-        """A stream of ``node``'s rows; a UDF step's batches come straight from its pool. With
-        ``lazy`` (a reader that may stop at any batch), row-local steps over a UDF step run on
-        its batches as they are read: DuckDB would run the step far ahead of the reader
-        (hundreds of thousands of rows), paying for rows nobody reads and failing on them."""
+        """A stream of ``node``'s rows; a UDF step's batches come straight from its pool. In a
+        streaming action, row-local steps and limits over a UDF step run on its batches as they
+        come: DuckDB would read far ahead of the reader (hundreds of thousands of rows, or a
+        small job's every row before the first is returned), paying for rows nobody reads,
+        failing on them, and keeping the first rows from the reader until then. With ``fill``
+        (a reader that waits for ``batch_size`` rows anyway) and no limit among them, they run
+        on ``batch_size`` of the UDF step's rows at a time: DuckDB's cost (about 2 ms a query)
+        is paid less often, and a reader waits no longer for rows that steps which keep or
+        drop rows make from as many (an ``unnest`` may fill it sooner)."""
         scan = self.spooled(node)
         if scan is not None:
             return scan.spool.reader(batch_size)
         if isinstance(node, UdfStep):
             return self.udf_reader(node)
-        chain = self._row_local_chain(node) if lazy else None
-        if chain is not None:
-            return self._per_block(node, *chain, batch_size)
-        return self.relation(node).to_arrow_reader(batch_size)
+        found = self._streamed_chain(node) if self.streaming else None
+        if found is None:
+            return self.relation(node).to_arrow_reader(batch_size)
+        chain, udf = found
+        limited = any(isinstance(step, Limit) for step in chain)  # it may need far fewer rows
+        tables = self._per_block(chain, udf, batch_size, fill=fill and not limited)
+        batches = (batch for table in tables for batch in table.to_batches() if batch.num_rows)
+        return pa.RecordBatchReader.from_batches(node.schema, batches)
 
-    def _row_local_chain(self, node: PlanNode) -> tuple[list[PlanNode], UdfStep] | None:
-        """The row-local SQL steps from ``node`` down to the UDF step they read (bottom step
-        first), when nothing on the way is read by another part of the plan."""
+    def produced(self, node: PlanNode) -> Iterator[pa.RecordBatch]:
+        """``node``'s rows as they are produced (a stream with no batch size asked): a UDF
+        step's answers, and the steps above it run on them, are handed on as each comes, those
+        already in hand together (up to the configured batch size); DuckDB's own steps give
+        their batches as DuckDB returns them."""
+        found = self._streamed_chain(node)
+        if found is None:
+            yield from (
+                batch for batch in self.reader(node, get_config().batch_size) if batch.num_rows
+            )
+            return
+        for table in self._per_block(*found, get_config().batch_size, fill=False):
+            batches = [batch for batch in table.to_batches() if batch.num_rows]
+            if batches:
+                yield one_batch(batches)
+
+    def _streamed_chain(self, node: PlanNode) -> tuple[list[PlanNode], UdfStep] | None:
+        """The row-local SQL steps and limits from ``node`` down to the UDF step they read
+        (bottom step first; none if ``node`` is that step), when nothing on the way is read by
+        another part of the plan."""
         chain: list[PlanNode] = []
-        while isinstance(node, SqlStep) and node.row_local and id(node) not in self._read_twice:
+        while (
+            isinstance(node, SqlStep)
+            and (node.row_local or isinstance(node, Limit))
+            and id(node) not in self._read_twice
+        ):
             chain.append(node)
             node = node.inputs[0]
-        if not chain or not isinstance(node, UdfStep) or id(node) in self._read_twice:
+        if not isinstance(node, UdfStep) or id(node) in self._read_twice:
             return None
         return chain[::-1], node
 
     def _per_block(
-        self, node: PlanNode, chain: list[PlanNode], udf: UdfStep, batch_size: int
-    ) -> pa.RecordBatchReader:
-        """``chain`` run on blocks of the UDF step's batches, each gathered up to the reader's
-        ``batch_size`` rows (no further: the reader asks for that many at once anyway); a
-        query per UDF batch would cost a DuckDB query's overhead every thousand rows."""
-        top, bottom = reroot(chain, udf.schema)
-        steps = BlockSql(top, bottom)
-        udf_batches = self.udf_reader(udf)
-
-        def blocks() -> Iterator[pa.Table]:
-            pending: list[pa.RecordBatch] = []
-            rows = 0
-            for batch in udf_batches:
-                pending.append(batch)
-                rows += batch.num_rows
-                if rows >= batch_size:
-                    yield pa.Table.from_batches(pending, udf.schema)
-                    pending, rows = [], 0
-            if pending:
-                yield pa.Table.from_batches(pending, udf.schema)
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            for block in blocks():
-                yield from (out for out in steps(block).to_batches() if out.num_rows)
-
-        return pa.RecordBatchReader.from_batches(node.schema, batches())
+        self, chain: list[PlanNode], udf: UdfStep, max_rows: int, *, fill: bool
+    ) -> Iterator[pa.Table]:
+        """``chain`` run on blocks of the UDF step's batches: each block the batches already in
+        hand (a DuckDB query per batch would cost its overhead, about 2 ms, on every batch of a
+        quick function), or with ``fill`` as many as it takes, up to ``max_rows`` rows."""
+        stage, stream = self._udf_stream(udf)
+        in_hand = (lambda: True) if fill else stage.in_hand
+        blocks = (
+            pa.Table.from_batches(group, udf.schema)
+            for group in gathered(stream, in_hand, max_rows)
+        )
+        return streamed(chain, udf.schema, blocks)
 
     def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader:
+        _, stream = self._udf_stream(node)
+        return pa.RecordBatchReader.from_batches(node.schema, stream)
+
+    def _udf_stream(self, node: UdfStep) -> tuple[UdfStage, Iterator[pa.RecordBatch]]:
         from vane.execution.stage import UdfStage  # actor pools load lazily
 
         spec = node.udf
@@ -175,7 +202,7 @@ class Execution:
         )
         stream = self._guard(stage.batches())
         self._stages.append((stage, stream))
-        return pa.RecordBatchReader.from_batches(node.schema, stream)
+        return stage, stream
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:
         try:
@@ -228,11 +255,11 @@ _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
 
 
 @contextmanager
-def _action(plan: PlanNode) -> Iterator[Execution]:
+def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     """One action's execution: the single door for its errors, which are translated (a Ctrl-C
     becomes ``KeyboardInterrupt``, whatever DuckDB or Arrow made of it), and its resources are
     always released."""
-    execution = Execution(plan)
+    execution = Execution(plan, streaming=streaming)
     failed = True
     try:
         with cancelled_by_sigint(execution.cancellation):
@@ -295,21 +322,27 @@ class LocalRunner:
             rows = execution.relation(plan).aggregate("count(*)").fetchall()
             return int(rows[0][0])
 
-    def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of exactly ``batch_size`` rows (the last may be shorter), produced as
-        they are read: DuckDB's and a UDF's batches have sizes of their own (a file's rows, a
-        row group's), so they are cut with zero-copy slices and joined at the seams. Nothing is
-        computed far ahead of the reader, who may stop at any batch."""
-        return self._stream(plan, batch_size, lazy=True)
-
-    def _stream(self, plan: PlanNode, batch_size: int, *, lazy: bool) -> Iterator[pa.RecordBatch]:
+    def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]:
+        """Record batches as they are produced, or with ``batch_size`` of exactly that many rows
+        (the last may be shorter): DuckDB's and a UDF's batches have sizes of their own (a
+        file's rows, a row group's), so they are cut with zero-copy slices and joined at the
+        seams. Nothing is computed far ahead of the reader, who may stop at any batch."""
         plan = optimize(plan)
-        with _action(plan) as execution:
-            yield from exact_batches(execution.reader(plan, batch_size, lazy=lazy), batch_size)
+        with _action(plan, streaming=True) as execution:
+            if batch_size is None:
+                yield from execution.produced(plan)
+            else:
+                reader = execution.reader(plan, batch_size, fill=True)
+                yield from exact_batches(reader, batch_size)
 
     def materialize(self, plan: PlanNode) -> MaterializedScan:
-        # every row is read: DuckDB may run ahead
-        return materialized(plan, self._stream(plan, get_config().batch_size, lazy=False))
+        return materialized(plan, self._all_batches(plan))
+
+    def _all_batches(self, plan: PlanNode) -> Iterator[pa.RecordBatch]:
+        plan = optimize(plan)
+        size = get_config().batch_size
+        with _action(plan) as execution:  # every row is read: DuckDB may run ahead
+            yield from exact_batches(execution.reader(plan, size), size)
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         # Timed from the call to the action's end: the rows are computed as they are read,

@@ -1,10 +1,11 @@
 """A chain of row-local SQL steps (select, filter, with_column, drop, rename) run on one batch
 at a time with its own DuckDB cursor: what a Ray task does to each block, and what the local
-runner does to a UDF step's batches when the action streams them, so that nothing is read
-ahead of what the reader asks for."""
+runner does to a UDF step's batches when the action streams them (``streamed``, which also
+takes a ``limit``), so that nothing is read ahead of what the reader asks for."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,7 @@ import pyarrow as pa
 
 from vane import _engine
 from vane.execution.lowering import Scannable, lower
-from vane.plan.nodes import Cursor, PlanNode, Relation, Source
+from vane.plan.nodes import Cursor, Limit, PlanNode, Relation, Source
 from vane.plan.traverse import with_inputs
 
 
@@ -70,3 +71,38 @@ class BlockSql:
             self.bottom.current.clear()
             cursor.close()
         return table
+
+
+def streamed(
+    chain: list[PlanNode], schema: pa.Schema, blocks: Iterable[pa.Table]
+) -> Iterator[pa.Table]:
+    """``chain`` (bottom step first: row-local steps and limits) run on ``blocks`` of
+    ``schema`` as each is read: runs of row-local steps with DuckDB on each block, a limit by
+    counting rows, its stream ending once it has them (no block past them is read)."""
+    stream: Iterable[pa.Table] = blocks
+    run: list[PlanNode] = []
+    for step in [*chain, None]:
+        if step is not None and not isinstance(step, Limit):
+            run.append(step)
+            continue
+        if run:
+            stream = map(BlockSql(*reroot(run, schema)), stream)
+            schema, run = run[-1].schema, []
+        if isinstance(step, Limit):
+            stream = _limited(stream, step.n, step.offset)
+    return iter(stream)
+
+
+def _limited(blocks: Iterable[pa.Table], n: int, offset: int) -> Iterator[pa.Table]:
+    """The ``n`` rows of ``blocks`` after the first ``offset``, read no further than them."""
+    if n <= 0:
+        return
+    for block in blocks:
+        skipped = min(offset, block.num_rows)
+        offset -= skipped
+        kept = block.slice(skipped, n)
+        n -= kept.num_rows
+        if kept.num_rows:
+            yield kept
+        if n <= 0:
+            return

@@ -89,6 +89,8 @@ class UdfStage:
         self.total_rows = total_rows
         # The action failed elsewhere: closing the stream then aborts the pool, as a failure.
         self.abandoned = False
+        # Whether the stream's next batch is already in hand (see ``in_hand``).
+        self._in_hand = False
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -112,6 +114,13 @@ class UdfStage:
                 f"reading the input of {self.spec.verb} step `{self.step}` failed: "
                 f"{duckdb_message(exc)}"
             ) from exc
+
+    def in_hand(self) -> bool:
+        """Whether the next batch of ``batches()`` is already here, so that asking for it will
+        not wait for an actor: a reader that gathers batches (to run SQL on them, to hand the
+        caller fewer, larger ones) takes those and never waits to fill a batch. Meaningful
+        right after a batch was read."""
+        return self._in_hand
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The step's output. Closing the stream early (a ``limit`` met, the reader gone) ends
@@ -160,6 +169,10 @@ class UdfStage:
                             continue
                     else:
                         saturated_since = None
+                    yield from self._next_outputs(inflight, pool)
+                # Before reading more input (which may wait on a step below), so that a batch
+                # said to be in hand comes next.
+                while inflight and self._next_is_ready(inflight):
                     yield from self._next_outputs(inflight, pool)
             while inflight:
                 yield from self._next_outputs(inflight, pool)
@@ -210,9 +223,13 @@ class UdfStage:
             )
         )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
-        for batch in table.to_batches():
-            if batch.num_rows:
-                yield batch
+        batches = [batch for batch in table.to_batches() if batch.num_rows]
+        for i, batch in enumerate(batches):
+            # The rest of this unit's answers are here; after them, the next finished unit.
+            self._in_hand = i + 1 < len(batches) or (
+                bool(inflight) and self._next_is_ready(inflight)
+            )
+            yield batch
         if outcome.failure is not None:  # a unit's call failed after the answers above
             raise outcome.failure
 

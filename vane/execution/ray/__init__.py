@@ -107,16 +107,26 @@ class RayRunner:
             rows = lowering.relation(plan).aggregate("count(*)").fetchall()
             return int(rows[0][0])
 
-    def stream(self, plan: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
+    def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]:
+        """As the local runner's: Ray's blocks as they come, or batches of ``batch_size``."""
+        return self._stream(plan, batch_size, streaming=True)
+
+    def _stream(
+        self, plan: PlanNode, batch_size: int | None, *, streaming: bool
+    ) -> Iterator[pa.RecordBatch]:
         plan = optimize(plan)
         if not holds_udf(plan):
             yield from self._local.stream(plan, batch_size)
             return
-        with _action(plan) as lowering:
-            yield from exact_batches(lowering.reader(plan, batch_size), batch_size)
+        with _action(plan, streaming=streaming) as lowering:
+            if batch_size is None:
+                yield from lowering.produced(plan, get_config().batch_size)
+            else:
+                yield from exact_batches(lowering.reader(plan, batch_size), batch_size)
 
     def materialize(self, plan: PlanNode) -> MaterializedScan:
-        return materialized(plan, self.stream(plan, get_config().batch_size))
+        # every row is read: Ray may prefetch
+        return materialized(plan, self._stream(plan, get_config().batch_size, streaming=False))
 
     def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
@@ -207,7 +217,7 @@ def _written(ref: Any, watch: ResourceWatch) -> list[Part]:
 
 
 @contextmanager
-def _action(plan: PlanNode) -> Iterator[RayLowering]:
+def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]:
     """One action on Ray: a tally of each UDF step's rows (progress events while it runs, the
     on_error warning at its end, as locally), errors from actors raised as the driver would
     raise them, cursors closed."""
@@ -221,7 +231,7 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     watch = ResourceWatch(pools(plan), get_config().resource_wait_timeout_s)
-    lowering = RayLowering(plan, tally, watch)
+    lowering = RayLowering(plan, tally, watch, streaming=streaming)
     totals = stage_totals(plan, row_caps(plan))
     progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), watch, totals)
     try:

@@ -26,15 +26,17 @@ import duckdb
 import pyarrow as pa
 
 from vane import _engine
+from vane._arrow import one_batch
 from vane.execution.lowering import Scannable, row_caps
 from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import file_datasource
 from vane.execution.ray.fit import actor_resources
 from vane.execution.ray.waits import ResourceWatch
-from vane.execution.row_steps import BlockSql, reroot
+from vane.execution.row_steps import BlockSql, reroot, streamed
 from vane.plan.nodes import (
     ArrowScan,
     FileScan,
+    Limit,
     PlanNode,
     RangeScan,
     Source,
@@ -89,15 +91,19 @@ def describe_actor(spec: UdfSpec) -> str:
 
 class RayLowering:
     """One action's lowering: Ray datasets for the parts of ``plan`` that run on Ray, DuckDB on
-    the driver for the rest. Shared subplans with UDF steps are materialized once."""
+    the driver for the rest. Shared subplans with UDF steps are materialized once. A
+    ``streaming`` action's reader waits for each batch (see ``_tables``)."""
 
-    def __init__(self, plan: PlanNode, tally: Any, watch: ResourceWatch) -> None:
+    def __init__(
+        self, plan: PlanNode, tally: Any, watch: ResourceWatch, *, streaming: bool = False
+    ) -> None:
         import ray.data
 
         self.ray_data = ray.data
         self.tally = tally
         # Ray Data's executions report their progress to it, and stop when it says so
         self.watch = watch
+        self.streaming = streaming
         self._shared = shared_subplans(plan)
         # The UDF steps, by the key their actors report their counts under: the step's id.
         self.steps: dict[int, UdfStep] = {
@@ -239,16 +245,44 @@ class RayLowering:
     def reader(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader:
         """``node``'s rows streamed to the driver: from Ray if it runs there, else from DuckDB."""
         if self.runs_on_ray(node):
-            batches = self.dataset(node).iter_batches(
-                batch_size=batch_size, batch_format="pyarrow", prefetch_batches=1
-            )
-            stream = self._guard(_as_batches(batches, node.schema))
-            return pa.RecordBatchReader.from_batches(node.schema, stream)
+            tables = self._tables(node, batch_size)
+            batches = (batch for table in tables for batch in table.to_batches())
+            return pa.RecordBatchReader.from_batches(node.schema, batches)
         return self.relation(node).to_arrow_reader(batch_size)
 
-    def _guard(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def produced(self, node: PlanNode, batch_size: int) -> Iterator[pa.RecordBatch]:
+        """``node``'s rows as they are produced (a stream with no batch size asked): from Ray,
+        each block as one batch as it comes (Ray Data's ``iter_batches(batch_size=None)``),
+        limits over it counted here rather than by DuckDB, which would read far ahead; from
+        DuckDB, its batches of up to ``batch_size`` rows."""
+        limits: list[PlanNode] = []
+        below = node
+        while isinstance(below, Limit) and id(below) not in self._shared:
+            limits.append(below)
+            below = below.input
+        if not self.runs_on_ray(below):
+            yield from (b for b in self.reader(node, batch_size) if b.num_rows)
+            return
+        for table in streamed(limits[::-1], below.schema, self._tables(below, None)):
+            batches = [batch for batch in table.to_batches() if batch.num_rows]
+            if batches:
+                yield one_batch(batches)
+
+    def _tables(self, node: PlanNode, batch_size: int | None) -> Iterator[pa.Table]:
+        """``node``'s rows from Ray, in tables of ``batch_size`` rows, or Ray's blocks as they
+        are (``None``), in ``node``'s schema. A stream does not prefetch: Ray Data's prefetch
+        waits for the next block before it hands on the one in hand, so a slow model's first
+        rows would wait for its second block."""
+        tables = self.dataset(node).iter_batches(
+            batch_size=batch_size,
+            batch_format="pyarrow",
+            prefetch_batches=0 if self.streaming else 1,
+        )
+        return self._guard(_conformed(tables, node.schema))
+
+    def _guard(self, tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
         try:
-            yield from self.pulled(batches)
+            yield from self.pulled(tables)
         except Exception as exc:  # not GeneratorExit: a reader closing the stream is no failure
             if self.failure is None:
                 self.failure = exc
@@ -308,7 +342,6 @@ def _split(table: pa.Table) -> list[pa.Table]:
     return [table.slice(start, size) for start in range(0, table.num_rows, size)]
 
 
-def _as_batches(tables: Iterator[pa.Table], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def _conformed(tables: Iterator[pa.Table], schema: pa.Schema) -> Iterator[pa.Table]:
     for table in tables:
-        same = table if table.schema == schema else table.select(schema.names).cast(schema)
-        yield from same.to_batches()
+        yield table if table.schema == schema else table.select(schema.names).cast(schema)
