@@ -42,16 +42,7 @@ class Known:
     timeout_s: float = TIMEOUT_S
 
 
-_HUB_MODEL = Known(
-    "names the model by its hub id (sentence-transformers/all-MiniLM-L6-v2), which only the "
-    "tests' fake hub cache holds offline (issue 25 item 5)",
-    r"all-MiniLM-L6-v2' is neither a directory nor in the Hugging Face cache|"
-    r"couldn't connect to 'https://huggingface.co'",
-)
-KNOWN_FAILING: dict[str, Known] = {
-    "ai-functions.md-5": _HUB_MODEL,
-    "expressions.md-6": _HUB_MODEL,
-}
+KNOWN_FAILING: dict[str, Known] = {}
 if (os.cpu_count() or 1) < 3:
     KNOWN_FAILING["ray.md-1"] = Known(
         "two actors of 1 CPU hold every CPU of a 2-CPU machine and Ray's read tasks wait for "
