@@ -34,6 +34,8 @@ class Config:
     memory_budget: int = _default_memory_budget()
     spill_directory: str | None = None  # None: the system's temporary directory
     ai_cache: str | None = None  # a directory where AI functions keep answers (None: none)
+    # The bars model libraries draw in vane's workers (execution/model_bars.py): off unless asked.
+    model_progress: bool = False
 
 
 _config = Config()
@@ -49,7 +51,15 @@ def _positive(name: str, value: object) -> int:
     return value
 
 
-_SETTINGS = ("runner", "progress", "batch_size", "memory_budget", "spill_directory", "ai_cache")
+_SETTINGS = (
+    "runner",
+    "progress",
+    "batch_size",
+    "memory_budget",
+    "spill_directory",
+    "ai_cache",
+    "model_progress",
+)
 
 
 @checked
@@ -61,6 +71,7 @@ def configure(
     memory_budget: int | None = None,
     spill_directory: str | os.PathLike[str] | None = None,
     ai_cache: str | os.PathLike[str] | None = None,
+    model_progress: bool | None = None,
     address: str | None = None,
     **ray_init_kwargs: Any,
 ) -> Config:
@@ -69,6 +80,10 @@ def configure(
     ``memory_budget`` (bytes) is how much of a materialized result vane keeps in memory before
     it spills the result to Parquet files in ``spill_directory``. ``ai_cache`` is a directory
     where AI functions keep every answer they receive, so a rerun pays only for new requests.
+    ``model_progress=True`` lets model libraries draw their progress bars in vane's workers
+    (transformers' "Loading weights", downloads from the hub), which are off by default: vane's
+    own progress line says how the job goes. ``HF_HUB_DISABLE_PROGRESS_BARS``, when set, is
+    followed as set.
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
@@ -100,8 +115,7 @@ def configure(
         given = ", ".join(sorted([*ray_init_kwargs, *(["address"] if address else [])]))
         raise ConfigurationError(
             f"configure() got {given}, which only apply with runner='ray' (they are passed to "
-            "ray.init); other settings are runner, progress, batch_size, memory_budget, "
-            "spill_directory and ai_cache"
+            f"ray.init); the other settings are {', '.join(_SETTINGS)}"
         )
     if runner == "ray":
         from vane.execution.ray.cluster import connect  # needs the `ray` extra
@@ -122,5 +136,7 @@ def configure(
         changes["spill_directory"] = directory
     if ai_cache is not None:
         changes["ai_cache"] = os.fspath(ai_cache)
+    if model_progress is not None:
+        changes["model_progress"] = bool(model_progress)
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config
