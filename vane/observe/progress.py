@@ -6,6 +6,7 @@ allows it; rich is imported when the first stage starts, not at ``import vane``.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -16,6 +17,7 @@ from vane.observe.events import (
     add_counts,
     describe_usage,
 )
+from vane.observe.foreign_output import ForeignOutput
 
 
 class ProgressDisplay:
@@ -29,8 +31,22 @@ class ProgressDisplay:
         self._rows: dict[int, list[int]] = {}
         self._usage: dict[int, dict[str, int]] = {}
         self._started: dict[int, float] = {}
+        # fd 2's other writers, shown above the lines while they are drawn on the terminal.
+        self._foreign: ForeignOutput | None = None
+        self._lock = threading.Lock()  # events, and the action's end (``close``)
 
     def __call__(self, event: object) -> None:
+        with self._lock:
+            self._handle(event)
+
+    def close(self) -> None:
+        """The action ended, maybe failed, with stages still drawn: stop drawing them."""
+        with self._lock:
+            if self._progress is not None:
+                self._tasks.clear()
+                self._stop()
+
+    def _handle(self, event: object) -> None:
         if isinstance(event, StageStarted):
             self._start(event)
         elif isinstance(event, BatchDone) and event.step_id in self._tasks:
@@ -51,17 +67,25 @@ class ProgressDisplay:
         if self._progress is None:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+            from rich.text import Text
 
+            if _fd(self.stream) == 2:
+                self._foreign = ForeignOutput.take()
+            console = Console(file=self._foreign.stream if self._foreign else self.stream)
             self._progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 TaskProgressColumn(),
                 TextColumn("{task.fields[info]}"),
-                console=Console(file=self.stream),
+                console=console,
                 transient=False,
                 refresh_per_second=10,
             )
             self._progress.start()
+            if self._foreign is not None:
+                self._foreign.start(
+                    lambda line: console.print(Text.from_ansi(line), soft_wrap=True)
+                )
         step = event.step_id
         self._rows[step] = [0, 0]
         self._usage[step] = {}
@@ -98,8 +122,23 @@ class ProgressDisplay:
             info=self._info(step, f"done in {event.seconds:.1f} s{extra}"),
         )
         if not self._tasks:
-            self._progress.stop()
-            self._progress = None
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._foreign is not None:  # what was written to fd 2 meanwhile: above the lines
+            self._foreign.stop()
+        self._progress.stop()
+        self._progress = None
+        if self._foreign is not None:
+            self._foreign.close()
+            self._foreign = None
+
+
+def _fd(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
 
 
 def wants_progress(enabled: bool) -> bool:

@@ -225,6 +225,7 @@ def _action(plan: PlanNode) -> Iterator[RayLowering]:
         raise error from error.__cause__
     finally:
         progress.stop()
+        progress.events.close()
         lowering.close()
         ray.kill(tally)
 
