@@ -41,7 +41,9 @@ class ForeignOutput:
     def __init__(self, terminal: int) -> None:
         self._terminal = terminal  # a duplicate of fd 2 as it was: the terminal
         # The display's stream, on the terminal whatever fd 2 is meanwhile.
-        self.stream: TextIO = open(terminal, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        self.stream: TextIO = open(  # noqa: SIM115 (closed by close())
+            terminal, "w", encoding="utf-8", errors="replace", closefd=False
+        )
         self._write = -1
         self._show: Callable[[str], None] = self._raw
         self._ended = threading.Event()

@@ -1,7 +1,9 @@
 """Progress of the UDF stages on stderr, drawn with rich: per step the rows in and out, rows/s,
 actors busy, and a bar with a percentage only when the stage knows its input's size (never a
 guessed total). Shown only when stderr is a terminal and ``vane.configure(progress=...)``
-allows it; rich is imported when the first stage starts, not at ``import vane``."""
+allows it; rich is imported when the first stage starts, not at ``import vane``. While the
+lines are drawn, what reaches fd 2 below Python is printed above them (``foreign_output.py``).
+They end with their stages, or with the action (``close``) when a stage failed."""
 
 from __future__ import annotations
 
