@@ -17,14 +17,20 @@ def minilm_path() -> str:
 
 
 def install_minilm_in_hub_cache(hf_home: Path) -> None:
-    """Lay out the packaged model as the Hugging Face hub cache does (symlinks, no copies), so
-    code that names the model by its hub id, as the product page's example does, loads it with
+    """Lay out the packaged model as the Hugging Face hub cache does, so code that names the
+    model by its hub id without vane (``SentenceTransformer(MINILM_ID)``) loads it with
     ``HF_HUB_OFFLINE=1``."""
     try:
         source = Path(minilm_path())
     except ImportError:
         return
-    repo = hf_home / "hub" / ("models--" + MINILM_ID.replace("/", "--"))
+    install_in_hub_cache(source, MINILM_ID, hf_home)
+
+
+def install_in_hub_cache(source: Path, repo_id: str, hf_home: Path) -> None:
+    """Lay out the model files in ``source`` as the Hugging Face hub cache holds ``repo_id``
+    (symlinks, no copies)."""
+    repo = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
     snapshot = repo / "snapshots" / _REVISION
     for item in source.rglob("*"):
         if item.is_file():

@@ -42,14 +42,7 @@ class Known:
     timeout_s: float = TIMEOUT_S
 
 
-_HUB_MODEL = Known(
-    "names the model by its hub id (sentence-transformers/all-MiniLM-L6-v2), which only the "
-    "tests' fake hub cache holds offline (issue 25 item 5)",
-    r"all-MiniLM-L6-v2' is not on this machine",
-)
-KNOWN_FAILING: dict[str, Known] = {
-    "ai-functions.md-5": _HUB_MODEL,
-}
+KNOWN_FAILING: dict[str, Known] = {}
 
 
 @dataclass(frozen=True)

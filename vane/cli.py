@@ -33,6 +33,7 @@ from typer.core import TyperCommand, TyperGroup
 from typer.models import OptionInfo
 
 import vane
+from vane._display import terminal_width
 from vane._sql import duckdb_message, quote_ident
 from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
@@ -98,6 +99,13 @@ ErrorColumn = Annotated[
     str | None,
     typer.Option(help="With --on-error null: a column for each failed row's error."),
 ]
+# Named `width` as show(width=...) is, so that its messages read as this option (`--max-width 5`).
+MaxWidth = Annotated[
+    int | None,
+    typer.Option(
+        "--max-width", help="A printed table's width in characters (default: the terminal's)."
+    ),
+]
 InputFormat = Annotated[
     str | None, typer.Option("--input-format", help="parquet, csv or json (default: detected).")
 ]
@@ -157,7 +165,10 @@ def _options(function: Callable[..., Any]) -> dict[str, tuple[str, str]]:
         )
         if info is None:
             continue
-        declared = [d for d in (info.param_decls or ()) if d.startswith("--")]
+        # In Annotated, Option's first positional is a declaration, which typer keeps as the
+        # default until the command is built: `Option("--max-width")` has no param_decls yet.
+        first = [info.default] if isinstance(info.default, str) else []
+        declared = [d for d in (*first, *(info.param_decls or ())) if d.startswith("--")]
         flag = declared[0] if declared else "--" + name.replace("_", "-")
         flags[name] = (flag, "--no-" + flag[2:])
     return flags
@@ -288,8 +299,8 @@ def _write(rel: vane.Relation, output: Path, fmt: str | None, mode: str) -> None
     typer.echo(str(result))
 
 
-def _print(rel: vane.Relation, rows: int) -> None:
-    rel.show(rows)
+def _print(rel: vane.Relation, rows: int, width: int | None) -> None:
+    rel.show(rows, width=width)
 
 
 def _to_stdout(rel: vane.Relation, fmt: str) -> None:
@@ -335,18 +346,20 @@ def sql(
     output: Output = None,
     format: Format = None,
     mode: Mode = "error",
+    width: MaxWidth = None,
 ) -> None:
     """Run a DuckDB query: print its first rows, write them all with -o, or --format them.
 
     With --format and no -o, every row goes to stdout as CSV, JSON lines or Parquet, for a
     pipe or a redirection."""
+    terminal_width(width)  # checked before anything runs
     rel = vane.sql(query)
     if output is not None:
         _write(rel if rows is None else rel.limit(rows), output, format, mode)
     elif format is not None:
         _to_stdout(rel if rows is None else rel.limit(rows), format)
     else:
-        _print(rel, 20 if rows is None else rows)
+        _print(rel, 20 if rows is None else rows, width)
 
 
 @command()
@@ -355,14 +368,16 @@ def show(
     path: Annotated[str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder.")],
     rows: Annotated[int, typer.Option("-n", "--rows", help="Rows to print.")] = 10,
     input_format: InputFormat = None,
+    width: MaxWidth = None,
 ) -> None:
     """Print a file's or folder's schema, row count and first rows."""
+    terminal_width(width)  # checked before anything runs
     rel = _open(path, input_format)
     count = rel.count()
     typer.echo(f"{path}: {counted(count, 'row')}")
     for field in rel.schema:
         typer.echo(f"  {field.name} {vane.types.arrow_to_duckdb(field.type)}")
-    _print(rel, rows)
+    _print(rel, rows, width)
 
 
 @command()

@@ -38,6 +38,8 @@ class Config:
     # the cluster does not free, before it fails (math.inf: as long as it takes, e.g. while
     # an autoscaling cluster adds nodes). It shows the wait on the progress line first.
     resource_wait_timeout_s: float = 300.0
+    # The bars model libraries draw in vane's workers (execution/model_bars.py): off unless asked.
+    model_progress: bool = False
 
 
 _config = Config()
@@ -70,6 +72,7 @@ _SETTINGS = (
     "spill_directory",
     "ai_cache",
     "resource_wait_timeout_s",
+    "model_progress",
 )
 
 
@@ -83,6 +86,7 @@ def configure(
     spill_directory: str | os.PathLike[str] | None = None,
     ai_cache: str | os.PathLike[str] | None = None,
     resource_wait_timeout_s: float | None = None,
+    model_progress: bool | None = None,
     address: str | None = None,
     **ray_init_kwargs: Any,
 ) -> Config:
@@ -91,8 +95,10 @@ def configure(
     ``memory_budget`` (bytes) is how much of a materialized result vane keeps in memory before
     it spills the result to Parquet files in ``spill_directory``. ``ai_cache`` is a directory
     where AI functions keep every answer they receive, so a rerun pays only for new requests.
-    ``resource_wait_timeout_s`` is how long an action on Ray may wait, with nothing moving, for
-    resources the cluster does not free (``math.inf``: as long as it takes).
+    ``model_progress=True`` lets model libraries draw their progress bars in vane's workers
+    (transformers' "Loading weights", downloads from the hub), which are off by default: vane's
+    own progress line says how the job goes. ``HF_HUB_DISABLE_PROGRESS_BARS``, when set, is
+    followed as set.
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
@@ -126,6 +132,7 @@ def configure(
             f"configure() got {given}, which only apply with runner='ray' (they are passed to "
             "ray.init); other settings are runner, progress, batch_size, memory_budget, "
             "spill_directory, ai_cache and resource_wait_timeout_s"
+            f"ray.init); the other settings are {', '.join(_SETTINGS)}"
         )
     if runner == "ray":
         from vane.execution.ray.cluster import connect  # needs the `ray` extra
@@ -150,5 +157,7 @@ def configure(
         changes["resource_wait_timeout_s"] = _seconds(
             "resource_wait_timeout_s", resource_wait_timeout_s
         )
+    if model_progress is not None:
+        changes["model_progress"] = bool(model_progress)
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config

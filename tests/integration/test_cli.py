@@ -86,6 +86,35 @@ def test_show_gives_rows_schema_and_first_rows(folder):
     assert "review number 1" in out and "review number 2" not in out
 
 
+LONG = " ".join(f"a review long enough to be cut in a narrow table, part {i}." for i in range(3))
+TABLE_COMMANDS = [
+    ["sql", "SELECT id, text FROM read_parquet('long.parquet')"],
+    ["show", "long.parquet"],
+]
+
+
+@pytest.mark.parametrize("command", TABLE_COMMANDS, ids=["sql", "show"])
+@pytest.mark.parametrize("width", [None, 30, 80, 250])
+def test_max_width_sets_how_wide_a_printed_table_is(tmp_path, command, width):
+    vane.from_pydict({"id": [1, 2], "text": [LONG, "short"]}).write_parquet(
+        tmp_path / "long.parquet"
+    )
+    asked = [] if width is None else ["--max-width", str(width)]
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # not a terminal: 120
+    done = subprocess.run(
+        [VANE, *command, *asked], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300, check=True,
+    )  # fmt: skip
+    table = [line for line in done.stdout.splitlines() if line[:1] in "┌│├└"]
+    widest = max(len(line) for line in table)
+    assert widest <= (width or 120), done.stdout
+    if width is not None and width >= len(LONG) + 20:  # room for all of it
+        assert LONG in done.stdout
+    else:
+        assert LONG not in done.stdout and f"({len(LONG):,} chars)" in done.stdout
+        assert widest == (width or 120)  # the room there is, all of it
+
+
 def test_errors_are_one_line_with_status_1_and_usage_errors_2(folder):
     bad = run("sql", "SELECT nope", cwd=folder, check=False)
     assert bad.returncode == 1
@@ -181,6 +210,8 @@ NOWHERE = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
         (["sql", "SELECT 1", "-o", "o/", "--mode", "bad"], "--mode bad is not one of error,"),
         (["sql", "SELECT 1", "-o", "reviews.parquet", "--mode", "append"], "--mode append adds"),
         (["sql", "SELECT [1] AS l", "-o", "o.csv"], 'for example l::VARCHAR AS "l" in the query'),
+        (["sql", "SELECT 1", "--max-width", "5"], "--max-width 5 must be a whole number of"),
+        (["show", "reviews.parquet", "--max-width", "5"], "--max-width 5 must be a whole number"),
         ([*P, "--base-url", NOWHERE], "vane prompt needs the prompt column, or --template"),
         ([*P, "--column", "text", "--on-error", "bad"], "--on-error bad is not one of"),
         ([*P, "--column", "text", "--max-concurrent-requests", "0"], "--max-concurrent-requests"),

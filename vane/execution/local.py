@@ -249,6 +249,7 @@ class Execution:
         for scan in self._spools.values():
             scan.spool.close()
         self._spools.clear()
+        self.events.close()
 
 
 _TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)

@@ -152,6 +152,22 @@ class EventBus:
     def __init__(self) -> None:
         self._subscribers: list[_Guarded] = []
         self._lock = threading.Lock()
+        self._on_close: list[Callable[[], None]] = []
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the action ends, however it ends."""
+        self._on_close.append(callback)
+
+    def close(self) -> None:
+        """The action ended (done, failed or interrupted): what it alone listened with stops."""
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.warning(
+                    "ending %r raised; the action ends all the same", callback, exc_info=True
+                )
 
     def subscribe(self, subscriber: Subscriber | _Guarded) -> None:
         guarded = subscriber if isinstance(subscriber, _Guarded) else _Guarded(subscriber)
@@ -217,5 +233,7 @@ def action_events() -> EventBus:
     for subscriber in global_subscribers():
         events.subscribe(subscriber)
     if wants_progress(get_config().progress):
-        events.subscribe(ProgressDisplay())
+        display = ProgressDisplay()
+        events.subscribe(display)
+        events.on_close(display.close)  # a failed stage says nothing more: its lines end here
     return events

@@ -2,7 +2,9 @@
 actors busy, and, when the stage knows how many rows it will read (``StageStarted.total_rows``,
 never a guess), a bar with a percentage and the time left. Shown only when stderr is a terminal
 and ``vane.configure(progress=...)`` allows it; rich is imported when the first stage starts,
-not at ``import vane``.
+not at ``import vane``. While the lines are drawn, what reaches fd 2 below Python is printed
+above them (``foreign_output.py``). They end with their stages, or with the action (``close``)
+when a stage failed.
 
 What a line says is decided by ``StageLine`` from the events and a clock, and nothing else, so
 the same events and times always draw the same text.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -24,6 +27,7 @@ from vane.observe.events import (
     add_counts,
     describe_usage,
 )
+from vane.observe.foreign_output import ForeignOutput
 
 
 class StageLine:
@@ -138,8 +142,22 @@ class ProgressDisplay:
         # By step_id: two steps of one function are two lines.
         self._tasks: dict[int, Any] = {}
         self._lines: dict[int, StageLine] = {}
+        # fd 2's other writers, shown above the lines while they are drawn on the terminal.
+        self._foreign: ForeignOutput | None = None
+        self._lock = threading.Lock()  # events, and the action's end (``close``)
 
     def __call__(self, event: object) -> None:
+        with self._lock:
+            self._handle(event)
+
+    def close(self) -> None:
+        """The action ended, maybe failed, with stages still drawn: stop drawing them."""
+        with self._lock:
+            if self._progress is not None:
+                self._tasks.clear()
+                self._stop()
+
+    def _handle(self, event: object) -> None:
         if isinstance(event, StageStarted):
             self._start(event)
         elif isinstance(event, BatchDone) and event.step_id in self._tasks:
@@ -154,8 +172,18 @@ class ProgressDisplay:
 
     def _start(self, event: StageStarted) -> None:
         if self._progress is None:
-            self._progress = _rich_progress(self)
+            from rich.console import Console
+            from rich.text import Text
+
+            if _fd(self.stream) == 2:
+                self._foreign = ForeignOutput.take()
+            console = Console(file=self._foreign.stream if self._foreign else self.stream)
+            self._progress = _rich_progress(self, console)
             self._progress.start()
+            if self._foreign is not None:
+                self._foreign.start(
+                    lambda line: console.print(Text.from_ansi(line), soft_wrap=True)
+                )
         self._lines[event.step_id] = StageLine(event, self.clock())
         self._tasks[event.step_id] = self._progress.add_task(
             f"{event.step[:40]}:", total=event.total_rows, step=event.step_id
@@ -182,12 +210,26 @@ class ProgressDisplay:
         task = self._tasks.pop(event.step_id)
         self._progress.update(task, completed=event.rows_in, total=event.rows_in)
         if not self._tasks:
-            self._progress.stop()
-            self._progress = None
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._foreign is not None:  # what was written to fd 2 meanwhile: above the lines
+            self._foreign.stop()
+        self._progress.stop()
+        self._progress = None
+        if self._foreign is not None:
+            self._foreign.close()
+            self._foreign = None
 
 
-def _rich_progress(display: ProgressDisplay) -> Any:
-    from rich.console import Console
+def _fd(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+
+
+def _rich_progress(display: ProgressDisplay, console: Any) -> Any:
     from rich.progress import BarColumn, Progress, ProgressColumn, TaskProgressColumn, TextColumn
     from rich.text import Text
 
@@ -202,7 +244,7 @@ def _rich_progress(display: ProgressDisplay) -> Any:
         BarColumn(bar_width=24),
         TaskProgressColumn(),  # a percentage, only when the total is known
         LineColumn(),
-        console=Console(file=display.stream),
+        console=console,
         transient=False,
         refresh_per_second=10,
         get_time=display.clock,

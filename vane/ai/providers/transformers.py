@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vane.ai.protocols import Answer, PromptRequest, Read, Usage, answered
-from vane.ai.providers._models import device, locate, read_json
+from vane.ai.providers._models import device, locate, read_json, source
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError
 
@@ -57,13 +57,13 @@ class _Generator:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = device(descriptor.device)
-        local = descriptor.local_files_only
+        model_files, local = source(descriptor.model), descriptor.local_files_only
         self.tokenizer = AutoTokenizer.from_pretrained(
-            descriptor.model, padding_side="left", local_files_only=local
+            model_files, padding_side="left", local_files_only=local
         )
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        model: Any = AutoModelForCausalLM.from_pretrained(descriptor.model, local_files_only=local)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_files, local_files_only=local)
         self.model = model.to(self.device).eval()
         self.generation = dict(descriptor.generation)
 
@@ -146,11 +146,11 @@ class _MeanPooling:
         from transformers import AutoModel, AutoTokenizer
 
         self.device = device(descriptor.device)
-        local = descriptor.local_files_only
-        self.tokenizer = AutoTokenizer.from_pretrained(descriptor.model, local_files_only=local)
+        model_files, local = source(descriptor.model), descriptor.local_files_only
+        self.tokenizer = AutoTokenizer.from_pretrained(model_files, local_files_only=local)
         if self.tokenizer.pad_token is None:  # decoder models (GPT-2) have none
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        model: Any = AutoModel.from_pretrained(descriptor.model, local_files_only=local)
+        model: Any = AutoModel.from_pretrained(model_files, local_files_only=local)
         self.model = model.to(self.device).eval()
 
     def embed_text(self, texts: Sequence[str], usage: Usage) -> Any:
@@ -201,11 +201,11 @@ class _Clip:
         from transformers import AutoModel, AutoProcessor
 
         self.device = device(descriptor.device)
-        local = descriptor.local_files_only
+        model_files, local = source(descriptor.model), descriptor.local_files_only
         self.processor = AutoProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-            descriptor.model, local_files_only=local
+            model_files, local_files_only=local
         )
-        model: Any = AutoModel.from_pretrained(descriptor.model, local_files_only=local)
+        model: Any = AutoModel.from_pretrained(model_files, local_files_only=local)
         self.model = model.to(self.device).eval()
 
     def embed_image(self, images: Sequence[bytes], usage: Usage) -> Any:

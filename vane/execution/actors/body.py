@@ -120,8 +120,10 @@ class ActorBody:
         deliver: Deliver,
         on_hang: Callable[[Hang], None],
         name: str,
+        constructing: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.spec = spec
+        self._constructing = constructing  # what surrounds the UDF's construction
         self._deliver = deliver
         self._on_hang = on_hang
         # Resolved once the UDF is constructed (or its constructor raised); a host that stops
@@ -165,7 +167,8 @@ class ActorBody:
 
             asyncio.set_event_loop(self._loop)
         try:
-            self.runtime = UdfRuntime(self.spec, schema, step)
+            with self._constructing():
+                self.runtime = UdfRuntime(self.spec, schema, step)
         except BaseException as exc:
             settle(self.ready, exc)
             self._close_loop()

@@ -42,6 +42,7 @@ from vane.errors import ActorDiedError
 from vane.execution.actors import ipc, shm
 from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
 from vane.execution.actors.body import concurrent_batches, settle
+from vane.execution.model_bars import worker_environment
 from vane.udf.runtime import Task
 from vane.udf.shipping import pickled_spec
 from vane.udf.spec import UdfSpec
@@ -363,7 +364,8 @@ class SubprocessPool(ActorPool):
         )
 
     def _start_actor(self, index: int, slot: int) -> Actor:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        # No model library draws its bars in a worker unless asked (model_bars.py).
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **worker_environment())
         # The worker imports the same vane as this process, wherever that one came from.
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_VANE_ROOT, os.environ.get("PYTHONPATH")) if p

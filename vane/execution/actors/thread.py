@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
 from vane.execution.actors.body import ActorBody, Hang
+from vane.execution.model_bars import quiet_while_constructing
 from vane.udf.runtime import Task
 
 
@@ -30,6 +31,8 @@ class ThreadActor(Actor):
             deliver=self._delivered,
             on_hang=self._hung,
             name=f"vane-actor-{index}",
+            # In the user's process: model libraries' bars are off while the model loads only.
+            constructing=quiet_while_constructing,
         )
 
     def wait_ready(self, timeout: float | None) -> None:

@@ -251,6 +251,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]
         raise error from error.__cause__
     finally:
         progress.stop()
+        progress.events.close()
         lowering.close()
         watch.close()
         ray.kill(tally)

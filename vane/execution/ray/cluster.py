@@ -8,7 +8,9 @@ no progress bars of its own: vane reports progress itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +32,10 @@ def connect(address: str | None, init_kwargs: Mapping[str, Any]) -> None:
             "configure_logging": True,
         }
         options.update(init_kwargs)
+        starts = address is None and not os.environ.get("RAY_ADDRESS")  # a cluster of its own
         try:
-            ray.init(address=address, **options)
+            with _token_notice_quiet(starts):
+                ray.init(address=address, **options)
         except (ConnectionError, ValueError, RuntimeError) as exc:
             where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
             raise ConfigurationError(
@@ -45,6 +49,21 @@ def connect(address: str | None, init_kwargs: Mapping[str, Any]) -> None:
             "elsewhere, or leave them out to use the current cluster"
         )
     tune_data_context()
+
+
+@contextmanager
+def _token_notice_quiet(starts: bool) -> Iterator[None]:
+    """A cluster ``ray.init`` starts says, as it starts, that it enabled token authentication:
+    Ray's default for a local cluster, nothing to act on, and a warning on every run of a
+    cluster that vane starts for this process alone. A cluster of the user's says what it says."""
+    notice = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = notice.level
+    if starts:
+        notice.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        notice.setLevel(level)
 
 
 def tune_data_context() -> None:

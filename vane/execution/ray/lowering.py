@@ -28,6 +28,7 @@ import pyarrow as pa
 from vane import _engine
 from vane._arrow import one_batch
 from vane.execution.lowering import Scannable, row_caps
+from vane.execution.model_bars import worker_environment
 from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import file_datasource
 from vane.execution.ray.fit import actor_resources
@@ -67,7 +68,13 @@ PLAIN_CALLS_PER_ACTOR = 2
 
 # Ray Data kills its actors once their input is consumed, and Ray then kills their children:
 # an actor's worker process must outlive it long enough to run the UDF's teardown().
-_ACTOR_ENV = {"env_vars": {"RAY_kill_child_processes_on_worker_exit": "false"}}
+_ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
+
+
+def actor_environment() -> dict[str, Any]:
+    """An actor's runtime environment: the variables above, and whether model libraries draw
+    their bars in its worker (``vane.configure(model_progress=...)`` is the driver's setting)."""
+    return {"env_vars": {**_ACTOR_ENV, **worker_environment()}}
 
 
 def holds_udf(node: PlanNode) -> bool:
@@ -200,7 +207,7 @@ class RayLowering:
             batch_format="pyarrow",
             zero_copy_batch=True,
             compute=compute,
-            runtime_env=_ACTOR_ENV,
+            runtime_env=actor_environment(),
             **actor_resources(spec),
         )
         return answered if cap is None else answered.limit(cap)
