@@ -34,7 +34,7 @@ def test_a_step_takes_its_time_from_its_first_actors_start_to_its_last_answer():
     # while a later step runs, so it is no part of the step's time.
     now = iter([10.0, 12.0, 13.0, 15.0, 100.0])
     tally = Tally(clock=lambda: next(now))
-    tally.starting(1)  # 10: its first actor starts (its model loads)
+    tally.starting(1, "a")  # 10: its first actor starts (its model loads)
     tally.joined(1, "a")  # 12
     tally.begin(1, "a")  # 13
     tally.done(1, "a", 5, (5, 0, 0, None, [], {}))  # 15

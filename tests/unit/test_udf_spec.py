@@ -128,13 +128,12 @@ def test_progress_display_says_what_a_stage_waits_for_until_it_moves():
     display(StageStarted("Embedder", 1, 2))
     state = "waiting for 1 CPU (a read, SQL or write task): 2 of 2 CPUs held by 2 actors"
     display(StageWaiting("Embedder", 1, state))
-    (task,) = display._progress.tasks
-    assert task.fields["info"].endswith(state)
+    assert display.line(1).endswith(state)
     display(StageWaiting("Embedder", 1, None))
-    assert task.fields["info"].endswith("starting")
+    assert display.line(1).endswith("starting")
     display(StageWaiting("Embedder", 1, state))
     display(BatchDone("Embedder", 1, 10, 10, 1, 2))
-    assert task.fields["info"].endswith("1/2 actors busy")
+    assert display.line(1).endswith("1/2 actors busy")
     display(StageFinished("Embedder", 1, 10, 10, 0, 0, 1.0))
 
 
