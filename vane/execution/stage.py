@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from vane._arrow import Rechunker
 from vane._sql import duckdb_message
+from vane._text import counted
 from vane.errors import ExecutionError, UDFError, VaneError
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
@@ -315,16 +316,16 @@ def on_error_warning(
     if not skipped and not nulled:
         return None
     if skipped:
-        what = f"skipped {skipped:,} row(s) on which the function failed"
+        what = f"skipped {counted(skipped, 'row')} on which the function failed"
     elif spec.error_shown_as is not None:
         what = (
-            f"kept {nulled:,} failing row(s) as nulls, with the error text in column "
+            f"kept {counted(nulled, 'failing row')} as nulls, with the error text in column "
             f"{spec.error_shown_as!r}"
         )
     else:
         what = (
-            f"kept {nulled:,} failing row(s) as nulls (pass error_column='error' to the UDF to "
-            "keep each row's error in a column)"
+            f"kept {counted(nulled, 'failing row')} as nulls (pass error_column='error' to the "
+            "UDF to keep each row's error in a column)"
         )
     killed = ""
     if poisoned:

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from vane import _engine
 from vane._sql import duckdb_message, quote_ident, sql_list
+from vane._text import counted
 from vane.errors import PlanError, SchemaError, SourceError
 from vane.io import readers
 from vane.io.combine import check_files
@@ -264,13 +265,13 @@ class FileScan(Source):
         if gone:
             return self._changed(
                 f"{gone[0]!r}"
-                + (f" and {len(gone) - 1} other file(s)" if len(gone) > 1 else "")
-                + " no longer exist(s)"
+                + (f" and {counted(len(gone) - 1, 'other file')}" if len(gone) > 1 else "")
+                + (" no longer exist" if len(gone) > 1 else " no longer exists")
             )
         if replaced:
             return self._changed(
                 f"{replaced[0]!r}"
-                + (f" and {len(replaced) - 1} other file(s)" if len(replaced) > 1 else "")
+                + (f" and {counted(len(replaced) - 1, 'other file')}" if len(replaced) > 1 else "")
                 + " changed since the relation was built"
             )
         return None

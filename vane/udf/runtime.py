@@ -99,7 +99,7 @@ class RowFailures(Exception):
     ``errors`` why, one per position."""
 
     def __init__(self, output: Any, rows: list[int], errors: list[str]) -> None:
-        super().__init__(f"{len(rows)} row(s) failed; the first: {errors[0]}")
+        super().__init__(f"{counted(len(rows), 'row')} failed; the first: {errors[0]}")
         self.output = output
         self.rows = rows
         self.errors = errors
