@@ -27,10 +27,10 @@ if TYPE_CHECKING:
         read_parquet,
         sql,
     )
-    from vane.config import configure
     from vane.io.sinks import WriteResult
     from vane.plan.expr import Expr, col, lit, sql_expr
     from vane.relation import Relation
+    from vane.session import configure
     from vane.udf.attached import attach_function, detach_function
     from vane.udf.decorators import cls, func, method
 
@@ -44,7 +44,7 @@ _HOMES = {
     "attach_function": "vane.udf.attached",
     "cls": "vane.udf.decorators",
     "col": "vane.plan.expr",
-    "configure": "vane.config",
+    "configure": "vane.session",
     "detach_function": "vane.udf.attached",
     "from_arrow": "vane.api",
     "from_pandas": "vane.api",
