@@ -31,10 +31,11 @@ from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower, row_caps
 from vane.execution.row_steps import streamed
+from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, WriteResult, write_to
 from vane.io.spool import Spool
-from vane.observe.events import StageFinished, action_events
+from vane.observe.events import StageFinished
 from vane.plan.explain import explain
 from vane.plan.nodes import FileScan, Limit, MaterializedScan, PlanNode, SqlStep, UdfStep
 from vane.plan.optimizer import optimize

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 
 from vane.config import get_config
+from vane.observe.events import EventBus, global_subscribers
+from vane.observe.progress import ProgressDisplay, wants_progress
 
 if TYPE_CHECKING:
     from vane.io.sinks import FileSink, WriteResult
@@ -50,3 +52,17 @@ def runner_named(name: str) -> Runner:
 
 def current_runner() -> Runner:
     return runner_named(get_config().runner)
+
+
+def action_events() -> EventBus:
+    """The events of one action: to every subscriber of the process, and to the progress
+    display when ``vane.configure(progress=...)`` allows it and stderr is a terminal. Each
+    runner's execution installs them as the action starts; the events know no subscriber."""
+    events = EventBus()
+    for subscriber in global_subscribers():
+        events.subscribe(subscriber)
+    if wants_progress(get_config().progress):
+        display = ProgressDisplay()
+        events.subscribe(display)
+        events.on_close(display.close)  # a failed stage says nothing more: its lines end here
+    return events

@@ -221,19 +221,3 @@ def step_names(steps: Sequence[StageFinished]) -> list[str]:
         taken.add(name)
         names.append(name)
     return names
-
-
-def action_events() -> EventBus:
-    """The events of one action: to every subscriber of the process, and to the progress
-    display when ``vane.configure(progress=...)`` allows it and stderr is a terminal."""
-    from vane.config import get_config
-    from vane.observe.progress import ProgressDisplay, wants_progress
-
-    events = EventBus()
-    for subscriber in global_subscribers():
-        events.subscribe(subscriber)
-    if wants_progress(get_config().progress):
-        display = ProgressDisplay()
-        events.subscribe(display)
-        events.on_close(display.close)  # a failed stage says nothing more: its lines end here
-    return events

@@ -29,6 +29,7 @@ from vane.execution.ray.lowering import (
     holds_udf,
 )
 from vane.execution.ray.waits import Load, ResourceWatch, Sample
+from vane.execution.runner import action_events
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
 from vane.io.sinks import FileSink, Part, WriteResult
@@ -37,7 +38,6 @@ from vane.observe.events import (
     StageFinished,
     StageStarted,
     StageWaiting,
-    action_events,
     log,
 )
 from vane.observe.progress import wants_progress
