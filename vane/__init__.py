@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         sql,
     )
     from vane.io.sinks import WriteResult
-    from vane.plan.expr import Expr, col, lit, sql_expr
+    from vane.ir.expr import Expr, col, lit, sql_expr
     from vane.relation import Relation
     from vane.session import configure
     from vane.udf.attached import attach_function, detach_function
@@ -38,12 +38,12 @@ __version__ = "0.1.0"
 
 # Where each public name lives; ``__getattr__`` imports it the first time it is asked for.
 _HOMES = {
-    "Expr": "vane.plan.expr",
+    "Expr": "vane.ir.expr",
     "Relation": "vane.relation",
     "WriteResult": "vane.io.sinks",
     "attach_function": "vane.udf.attached",
     "cls": "vane.udf.decorators",
-    "col": "vane.plan.expr",
+    "col": "vane.ir.expr",
     "configure": "vane.session",
     "detach_function": "vane.udf.attached",
     "from_arrow": "vane.api",
@@ -51,14 +51,14 @@ _HOMES = {
     "from_pydict": "vane.api",
     "from_pylist": "vane.api",
     "func": "vane.udf.decorators",
-    "lit": "vane.plan.expr",
+    "lit": "vane.ir.expr",
     "method": "vane.udf.decorators",
     "range": "vane.api",
     "read_csv": "vane.api",
     "read_json": "vane.api",
     "read_parquet": "vane.api",
     "sql": "vane.api",
-    "sql_expr": "vane.plan.expr",
+    "sql_expr": "vane.ir.expr",
 }
 
 __all__ = [

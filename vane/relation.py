@@ -20,11 +20,11 @@ from vane.errors import ConfigurationError, PlanError
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
 from vane.io.sinks import FileSink, WriteResult
+from vane.ir.expr import Alias, Column, Expr, UdfErrorText, as_expr, col, udf_error_columns
+from vane.ir.parse import parse_sort_key
 from vane.plan import nodes
 from vane.plan.explain import explain as explain_plan
-from vane.plan.expr import Alias, Column, Expr, UdfErrorText, as_expr, col, udf_error_columns
 from vane.plan.nodes import UdfStep
-from vane.plan.parse import parse_sort_key
 from vane.plan.traverse import walk
 from vane.types import SchemaSpec, describe_schema, to_arrow_schema
 from vane.udf.build import build_spec

@@ -25,7 +25,7 @@ from vane.ai.runners import (
 )
 from vane.ai.structured import OutputFormat, output_format
 from vane.errors import ConfigurationError
-from vane.plan.expr import Expr, FunctionCall, Literal, col
+from vane.ir.expr import Expr, FunctionCall, Literal, col
 from vane.udf.column import ClassInstance, ClassUdf, UdfOptions, make_column_udf
 
 _EXECUTION = (

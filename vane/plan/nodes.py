@@ -28,8 +28,8 @@ from vane.io import readers
 from vane.io.combine import check_files
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
-from vane.plan.expr import Alias, Column, Expr, SqlText, display
-from vane.plan.parse import check_query, code_tokens
+from vane.ir.expr import Alias, Column, Expr, SqlText, display
+from vane.ir.parse import check_query, code_tokens
 from vane.plan.sql import select_item, to_sql
 from vane.udf.spec import UdfSpec, output_schema
 

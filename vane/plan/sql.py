@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from vane._sql import quote_ident
 from vane.errors import PlanError
-from vane.plan.expr import (
+from vane.ir.expr import (
     Alias,
     Column,
     Expr,
@@ -22,7 +22,7 @@ from vane.plan.expr import (
     display,
     operation_text,
 )
-from vane.plan.literals import literal_sql
+from vane.ir.literals import literal_sql
 
 
 def to_sql(expr: Expr, *, probe: bool = False) -> str:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from vane._arguments import CallArgument, Const
 from vane.errors import ConfigurationError, PlanError, SchemaError
-from vane.plan.expr import Expr, UdfCall
+from vane.ir.expr import Expr, UdfCall
 from vane.types import arrow_to_duckdb, to_arrow_type
 from vane.types.python import python_to_arrow
 from vane.udf.build import check_error_column

@@ -29,8 +29,8 @@ from typing import Any, Protocol
 from vane._arguments import CallArgument
 from vane._sql import quote_ident, sql_list
 from vane.errors import PlanError
-from vane.plan.literals import check_literal, literal_sql
-from vane.plan.parse import ParsedExpression, check_text, is_aggregate, parse_expression
+from vane.ir.literals import check_literal, literal_sql
+from vane.ir.parse import ParsedExpression, check_text, is_aggregate, parse_expression
 
 # Python operator -> SQL operator.
 _BINARY = {
