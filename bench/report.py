@@ -44,6 +44,13 @@ ABOUT = {
         "first row of a 10-row Parquet file passed through a trivial UDF, imports and engine "
         "start included. `process wall` is the whole process as the driver saw it, exit included."
     ),
+    "planning": (
+        "Planning: seconds to build and optimize a plan, nothing run, median of five builds in "
+        "one process after a first, untimed one (imports, DuckDB's start). `vane-steps` is a "
+        "30-step pipeline (with_column, filter, select, map_batches); `vane-folder` reads a "
+        "folder of that many two-row Parquet files, then filters and projects: listing the "
+        "files and reading their footers."
+    ),
     "prompt": (
         "Prompting a server: one chat completion per row against an OpenAI-compatible server on "
         "127.0.0.1 that answers each request after {latency} s, {in_flight} requests in flight "
@@ -162,6 +169,25 @@ FIRST_RESULT = Target(
     limit=1.0,
     words="first_result: vane seconds to first row",
 )
+# Issue 31: planning a 30-step pipeline, and a 10,000-file folder (the largest size run).
+PLANNING = [
+    Target(
+        workload="planning",
+        variant="vane-steps",
+        kind="seconds",
+        op="<",
+        limit=0.2,
+        words="planning: a 30-step plan, built and optimized",
+    ),
+    Target(
+        workload="planning",
+        variant="vane-folder",
+        kind="seconds",
+        op="<",
+        limit=1.0,
+        words="planning: a folder of many files, read, filtered and optimized",
+    ),
+]
 OPS = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 # Why vane falls short of a target: the mechanism only, never a measured number (the table
@@ -402,11 +428,14 @@ def memory_section(variants: list[Variant]) -> list[str]:
     return table(header, rows)
 
 
-def first_section(variants: list[Variant]) -> list[str]:
+def first_section(
+    variants: list[Variant], what: str = "median s to first row", sized: bool = False
+) -> list[str]:
+    """A table of seconds per variant (``sized``: per variant and input size, as name@size)."""
     header = [
         "engine",
         "runs",
-        "median s to first row",
+        what,
         "min-max s",
         "process wall s",
         "peak tree RSS",
@@ -419,7 +448,7 @@ def first_section(variants: list[Variant]) -> list[str]:
             continue
         rows.append(
             [
-                v.name,
+                v.label if sized else v.name,
                 str(len(v.ok)),
                 f"{v.seconds:.2f}",
                 spread(v.values("seconds")),
@@ -467,7 +496,7 @@ def memory_targets(variants: list[Variant]) -> list[Target]:
 
 
 def all_targets(workloads: dict[str, list[Variant]]) -> list[Target]:
-    return [*TARGETS, *memory_targets(workloads.get("memory", [])), FIRST_RESULT]
+    return [*TARGETS, *memory_targets(workloads.get("memory", [])), FIRST_RESULT, *PLANNING]
 
 
 @dataclass(frozen=True)
@@ -690,13 +719,15 @@ def render(results: dict[str, Any]) -> str:
             latency=settings["prompt_latency_s"], in_flight=settings["in_flight"]
         )
         rows_note = ""
-        if name not in ("memory", "first_result"):
+        if name not in ("memory", "first_result", "planning"):
             rows_note = f" {int(variants[0].runs[0]['input_rows']):,} rows."
         lines += [f"## {name}", "", about + rows_note, ""]
         if name == "memory":
             lines += memory_section(variants)
         elif name == "first_result":
             lines += first_section(variants)
+        elif name == "planning":
+            lines += first_section(variants, "median s to plan", sized=True)
         else:
             lines += throughput_section(name, variants)
         lines.append("")

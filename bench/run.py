@@ -170,8 +170,29 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
     )
     memory_inputs = [*((v, "overhead") for v in memory), (small_groups, "overhead_small_groups")]
     memory_cases = [Case(v, kind, rows, batch) for rows in memory_rows for v, kind in memory_inputs]
+    # Planning: nothing runs. A 30-step pipeline (its input is not read: the 10-row file is a
+    # formality of the driver's), and a folder of many small files at two sizes.
+    folder_files = (200, 2_000) if quick else (2_000, 10_000)
+    planning = [
+        Case(
+            Variant("vane-steps", "planning_vane.py", "vane", ("--what", "steps")),
+            "overhead",
+            10,
+            writes=False,
+        ),
+        *(
+            Case(
+                Variant("vane-folder", "planning_vane.py", "vane", ("--what", "folder")),
+                "files",
+                files,
+                writes=False,
+            )
+            for files in folder_files
+        ),
+    ]
     return [
         Workload("overhead", [Case(v, "overhead", overhead_rows, batch) for v in overhead]),
+        Workload("planning", planning),
         Workload("memory", memory_cases),
         Workload("first_result", [Case(v, "overhead", 10, writes=False) for v in first]),
         Workload(
