@@ -47,6 +47,21 @@ def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
     raise PlanError(f"{what} must be a string or a list of strings, got {value!r}")
 
 
+def _keys(
+    value: str | Expr | Sequence[str | Expr] | None, what: str, columns: Sequence[str]
+) -> tuple[Expr, ...]:
+    """A join's key expressions on one side: a name of that side's columns is that column."""
+    if value is None:
+        return ()
+    values = [value] if isinstance(value, (str, Expr)) else value
+    if not isinstance(values, Sequence) or not all(isinstance(v, (str, Expr)) for v in values):
+        raise PlanError(
+            f"join(): {what} must be a column name, a SQL string, a vane expression or a list "
+            f"of those, got {value!r}"
+        )
+    return tuple(as_expr(v, columns, "join") for v in values)
+
+
 def _error_columns(exprs: Sequence[Expr], taken: Sequence[str], where: str) -> list[str]:
     """The columns UDF calls in ``exprs`` keep their errors in, each a new column of its own."""
     names = udf_error_columns(exprs)
@@ -257,16 +272,17 @@ class Relation:
         on: str | Sequence[str] | None = None,
         how: JoinHow = "inner",
         *,
-        left_on: str | Sequence[str] | None = None,
-        right_on: str | Sequence[str] | None = None,
+        left_on: str | Expr | Sequence[str | Expr] | None = None,
+        right_on: str | Expr | Sequence[str | Expr] | None = None,
     ) -> Relation:
         """Join with another relation.
 
         ``on`` names key columns that both sides have (each appears once in the output);
-        ``left_on``/``right_on`` pair SQL expressions on each side instead, in which the sides
-        are the tables ``l`` and ``r`` (write ``l.id`` when both sides have ``id``). Other
-        columns that both sides have keep the left's name and get ``_right`` on the right's
-        copy.
+        ``left_on``/``right_on`` pair key expressions instead, each evaluated on its own side: a
+        column name or ``vane.col`` is that side's column (``left_on="id", right_on="id"`` works
+        when both sides have ``id``), other SQL text may name the sides as the tables ``l`` and
+        ``r``. Other columns that both sides have keep the left's name and get ``_right`` on the
+        right's copy.
         ``how`` is one of inner, left, right, outer, semi, anti.
         """
         if not isinstance(other, Relation):
@@ -277,8 +293,8 @@ class Relation:
                 other._plan,
                 how,
                 _as_tuple(on, "on"),
-                _as_tuple(left_on, "left_on"),
-                _as_tuple(right_on, "right_on"),
+                _keys(left_on, "left_on", self.columns),
+                _keys(right_on, "right_on", other.columns),
             )
         )
 
