@@ -51,6 +51,13 @@ ABOUT = {
         "folder of that many two-row Parquet files, then filters and projects: listing the "
         "files and reading their footers."
     ),
+    "store": (
+        "Object store: the overhead pipeline between objects on a local S3 server (moto, on "
+        "127.0.0.1, objects in its memory): one Parquet object in, a batch UDF, Parquet out "
+        "under a prefix, every engine with its own S3 client (vane: pyarrow's, through its "
+        "storage layer; Daft: its own; Ray Data and the hand loop: pyarrow's S3 filesystem). "
+        "The hand loop streams row groups in and a multipart upload out."
+    ),
     "prompt": (
         "Prompting a server: one chat completion per row against an OpenAI-compatible server on "
         "127.0.0.1 that answers each request after {latency} s, {in_flight} requests in flight "
@@ -69,7 +76,12 @@ ABOUT = {
 # A peak that grows by less than this when the input grows 3x more has levelled off.
 LEVELLED_OFF = 1.05
 
-BASELINES = {"overhead": "hand-loop", "embed": "hand-loop", "prompt": "aiohttp-loop"}
+BASELINES = {
+    "overhead": "hand-loop",
+    "embed": "hand-loop",
+    "prompt": "aiohttp-loop",
+    "store": "hand-loop",
+}
 
 
 @dataclass(frozen=True)
@@ -169,6 +181,19 @@ FIRST_RESULT = Target(
     limit=1.0,
     words="first_result: vane seconds to first row",
 )
+# Issue 27: on the object store, vane at the hand loop (>= 0.9x) and ahead of the fastest peer.
+STORE = [
+    Target(
+        workload="store",
+        variant=backend,
+        kind="throughput",
+        op=">=",
+        limit=0.9,
+        words=f"store: {backend} throughput, over the hand loop's",
+        baseline="hand-loop",
+    )
+    for backend in ("vane-thread", "vane-subprocess_actor")
+]
 # Issue 31: planning a 30-step pipeline, and a 10,000-file folder (the largest size run).
 PLANNING = [
     Target(
@@ -496,7 +521,7 @@ def memory_targets(variants: list[Variant]) -> list[Target]:
 
 
 def all_targets(workloads: dict[str, list[Variant]]) -> list[Target]:
-    return [*TARGETS, *memory_targets(workloads.get("memory", [])), FIRST_RESULT, *PLANNING]
+    return [*TARGETS, *memory_targets(workloads.get("memory", [])), FIRST_RESULT, *PLANNING, *STORE]
 
 
 @dataclass(frozen=True)
