@@ -16,6 +16,8 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── SourceError               (OSError)     input that cannot be read
     │   └── SourceNotFoundError   (FileNotFoundError)  a path or glob that matches no file
     ├── SinkError                 (OSError)     output that cannot be written or committed
+    │   └── ResumeError                         a resumable write whose saved work belongs to
+    │                                           another pipeline (says what changed)
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
@@ -37,6 +39,7 @@ __all__ = [
     "PlanError",
     "ProviderError",
     "ResourceWaitError",
+    "ResumeError",
     "SchemaError",
     "SchemaMismatchError",
     "SinkError",
@@ -82,6 +85,11 @@ class SourceNotFoundError(SourceError, FileNotFoundError):
 
 class SinkError(VaneError, OSError):
     """Output cannot be written or committed; the destination is left as it was."""
+
+
+class ResumeError(SinkError):
+    """A ``resume=True`` write found saved work it cannot continue: another pipeline's, or
+    unreadable. It says what changed; ``resume="restart"`` starts over."""
 
 
 class ExecutionError(VaneError, RuntimeError):

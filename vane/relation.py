@@ -19,6 +19,7 @@ from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
+from vane.io.resume import Resume
 from vane.io.sinks import FileSink, WriteResult
 from vane.ir.expr import Alias, Column, Expr, UdfErrorText, as_expr, col, udf_error_columns
 from vane.ir.parse import parse_sort_key
@@ -630,11 +631,17 @@ class Relation:
         mode: WriteMode,
         partition_by: str | Sequence[str] | None,
         rows_per_file: int | None,
+        *,
+        resume: Resume = False,
     ) -> WriteResult:
         sink = FileSink(
             fmt, str(path), mode, _as_tuple(partition_by, "partition_by"), rows_per_file
         )
-        return current_runner().write(self._plan, sink)
+        if resume not in (False, True, "restart"):
+            raise ConfigurationError(
+                f"write_{fmt}(): resume must be True, False or 'restart', got {resume!r}"
+            )
+        return current_runner().write(self._plan, sink, resume=resume or None)
 
     @checked
     def write_parquet(
@@ -644,6 +651,7 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Stream the rows into Parquet files under ``path`` (or one file if ``path`` ends in
         ``.parquet``), committed atomically: on failure ``path`` is left as it was.
@@ -651,8 +659,13 @@ class Relation:
         ``mode``: ``"error"`` if ``path`` exists, ``"overwrite"`` replaces it on success,
         ``"append"`` adds files on success. ``partition_by`` writes hive-style ``key=value``
         directories; ``rows_per_file`` caps each file's rows.
+
+        ``resume=True`` keeps each UDF step's answers as they come (beside ``path``), so a rerun
+        of the same pipeline after a crash, Ctrl-C or ``kill -9`` pays only for the batches no
+        run had answered, and the output still holds every row once (docs/resume.md).
+        ``resume="restart"`` drops work saved for another pipeline and starts over.
         """
-        return self._write("parquet", path, mode, partition_by, rows_per_file)
+        return self._write("parquet", path, mode, partition_by, rows_per_file, resume=resume)
 
     @checked
     def write_csv(
@@ -662,9 +675,10 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as CSV files with a header row."""
-        return self._write("csv", path, mode, partition_by, rows_per_file)
+        return self._write("csv", path, mode, partition_by, rows_per_file, resume=resume)
 
     @checked
     def write_json(
@@ -674,6 +688,7 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as newline-delimited JSON files (one object per row)."""
-        return self._write("json", path, mode, partition_by, rows_per_file)
+        return self._write("json", path, mode, partition_by, rows_per_file, resume=resume)

@@ -69,6 +69,8 @@ class StageFinished:
     rows_nulled: int
     seconds: float
     usage: Mapping[str, int] = field(default_factory=dict)
+    # Rows whose answers a resumable write took from the work a killed run had saved.
+    rows_resumed: int = 0
 
     def __str__(self) -> str:
         return f"{self.step}: {self.summary()}"
@@ -80,6 +82,8 @@ class StageFinished:
             text += f", {self.rows_skipped:,} skipped"
         if self.rows_nulled:
             text += f", {self.rows_nulled:,} failed as nulls"
+        if self.rows_resumed:
+            text += f", {self.rows_resumed:,} answered by the saved run"
         text += f", {self.seconds:.2f} s"
         if self.usage:
             text += "; " + describe_usage(self.usage)
