@@ -103,6 +103,7 @@ class UdfStage:
         self.rows_resumed = 0  # rows whose answers came from a killed run's saved work
         self._digests: dict[Future[BatchOutcome], str] = {}
         self._pool_started = False
+        self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -210,7 +211,7 @@ class UdfStage:
             if outcome is not None:
                 saved: Future[BatchOutcome] = Future()
                 saved.set_result(outcome)
-                self.rows_resumed += task.table.num_rows
+                self._saved.add(saved)
                 return saved
         if not self._pool_started:
             pool.start()
@@ -239,6 +240,9 @@ class UdfStage:
         digest = self._digests.pop(future, None)
         if digest is not None and self.checkpoint is not None:
             self.checkpoint.put(digest, outcome)  # kept before its rows go on
+        resumed = rows_in if future in self._saved else 0
+        self._saved.discard(future)
+        self.rows_resumed += resumed
         self._size_units(outcome, chunk)
         self.rows_skipped += outcome.rows_skipped
         self.rows_nulled += outcome.rows_nulled
@@ -256,6 +260,7 @@ class UdfStage:
                 pool.busy_actors(),
                 len(pool.actors),
                 outcome.usage,
+                resumed,
             )
         )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table

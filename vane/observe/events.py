@@ -44,6 +44,8 @@ class BatchDone:
     # What the UDF counted for these rows (an AI function: requests, prompt_tokens,
     # completion_tokens, retries, cache_hits, failures); empty when it counts nothing.
     usage: Mapping[str, int] = field(default_factory=dict)
+    # Of rows_in, those a resumable write answered from a killed run's saved work.
+    rows_resumed: int = 0
 
 
 @dataclass(frozen=True)
