@@ -58,6 +58,13 @@ ABOUT = {
         "storage layer; Daft: its own; Ray Data and the hand loop: pyarrow's S3 filesystem). "
         "The hand loop streams row groups in and a multipart upload out."
     ),
+    "serve": (
+        "A server per node: the embed pipeline (all-MiniLM-L6-v2, batches of 64) with four "
+        "CPU-side actors, the model either inside each of them (`vane-actors`: subprocess "
+        "actors, four copies) or in one server they share (`vane-server`: `vane.ai.serve` "
+        "running a function that serves `/v1/embeddings`, one copy). Each model's load is in "
+        "the timed part. Peak tree RSS counts the model copies."
+    ),
     "prompt": (
         "Prompting a server: one chat completion per row against an OpenAI-compatible server on "
         "127.0.0.1 that answers each request after {latency} s, {in_flight} requests in flight "
@@ -90,8 +97,8 @@ class Target:
     any) must be ``op`` ``limit``.
 
     kind: ``throughput`` (rows/s over the baseline's), ``time`` (seconds over the baseline's),
-    ``memory`` (peak at the second input size, 10x the first, over the peak at the first) or
-    ``seconds``.
+    ``memory`` (peak at the second input size, 10x the first, over the peak at the first),
+    ``peak`` (peak memory over the baseline's) or ``seconds``.
     """
 
     workload: str
@@ -193,6 +200,28 @@ STORE = [
         baseline="hand-loop",
     )
     for backend in ("vane-thread", "vane-subprocess_actor")
+]
+# Issue 29: one server shared by four actors holds one model copy (peak memory below half of
+# four in-actor copies) at >= 0.9x their throughput.
+SERVE = [
+    Target(
+        workload="serve",
+        variant="vane-server",
+        kind="throughput",
+        op=">=",
+        limit=0.9,
+        words="serve: one shared server's throughput, over four in-actor models'",
+        baseline="vane-actors",
+    ),
+    Target(
+        workload="serve",
+        variant="vane-server",
+        kind="peak",
+        op="<",
+        limit=0.5,
+        words="serve: one shared server's peak memory, over four in-actor models'",
+        baseline="vane-actors",
+    ),
 ]
 # Issue 31: planning a 30-step pipeline, and a 10,000-file folder (the largest size run).
 PLANNING = [
@@ -521,7 +550,8 @@ def memory_targets(variants: list[Variant]) -> list[Target]:
 
 
 def all_targets(workloads: dict[str, list[Variant]]) -> list[Target]:
-    return [*TARGETS, *memory_targets(workloads.get("memory", [])), FIRST_RESULT, *PLANNING, *STORE]
+    memory = memory_targets(workloads.get("memory", []))
+    return [*TARGETS, *memory, FIRST_RESULT, *PLANNING, *STORE, *SERVE]
 
 
 @dataclass(frozen=True)
@@ -563,6 +593,8 @@ def figure(target: Target, found: list[Variant], base: Variant | None) -> tuple[
     if target.kind == "throughput":
         rates = f"{per_second(variant.rate)} / {per_second(base.rate)}"
         return variant.rate / base.rate, f"medians {rates} rows/s"
+    if target.kind == "peak":
+        return peak(variant) / peak(base), f"median peaks {mib(peak(variant))} / {mib(peak(base))}"
     return variant.seconds / base.seconds, f"medians {variant.seconds:.2f} / {base.seconds:.2f} s"
 
 

@@ -198,9 +198,18 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         *vane_variants("store"),
         *peer_variants("store"),
     ]
+    # Four CPU-side actors, the model in each of them or in one server they share (issue 29).
+    serve = [
+        Variant("vane-actors", "serve_vane.py", "vane", ("--mode", "actors")),
+        Variant("vane-server", "serve_vane.py", "vane", ("--mode", "server")),
+    ]
+    serve_rows = rows or (1_000 if quick else 5_000)
     return [
         Workload("overhead", [Case(v, "overhead", overhead_rows, batch) for v in overhead]),
         Workload("planning", planning),
+        Workload(
+            "serve", [Case(v, "sentences", serve_rows, ("--batch-size", "64")) for v in serve]
+        ),
         Workload(
             "store",
             [Case(v, "overhead", overhead_rows, batch, writes=False) for v in store],

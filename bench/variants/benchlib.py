@@ -183,6 +183,28 @@ def embedding_table(ids: Any, vectors: Any) -> Any:
     )
 
 
+def embedding_server(port: int) -> None:
+    """all-MiniLM-L6-v2 loaded once (as ``load_embedder``) behind OpenAI's ``/v1/embeddings``
+    on ``port``: the server that ``vane.ai.serve(function=...)`` runs for the serve workload."""
+    from aiohttp import web
+
+    model = load_embedder()
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        vectors = embed_texts(model, body["input"], len(body["input"]))
+        data = [{"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
+        return web.json_response({"data": data, "model": body.get("model", "m")})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application(client_max_size=64 * 2**20)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/health", health)
+    web.run_app(app, host=os.environ.get("HOST", "127.0.0.1"), port=port, print=None)
+
+
 # ---- prompt: the same requests, the same answers file --------------------------------------------
 
 MODEL = "m"  # the benchmark server answers any model name
