@@ -32,7 +32,7 @@ from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower, row_caps
 from vane.execution.row_steps import streamed
 from vane.execution.totals import stage_totals
-from vane.io.sinks import FileSink, WriteResult, write_to
+from vane.io.sinks import Sink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished, action_events
 from vane.plan.explain import explain
@@ -345,7 +345,7 @@ class LocalRunner:
         with _action(plan) as execution:  # every row is read: DuckDB may run ahead
             yield from exact_batches(execution.reader(plan, size), size)
 
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+    def write(self, plan: PlanNode, sink: Sink) -> WriteResult:
         # Timed from the call to the action's end: the rows are computed as they are read,
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.

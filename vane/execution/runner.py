@@ -13,7 +13,7 @@ import pyarrow as pa
 from vane.config import get_config
 
 if TYPE_CHECKING:
-    from vane.io.sinks import FileSink, WriteResult
+    from vane.io.sinks import Sink, WriteResult
     from vane.plan.nodes import MaterializedScan, PlanNode
 
 
@@ -30,7 +30,7 @@ class Runner(Protocol):
     def count(self, plan: PlanNode) -> int: ...
     def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]: ...
     def materialize(self, plan: PlanNode) -> MaterializedScan: ...
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult: ...
+    def write(self, plan: PlanNode, sink: Sink) -> WriteResult: ...
 
 
 # name -> (module, class); imported the first time the runner is used.

@@ -31,7 +31,7 @@ from vane.execution.ray.lowering import (
 from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
-from vane.io.sinks import FileSink, Part, WriteResult
+from vane.io.sinks import Part, Sink, WriteResult
 from vane.observe.events import (
     BatchDone,
     StageFinished,
@@ -128,7 +128,7 @@ class RayRunner:
         # every row is read: Ray may prefetch
         return materialized(plan, self._stream(plan, get_config().batch_size, streaming=False))
 
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+    def write(self, plan: PlanNode, sink: Sink) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
         write's staging directory; the driver commits them all at once (or none)."""
         started = time.perf_counter()  # the whole write, as on the local runner
