@@ -82,8 +82,11 @@ class DeltaSource:
 
     @staticmethod
     def _open(uri: str, version: int | None, options: Mapping[str, str] | None) -> Any:
+        deltalake = _deltalake()
         try:
-            return _table(uri, version, options)
+            return deltalake.DeltaTable(
+                uri, version=version, storage_options=dict(options or {}) or None
+            )
         except Exception as exc:  # delta-rs raises DeltaError / TableNotFoundError (Exception)
             raise SourceError(
                 f"read_deltalake(): cannot open the Delta table {uri!r}"
@@ -124,7 +127,21 @@ def _refuse(kind: pa.DataType) -> str | None:
         return "Delta Lake cannot hold (it has no time-of-day type)"
     if pa.types.is_timestamp(kind) and kind.unit == "ns":
         return "Delta Lake cannot hold exactly (it keeps microseconds)"
+    if pa.types.is_map(kind) and (_timestamps(kind.key_type) or _timestamps(kind.item_type)):
+        return "delta-rs cannot write (timestamps inside a map)"
     return None
+
+
+def _timestamps(kind: pa.DataType) -> bool:
+    if pa.types.is_timestamp(kind):
+        return True
+    if pa.types.is_struct(kind):
+        return any(_timestamps(f.type) for f in kind)
+    if pa.types.is_map(kind):
+        return _timestamps(kind.key_type) or _timestamps(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _timestamps(kind.value_type)
+    return False
 
 
 def _fix(column: str) -> str:

@@ -27,8 +27,8 @@ write starts (a failed first write leaves that empty table). Streaming writes go
 unpartitioned tables (pyiceberg writes a partitioned table from a whole in-memory table only).
 
 Iceberg cannot hold, and the write refuses before anything is written: nanosecond timestamps
-and times (format version 2), zoned timestamps in a zone other than UTC, and unsigned 64-bit
-integers. Smaller integers are stored as ``int``, second and millisecond timestamps as
+and times (format version 2), zoned timestamps in a zone other than UTC, and unsigned integers
+of 32 or 64 bits. Smaller integers are stored as ``int``, second and millisecond timestamps as
 microseconds, fixed-size lists as lists: the values stay as they were.
 """
 
@@ -197,8 +197,9 @@ def _refuse(kind: pa.DataType) -> str | None:
         return "Iceberg cannot hold exactly: its times keep microseconds"
     if pa.types.is_timestamp(kind) and kind.tz is not None and kind.tz not in ("UTC", "+00:00"):
         return "Iceberg cannot hold: its zoned timestamps are in UTC"
-    if pa.types.is_uint64(kind):
-        return "Iceberg cannot hold: its largest integer is a signed 64-bit long"
+    if pa.types.is_uint64(kind) or pa.types.is_uint32(kind):
+        # pyiceberg makes a uint32 an Iceberg int (32-bit, signed): large values would change
+        return "Iceberg cannot hold exactly: it has no unsigned integers this wide"
     return None
 
 
@@ -206,7 +207,7 @@ def _fix(column: str) -> str:
     return (
         f"Cast it first, for example with_column({column!r}, '{column}::TIMESTAMP') or "
         f"'{column}::TIMESTAMPTZ' for a timestamp, '{column}::TIME' for a time, "
-        f"'{column}::DECIMAL(20, 0)' for an unsigned 64-bit integer"
+        f"'{column}::BIGINT' for a UINTEGER, '{column}::DECIMAL(20, 0)' for a UBIGINT"
     )
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from vane._deps import require
-from vane.errors import ConfigurationError, SinkError, SourceError
+from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
 from vane.io.tables.base import (
     TablePart,
     check_mode,
@@ -69,16 +69,20 @@ def _where(uri: str) -> str:
     return _local(uri) if _is_local(uri) else uri
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _open(uri: str, version: int | str | None, options: Mapping[str, str] | None) -> Any:
     lance = _lance()
     try:
         return lance.dataset(uri, version=version, storage_options=dict(options or {}) or None)
     except (ValueError, OSError, RuntimeError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SourceError(
             f"read_lance(): cannot open the Lance dataset {uri!r}"
             + (f" at version {version!r}" if version is not None else "")
-            + f": {message}. Check the path (a directory ending in .lance, as write_lance "
+            + f": {_first_line(exc)}. Check the path (a directory ending in .lance, as write_lance "
             "made it) and, for object stores, storage_options="
         ) from exc
 
@@ -117,11 +121,24 @@ class LanceSource:
 
 
 def _refuse(kind: pa.DataType) -> str | None:
-    if pa.types.is_dictionary(kind):
-        return None  # Lance keeps dictionaries
-    if pa.types.is_map(kind):
-        return "Lance cannot hold (it has no map type)"
+    """Lance holds every Arrow type a relation has, but not every nesting of them."""
+    if pa.types.is_fixed_size_list(kind) and not _fixed_width(kind.value_type):
+        # Lance 14 refuses lists, maps and dictionaries inside a fixed-size list, writes
+        # structs there that it cannot read back, and panics on text or bytes there
+        return (
+            "Lance cannot hold: a fixed-size list holds numbers, booleans, dates, times or "
+            "fixed-size lists of them there"
+        )
     return None
+
+
+def _fixed_width(kind: pa.DataType) -> bool:
+    if pa.types.is_fixed_size_list(kind):
+        return True
+    try:
+        return bool(kind.bit_width)
+    except ValueError:  # text, bytes, lists, structs, maps, dictionaries
+        return False
 
 
 @dataclass(frozen=True)
@@ -255,8 +272,9 @@ class LanceSink:
 
 def _fix(column: str) -> str:
     return (
-        f"Turn it into a type Lance holds first, for example with_column({column!r}, "
-        f"'to_json({column})::VARCHAR')"
+        f"Turn it into a type Lance holds first: a list of any length, for example "
+        f"with_column({column!r}, '{column}::VARCHAR[][]'), or JSON text with "
+        f"with_column({column!r}, 'to_json({column})::VARCHAR')"
     )
 
 
@@ -284,13 +302,25 @@ class FragmentWriter:
             options["max_rows_per_file"] = self.max_rows_per_file
         if self.data_storage_version is not None:
             options["data_storage_version"] = self.data_storage_version
-        fragments = write_fragments(
-            reader,
-            self.uri,
-            schema=schema,
-            storage_options=dict(self.storage_options or {}) or None,
-            **options,
-        )
+        try:
+            fragments = write_fragments(
+                reader,
+                self.uri,
+                schema=schema,
+                storage_options=dict(self.storage_options or {}) or None,
+                **options,
+            )
+        except VaneError:
+            raise
+        except BaseException as exc:
+            # Lance's errors (OSError, ValueError, a Rust panic: a BaseException), or the
+            # stream's own failure through them: the runner re-raises the stream's original
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise  # KeyboardInterrupt, SystemExit
+            raise SinkError(
+                f"write_lance(): writing {self.uri!r} failed: {_first_line(exc)}. Nothing was "
+                "committed: the dataset is at its previous version"
+            ) from exc
         parts = [
             TablePart(
                 rows=int(f.physical_rows),
