@@ -14,10 +14,11 @@ Writing, in Lance's own two steps:
             read_version): one new manifest, written atomically (Lance's commit: a manifest
             file put if absent), which is the new version
 
-A failure or a kill before the commit leaves the dataset at its previous version; ``abort``
-removes the data files this write made (after a kill they stay, unreferenced, until Lance's
-``cleanup_old_versions``). ``create`` refuses an existing dataset, ``append`` adds a version
-(or creates the dataset), ``overwrite`` makes a version holding only the new rows (the older
+A failure or a kill before the commit leaves the dataset at its previous version. Lance removes
+the data files of a ``write_fragments`` that fails; ``abort`` removes those of a failed commit;
+after a kill, or when one of several Ray tasks fails, they stay, unreferenced, until Lance's
+``cleanup_old_versions``. ``create`` refuses an existing dataset, ``append`` adds a version (or
+creates the dataset), ``overwrite`` makes a version holding only the new rows (the older
 versions stay readable by number). A vector index (``vector_index=``) is built after the rows'
 commit, as a commit of its own: if it fails, the rows are committed and the error says so.
 
