@@ -17,6 +17,7 @@ from vane.io.files import FileFormat, Paths, resolve_files
 from vane.io.readers import duckdb_options
 from vane.io.tables.base import TableSource
 from vane.plan import nodes
+from vane.plan.expr import Expr
 from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
 from vane.types.storable import storable_reader, storable_table
@@ -285,14 +286,16 @@ def read_lance(
     *,
     version: int | str | None = None,
     columns: Sequence[str] | None = None,
-    filter: str | None = None,
+    filter: str | Expr | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> Relation:
     """A Lance dataset (a directory such as ``"embeddings.lance"``, or an object-store URI), at
     its latest version when this is called (every action reads that version) or ``version``.
 
-    ``columns`` and ``filter`` (a SQL predicate, like ``"label = 2 AND text IS NOT NULL"``)
-    are pushed into Lance's scanner, as are the projections and filters of later steps.
+    ``columns`` and ``filter`` (a predicate in vane's SQL, like ``"label = 2 AND text IS NOT
+    NULL"``, or an expression) are pushed into Lance's scanner, as are the projections and
+    filters of later steps: DuckDB hands Lance the parts it can evaluate (comparisons, ``IN``,
+    ``IS NULL``, ``AND``/``OR`` of them) and applies the rest itself.
 
     >>> import vane
     >>> vane.read_lance("embeddings.lance", filter="id < 10")  # doctest: +SKIP
@@ -309,7 +312,7 @@ def read_deltalake(
     *,
     version: int | None = None,
     columns: Sequence[str] | None = None,
-    filter: str | None = None,
+    filter: str | Expr | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> Relation:
     """A Delta Lake table (the directory holding ``_delta_log/``, or an object-store URI), at

@@ -291,12 +291,38 @@ def test_append_overwrite_and_versions(fmt: Format, tmp_path: Path) -> None:
     assert pinned.count() == 100
     assert pinned.count() == 100
     assert fmt.read(where).count() == 110
+    assert fmt.read(where, **{_AT[fmt.name]: v1}).count() == 100  # an older version, asked for
     fmt.write(rows.filter("id >= 95"), where, "overwrite")
     assert sorted(r["id"] for r in fmt.read(where).to_pylist()) == [95, 96, 97, 98, 99]
     if fmt.creates != "append":
         with pytest.raises(SinkError, match="already holds"):
             fmt.write(rows, where, fmt.creates)
     assert fmt.read(where).count() == 5
+
+
+_AT = {"lance": "version", "delta": "version", "iceberg": "snapshot_id"}
+
+
+def test_delta_partitions(tmp_path: Path) -> None:
+    where = tmp_path / "parted"
+    rows = vane.range(30).with_column("kind", "'k' || (id % 3)")
+    rows.write_deltalake(str(where), partition_by="kind")
+    assert sorted(p.name for p in where.glob("kind=*")) == ["kind=k0", "kind=k1", "kind=k2"]
+    got = vane.read_deltalake(str(where), filter=vane.col("kind") == "k1")
+    assert sorted(r["id"] for r in got.to_pylist()) == list(range(1, 30, 3))
+
+
+def test_iceberg_takes_a_pyiceberg_table(catalog: dict[str, str]) -> None:
+    from pyiceberg.catalog import load_catalog
+
+    vane.range(10).write_iceberg("ns.given", catalog_kwargs=catalog)
+    props = dict(catalog)
+    table = load_catalog(props.pop("name"), **props).load_table("ns.given")
+    assert vane.range(5).write_iceberg(table).rows == 5  # as Daft takes it
+    assert vane.read_iceberg(table).count() == 15
+    with pytest.raises(SinkError, match=r"do not fit the columns of ns.given:\n(.|\n)*string"):
+        vane.sql("SELECT 'x' AS id").write_iceberg(table)
+    assert vane.read_iceberg("ns.given", catalog_kwargs=catalog).count() == 15
 
 
 def test_columns_and_filter(fmt: Format, tmp_path: Path) -> None:
@@ -507,14 +533,18 @@ def _doubled(batch: pa.Table) -> pa.Table:
 
 
 @pytest.mark.ray
-def test_writes_on_the_ray_runner(fmt: Format, tmp_path: Path, on_ray: Any) -> None:
-    """Lance's fragments are written by Ray tasks and committed by the driver; Delta's and
-    Iceberg's rows stream to the driver's writer."""
+@pytest.mark.parametrize("name", ["lance", "delta"])
+# ray.init forks the test process, which imported lance (at the top of this module)
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+def test_writes_on_the_ray_runner(name: str, tmp_path: Path, on_ray: Any) -> None:
+    """Lance's fragments are written by Ray tasks and committed by the driver; Delta's rows
+    (and Iceberg's, the same path) stream to the driver's writer."""
+    fmt: Format = Lance() if name == "lance" else Delta()
     where = place(fmt, tmp_path)
     rel = vane.range(2000).map_batches(
         _doubled,
         schema={"id": "BIGINT", "twice": "BIGINT"},
-        batch_size=250,
+        batch_size=500,
         execution_backend="ray_actor",
     )
     result = fmt.write(rel, where)

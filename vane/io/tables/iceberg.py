@@ -337,11 +337,10 @@ class TransactionWriter:
         except VaneError:
             raise
         except ValueError as exc:
-            if rows[0] == 0 and "schema" in str(exc).lower():
+            if rows[0] == 0 and "Mismatch in fields" in str(exc):  # checked before any row
                 raise SinkError(
-                    f"write_iceberg(): the rows do not fit the columns of {sink.path}: {exc}. "
-                    "Select and cast the columns to the table's, or write with "
-                    "mode='overwrite' to another table; nothing was written"
+                    f"write_iceberg(): the rows do not fit the columns of {sink.path}:\n{exc}\n"
+                    "Select and cast the columns to the table's; nothing was written"
                 ) from exc
             raise _failed(sink, exc) from exc
         except Exception as exc:
