@@ -520,6 +520,12 @@ def test_write_lance_builds_a_vector_index(tmp_path: Path) -> None:
     assert "embedding" in str(index)
     nearest = dataset.to_table(nearest={"column": "embedding", "q": vectors[42], "k": 1})
     assert nearest["id"].to_pylist() == [42]
+    # an append rebuilds the index over every row
+    more = pa.table({"id": pa.array([300], pa.int64()), "embedding": table["embedding"][:1]})
+    vane.from_arrow(more).write_lance(where, mode="append", vector_index=spec)
+    dataset = lance.dataset(where)
+    assert dataset.count_rows() == 301
+    assert len(dataset.describe_indices()) == 1
     with pytest.raises(ConfigurationError, match="fixed-size float lists"):
         vane.range(3).write_lance(str(tmp_path / "x.lance"), vector_index={"column": "id"})
     assert not (tmp_path / "x.lance").exists()
@@ -529,30 +535,35 @@ def test_write_lance_builds_a_vector_index(tmp_path: Path) -> None:
 
 
 def _doubled(batch: pa.Table) -> pa.Table:
-    return batch.append_column("twice", pa.compute.multiply(batch["id"], 2))
+    ids = batch["id"]
+    return pa.table({"id": ids, "twice": pa.compute.multiply(ids, 2)})
 
 
 @pytest.mark.ray
 @pytest.mark.parametrize("name", ["lance", "delta"])
-# ray.init forks the test process, which imported lance (at the top of this module)
-@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
-def test_writes_on_the_ray_runner(name: str, tmp_path: Path, on_ray: Any) -> None:
-    """Lance's fragments are written by Ray tasks and committed by the driver; Delta's rows
-    (and Iceberg's, the same path) stream to the driver's writer."""
+# ray.init forks the test process, which imported lance (at the top of this module); Ray
+# Data's Lance reader calls an API Lance deprecated
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe", "ignore::DeprecationWarning")
+def test_read_and_write_on_the_ray_runner(name: str, tmp_path: Path, on_ray: Any) -> None:
+    """One action on Ray reads a table, runs a UDF on Ray actors and writes another table.
+    Lance is read by Ray Data's tasks, and its fragments are written by Ray tasks and
+    committed by the driver; Delta (and Iceberg, the same path) is read on the driver and
+    its rows stream to the driver's writer."""
     fmt: Format = Lance() if name == "lance" else Delta()
-    where = place(fmt, tmp_path)
-    rel = vane.range(2000).map_batches(
+    source, target = place(fmt, tmp_path), place(fmt, tmp_path)
+    fmt.write(vane.range(2000), source)  # no UDF: runs locally
+    rel = fmt.read(source, filter="id % 2 = 0").map_batches(
         _doubled,
         schema={"id": "BIGINT", "twice": "BIGINT"},
-        batch_size=500,
+        batch_size=250,
         execution_backend="ray_actor",
     )
-    result = fmt.write(rel, where)
-    assert result.rows == 2000
-    got = fmt.read(where).to_pylist()
-    assert sorted((r["id"], r["twice"]) for r in got) == [(i, 2 * i) for i in range(2000)]
+    result = fmt.write(rel, target)
+    assert result.rows == 1000
+    got = fmt.read(target).to_pylist()
+    assert sorted((r["id"], r["twice"]) for r in got) == [(i, 2 * i) for i in range(0, 2000, 2)]
     if isinstance(fmt, Lance):
-        assert result.files == len(lance.dataset(where).get_fragments()) > 1
+        assert result.files == len(lance.dataset(target).get_fragments()) > 1
 
 
 # ---- packaging -------------------------------------------------------------------------------

@@ -114,6 +114,12 @@ class LanceSource:
     def open(self) -> Any:
         return _open(self.uri, self.version, self.storage_options)
 
+    def ray_dataset(self, ray_data: Any) -> Any:
+        """The same version read by Ray tasks, a share of the fragments each (Ray Data's own
+        ``read_lance``), for a plan that runs on Ray."""
+        options = dict(self.storage_options or {}) or None
+        return ray_data.read_lance(self.uri, version=self.version, storage_options=options)
+
     def describe(self) -> str:
         return f"ReadLance {self.uri} (version {self.version})"
 
@@ -188,9 +194,9 @@ class VectorIndex:
     def build(self, uri: str, options: Mapping[str, str] | None) -> None:
         dataset = _open(uri, None, options)
         try:
-            dataset.create_index(
-                self.column, self.index_type, metric=self.metric, **dict(self.options)
-            )
+            # replace: an append rebuilds the index over every row, old and new
+            options = {"replace": True, **dict(self.options)}
+            dataset.create_index(self.column, self.index_type, metric=self.metric, **options)
         except (ValueError, OSError, RuntimeError, TypeError) as exc:
             raise SinkError(
                 f"write_lance(): the rows were committed to {uri!r} (version "
