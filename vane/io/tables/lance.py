@@ -195,7 +195,7 @@ class VectorIndex:
         dataset = _open(uri, None, options)
         try:
             # replace: an append rebuilds the index over every row, old and new
-            options = {"replace": True, **dict(self.options)}
+            options: dict[str, Any] = {"replace": True, **dict(self.options)}
             dataset.create_index(self.column, self.index_type, metric=self.metric, **options)
         except (ValueError, OSError, RuntimeError, TypeError) as exc:
             raise SinkError(
