@@ -191,12 +191,12 @@ class VectorIndex:
                 f"with_column({self.column!r}, '{self.column}::FLOAT[384]')"
             )
 
-    def build(self, uri: str, options: Mapping[str, str] | None) -> None:
-        dataset = _open(uri, None, options)
+    def build(self, uri: str, storage_options: Mapping[str, str] | None) -> None:
+        dataset = _open(uri, None, storage_options)
+        # replace: an append rebuilds the index over every row, old and new
+        settings: dict[str, Any] = {"replace": True, **dict(self.options)}
         try:
-            # replace: an append rebuilds the index over every row, old and new
-            options: dict[str, Any] = {"replace": True, **dict(self.options)}
-            dataset.create_index(self.column, self.index_type, metric=self.metric, **options)
+            dataset.create_index(self.column, self.index_type, metric=self.metric, **settings)
         except (ValueError, OSError, RuntimeError, TypeError) as exc:
             raise SinkError(
                 f"write_lance(): the rows were committed to {uri!r} (version "
