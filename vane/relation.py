@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -625,7 +625,7 @@ class Relation:
         self,
         uri: str,
         *,
-        mode: str = "create",
+        mode: Literal["create", "append", "overwrite"] = "create",
         max_rows_per_file: int | None = None,
         data_storage_version: str | None = None,
         storage_options: Mapping[str, str] | None = None,
@@ -658,9 +658,9 @@ class Relation:
         self,
         table_uri: str,
         *,
-        mode: str = "error",
+        mode: Literal["error", "append", "overwrite"] = "error",
         partition_by: str | Sequence[str] | None = None,
-        schema_mode: str | None = None,
+        schema_mode: Literal["merge", "overwrite"] | None = None,
         target_file_size: int | None = None,
         storage_options: Mapping[str, str] | None = None,
     ) -> WriteResult:
@@ -688,7 +688,7 @@ class Relation:
         self,
         table: Any,
         *,
-        mode: str = "append",
+        mode: Literal["append", "overwrite"] = "append",
         catalog_kwargs: Mapping[str, Any] | None = None,
         snapshot_properties: Mapping[str, str] | None = None,
         storage_options: Mapping[str, str] | None = None,

@@ -11,20 +11,21 @@ scanned by each action with pyiceberg's ``scan(row_filter, selected_fields)``: t
 prunes data files by the manifests' statistics and row groups by Parquet's, and only the
 selected columns are read. The batches stream into DuckDB (``to_arrow_batch_reader``).
 
-Writing, inside one pyiceberg transaction:
+Writing:
 
-    write   Transaction.append / .overwrite (a RecordBatchReader fed by the plan): Parquet
-            data files written in bounded pieces (``write.target-file-size-bytes``), and the
-            new snapshot's manifests, all staged in the transaction
-    commit  Transaction.commit_transaction(): the catalog swaps the table's metadata pointer
-            from the version the write started on to the new one, only if it is still that
-            (a SQL catalog's conditional UPDATE): Iceberg's atomic step
+    write   Parquet data files written by pyiceberg's writer (field ids, column statistics,
+            partitions) from pieces of the stream of at most FILE_BYTES each: memory holds
+            one piece, whatever the input's size; no snapshot references them yet
+    commit  one transaction: for an overwrite, delete every row; then a fast append of the
+            files, and Transaction.commit_transaction(): the catalog swaps the table's
+            metadata pointer from the version the write started on to the new one, only if
+            it is still that (a SQL catalog's conditional UPDATE): Iceberg's atomic step
 
-A failure or a kill before the commit leaves the table at its previous snapshot; data files
-already written are referenced by no snapshot (remove them with orphan-file maintenance). An
-identifier that names no table yet is created empty, with the relation's columns, when the
-write starts (a failed first write leaves that empty table). Streaming writes go to
-unpartitioned tables (pyiceberg writes a partitioned table from a whole in-memory table only).
+A failure before the commit, or a failed commit, leaves the table at its previous snapshot and
+removes the data files the write made; after a kill they stay, referenced by no snapshot
+(orphan-file maintenance removes them). An identifier that names no table yet is created
+empty, with the relation's columns, when the write starts (a failed first write leaves that
+empty table). The data files are written on the driver, which holds the transaction.
 
 Iceberg cannot hold, and the write refuses before anything is written: nanosecond timestamps
 and times (format version 2), zoned timestamps in a zone other than UTC, and unsigned integers
@@ -275,43 +276,65 @@ class IcebergSink:
             ) from exc
 
 
+# A data file's worth of rows, held in memory while it is written: pyiceberg would gather
+# write.target-file-size-bytes (512 MB of Arrow data by default) of a stream before writing,
+# and peak memory grew with the input up to that (433 MB for 0.5M embedding rows, 833 MB for 2M).
+FILE_ROWS = 1_000_000
+FILE_BYTES = 64 * 2**20
+
+
 class IcebergWrite:
-    """One ``write_iceberg`` in progress: a pyiceberg transaction, committed once."""
+    """One ``write_iceberg`` in progress: data files written as the rows come, then one
+    transaction adds them (after removing every row, for an overwrite) and commits."""
 
     def __init__(self, sink: IcebergSink, table: Any) -> None:
         self.sink = sink
         self.table = table
         self.transaction = table.transaction()
-        self.writer = TransactionWriter(self)
+        self.writer = DataFileWriter(self)
+        self.written: list[str] = []  # data files written so far, removed by abort()
 
     def commit(self, parts: list[TablePart]) -> Any:
+        from pyiceberg.expressions import AlwaysTrue
+
         from vane.io.sinks import Committed
 
+        files = [f for p in parts for f in (p.payload or ())]
+        properties = dict(self.sink.snapshot_properties or {})
+        transaction = self.transaction
         try:
-            self.transaction.commit_transaction()
+            if self.sink.mode == "overwrite":
+                transaction.delete(AlwaysTrue(), snapshot_properties=properties)
+            with transaction.update_snapshot(snapshot_properties=properties).fast_append() as add:
+                for data_file in files:
+                    add.append_data_file(data_file)
+            transaction.commit_transaction()
         except Exception as exc:  # CommitFailedException: another writer committed first
+            self.abort()
             raise SinkError(
                 f"write_iceberg(): committing {self.sink.path!r} failed: {_first_line(exc)}. "
                 "The table is at its previous snapshot (another writer may have committed "
                 "meanwhile: write again)"
             ) from exc
-        self.table.refresh()
-        snapshot = self.table.current_snapshot()
-        summary = dict(snapshot.summary.additional_properties) if snapshot is not None else {}
+        self.written.clear()  # the table's now
         return Committed(
             self.sink.path,
             sum(p.rows for p in parts),
-            int(summary.get("added-data-files", 0)),
-            int(summary.get("added-files-size", 0)),
+            len(files),
+            sum(int(f.file_size_in_bytes) for f in files),
         )
 
     def abort(self) -> None:
-        """Nothing to undo: the transaction is never committed (its data files are left
-        unreferenced)."""
+        """Remove the data files this write made: no snapshot references them."""
+        for path in self.written:
+            with contextlib.suppress(Exception):  # best effort: orphan-file cleanup remains
+                self.table.io.delete(path)
+        self.written.clear()
 
 
-class TransactionWriter:
-    """Streams the rows into the write's transaction (on the driver only: it holds it)."""
+class DataFileWriter:
+    """Writes the rows as Iceberg data files (pyiceberg's writer: field ids, statistics,
+    partitions) a bounded piece at a time; on the driver only, for the write's transaction."""
 
     def __init__(self, write: IcebergWrite) -> None:
         self._write = write
@@ -319,33 +342,97 @@ class TransactionWriter:
     def write(
         self, batches: Iterable[pa.RecordBatch], schema: pa.Schema, worker: str | None = None
     ) -> list[TablePart]:
-        sink, transaction = self._write.sink, self._write.transaction
-        rows = [0]
+        import itertools
+        import uuid
 
-        def counted() -> Iterable[pa.RecordBatch]:
-            for batch in batches:
-                rows[0] += batch.num_rows
-                yield batch
+        from pyiceberg.io.pyarrow import (
+            _check_pyarrow_schema_compatible,
+            _dataframe_to_data_files,
+        )
 
-        reader = pa.RecordBatchReader.from_batches(schema, counted())
-        properties = dict(sink.snapshot_properties or {})
+        from vane._arrow import coalesced
+
+        write = self._write
+        metadata = write.transaction.table_metadata
         try:
-            if sink.mode == "overwrite":
-                transaction.overwrite(reader, snapshot_properties=properties)
-            else:
-                transaction.append(reader, snapshot_properties=properties)
+            _check_pyarrow_schema_compatible(
+                metadata.schema(),
+                provided_schema=schema,
+                downcast_ns_timestamp_to_us=False,
+                format_version=metadata.format_version,
+            )
+        except ValueError as exc:
+            raise SinkError(
+                f"write_iceberg(): the rows do not fit the columns of {write.sink.path}:\n{exc}\n"
+                "Select and cast the columns to the table's; nothing was written"
+            ) from exc
+        write_uuid, counter = uuid.uuid4(), itertools.count(0)
+        files: list[Any] = []
+        rows = 0
+        try:
+            for piece in coalesced(batches, FILE_ROWS, FILE_BYTES):
+                _check_struct_lists(write.sink.path, piece, rows)
+                for data_file in _dataframe_to_data_files(
+                    table_metadata=metadata,
+                    df=piece,
+                    io=write.table.io,
+                    write_uuid=write_uuid,
+                    counter=counter,
+                ):
+                    files.append(data_file)
+                    write.written.append(data_file.file_path)
+                rows += piece.num_rows
         except VaneError:
             raise
-        except ValueError as exc:
-            if rows[0] == 0 and "Mismatch in fields" in str(exc):  # checked before any row
+        except Exception as exc:  # pyiceberg's or the stream's own failure through it
+            raise _failed(write.sink, exc) from exc
+        return [TablePart(rows, len(files), 0, schema, payload=files)]
+
+
+def _check_struct_lists(table_name: str, piece: pa.Table, before: int) -> None:
+    """pyiceberg (0.12) writes a null list of structs as an empty list, at any depth: a
+    ``SinkError`` naming the column (and the row, at the top) before such a value is written."""
+    for name in piece.column_names:
+        offset = before
+        for chunk in piece.column(name).chunks:
+            found = _null_struct_list(name, chunk, None)
+            if found is not None:
+                where, row = found
+                at = f" (row {offset + row} of the write)" if row is not None else ""
                 raise SinkError(
-                    f"write_iceberg(): the rows do not fit the columns of {sink.path}:\n{exc}\n"
-                    "Select and cast the columns to the table's; nothing was written"
-                ) from exc
-            raise _failed(sink, exc) from exc
-        except Exception as exc:
-            raise _failed(sink, exc) from exc
-        return [TablePart(rows[0], 0, 0, schema)]
+                    f"write_iceberg(): column {where!r} holds a null list of structs{at}, which "
+                    f"pyiceberg would write to {table_name} as an empty list. Replace the nulls "
+                    f"first, for example with_column({name!r}, 'coalesce({name}, [])') at the "
+                    "top level, or drop those rows; nothing was written"
+                )
+            offset += len(chunk)
+
+
+def _null_struct_list(
+    name: str, array: pa.Array, valid: pa.Array | None
+) -> tuple[str, int | None] | None:
+    """The first null list of structs in ``array`` where its parents are present (``valid``):
+    its path and, at the top level, its row."""
+    import pyarrow.compute as pc
+
+    kind = array.type
+    listed = pa.types.is_list(kind) or pa.types.is_large_list(kind)
+    if listed or pa.types.is_fixed_size_list(kind):
+        if pa.types.is_struct(kind.value_type) and array.null_count:
+            nulls = array.is_null() if valid is None else pc.and_(array.is_null(), valid)
+            if pc.any(nulls).as_py():
+                top = valid is None and "[]" not in name
+                return name, (pc.index(nulls, True).as_py() if top else None)
+        return _null_struct_list(f"{name}[]", array.flatten(), None)
+    if pa.types.is_struct(kind):
+        present = array.is_valid() if valid is None else pc.and_(array.is_valid(), valid)
+        for index, child in enumerate(kind):
+            found = _null_struct_list(f"{name}.{child.name}", array.field(index), present)
+            if found is not None:
+                return found
+    if pa.types.is_map(kind):
+        return _null_struct_list(f"{name}.value", array.items, None)
+    return None
 
 
 def _failed(sink: IcebergSink, exc: BaseException) -> SinkError:

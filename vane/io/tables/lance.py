@@ -133,8 +133,8 @@ def _refuse(kind: pa.DataType) -> str | None:
         # Lance 14 refuses lists, maps and dictionaries inside a fixed-size list, writes
         # structs there that it cannot read back, and panics on text or bytes there
         return (
-            "Lance cannot hold: a fixed-size list holds numbers, booleans, dates, times or "
-            "fixed-size lists of them there"
+            "Lance cannot hold: its fixed-size lists hold numbers, booleans, dates, times or "
+            "fixed-size lists of them"
         )
     return None
 
