@@ -25,7 +25,8 @@ A failure before the commit, or a failed commit, leaves the table at its previou
 removes the data files the write made; after a kill they stay, referenced by no snapshot
 (orphan-file maintenance removes them). An identifier that names no table yet is created
 empty, with the relation's columns, when the write starts (a failed first write leaves that
-empty table). The data files are written on the driver, which holds the transaction.
+empty table). The data files are written by whoever produces the rows (Ray tasks, one piece
+per block, on the Ray runner); the driver holds the transaction and commits.
 
 Iceberg cannot hold, and the write refuses before anything is written: nanosecond timestamps
 and times (format version 2), zoned timestamps in a zone other than UTC, and unsigned integers
@@ -162,6 +163,18 @@ class IcebergSource:
     def _scan(self) -> Any:
         from pyiceberg.expressions import AlwaysTrue
 
+        if isinstance(self.row_filter, str):
+            from pyiceberg.expressions.parser import parse
+
+            try:
+                parse(self.row_filter)
+            except Exception as exc:  # pyparsing's ParseException: a page of grammar
+                raise ConfigurationError(
+                    f"read_iceberg(): row_filter={self.row_filter!r} is not pyiceberg's filter "
+                    "syntax (comparisons, IN, IS NULL, IS NAN, LIKE, BETWEEN, with AND, OR, "
+                    "NOT). For other predicates, filter the relation: "
+                    "vane.read_iceberg(...).filter('...')"
+                ) from exc
         return self.table.scan(
             row_filter=self.row_filter if self.row_filter is not None else AlwaysTrue(),
             selected_fields=self.columns or ("*",),
@@ -175,8 +188,9 @@ class IcebergSource:
         return reader.schema
 
     def open(self) -> pa.RecordBatchReader:
+        scan = self._scan()
         try:
-            reader: pa.RecordBatchReader = self._scan().to_arrow_batch_reader()
+            reader: pa.RecordBatchReader = scan.to_arrow_batch_reader()
         except Exception as exc:
             raise SourceError(
                 f"read_iceberg(): cannot scan {self.table.name()}: {_first_line(exc)}"
@@ -235,7 +249,7 @@ class IcebergSink:
 
     @property
     def single_file(self) -> bool:
-        return True  # one transaction, held by the driver, takes the stream
+        return False  # data files are written by any worker, added by the driver's commit
 
     def check_schema(self, schema: pa.Schema) -> None:
         check_types("write_iceberg", schema, _refuse, _fix)
@@ -284,15 +298,15 @@ FILE_BYTES = 64 * 2**20
 
 
 class IcebergWrite:
-    """One ``write_iceberg`` in progress: data files written as the rows come, then one
-    transaction adds them (after removing every row, for an overwrite) and commits."""
+    """One ``write_iceberg`` in progress: data files written as the rows come (by the driver
+    or by workers), then one transaction adds them (after removing every row, for an
+    overwrite) and commits."""
 
     def __init__(self, sink: IcebergSink, table: Any) -> None:
         self.sink = sink
         self.table = table
         self.transaction = table.transaction()
-        self.writer = DataFileWriter(self)
-        self.written: list[str] = []  # data files written so far, removed by abort()
+        self.writer = DataFileWriter(sink.path, self.transaction.table_metadata, table.io)
 
     def commit(self, parts: list[TablePart]) -> Any:
         from pyiceberg.expressions import AlwaysTrue
@@ -310,13 +324,12 @@ class IcebergWrite:
                     add.append_data_file(data_file)
             transaction.commit_transaction()
         except Exception as exc:  # CommitFailedException: another writer committed first
-            self.abort()
+            _remove(self.table.io, [f.file_path for f in files])
             raise SinkError(
                 f"write_iceberg(): committing {self.sink.path!r} failed: {_first_line(exc)}. "
                 "The table is at its previous snapshot (another writer may have committed "
                 "meanwhile: write again)"
             ) from exc
-        self.written.clear()  # the table's now
         return Committed(
             self.sink.path,
             sum(p.rows for p in parts),
@@ -325,19 +338,25 @@ class IcebergWrite:
         )
 
     def abort(self) -> None:
-        """Remove the data files this write made: no snapshot references them."""
-        for path in self.written:
-            with contextlib.suppress(Exception):  # best effort: orphan-file cleanup remains
-                self.table.io.delete(path)
-        self.written.clear()
+        """Nothing to undo: a writer that fails removes its own data files, and no snapshot
+        references any of them."""
 
 
+def _remove(io: Any, paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(Exception):  # best effort: orphan-file cleanup remains
+            io.delete(path)
+
+
+@dataclass(frozen=True, eq=False)
 class DataFileWriter:
-    """Writes the rows as Iceberg data files (pyiceberg's writer: field ids, statistics,
-    partitions) a bounded piece at a time; on the driver only, for the write's transaction."""
+    """Writes rows as Iceberg data files (pyiceberg's writer: field ids, statistics,
+    partitions), a bounded piece at a time, for the table as it was when the write started;
+    picklable (the metadata and the FileIO), so workers write their share."""
 
-    def __init__(self, write: IcebergWrite) -> None:
-        self._write = write
+    table_name: str
+    metadata: Any  # pyiceberg TableMetadata
+    io: Any  # pyiceberg FileIO
 
     def write(
         self, batches: Iterable[pa.RecordBatch], schema: pa.Schema, worker: str | None = None
@@ -352,41 +371,43 @@ class DataFileWriter:
 
         from vane._arrow import coalesced
 
-        write = self._write
-        metadata = write.transaction.table_metadata
         try:
             _check_pyarrow_schema_compatible(
-                metadata.schema(),
+                self.metadata.schema(),
                 provided_schema=schema,
                 downcast_ns_timestamp_to_us=False,
-                format_version=metadata.format_version,
+                format_version=self.metadata.format_version,
             )
         except ValueError as exc:
             raise SinkError(
-                f"write_iceberg(): the rows do not fit the columns of {write.sink.path}:\n{exc}\n"
-                "Select and cast the columns to the table's; nothing was written"
+                f"write_iceberg(): the rows do not fit the columns of {self.table_name}:\n"
+                f"{exc}\nSelect and cast the columns to the table's; nothing was written"
             ) from exc
+        # a name of its own for each writer's files: pyiceberg names them by uuid and counter
         write_uuid, counter = uuid.uuid4(), itertools.count(0)
         files: list[Any] = []
         rows = 0
         try:
             for piece in coalesced(batches, FILE_ROWS, FILE_BYTES):
-                _check_struct_lists(write.sink.path, piece, rows)
-                for data_file in _dataframe_to_data_files(
-                    table_metadata=metadata,
-                    df=piece,
-                    io=write.table.io,
-                    write_uuid=write_uuid,
-                    counter=counter,
-                ):
-                    files.append(data_file)
-                    write.written.append(data_file.file_path)
+                _check_struct_lists(self.table_name, piece, rows)
+                files.extend(
+                    _dataframe_to_data_files(
+                        table_metadata=self.metadata,
+                        df=piece,
+                        io=self.io,
+                        write_uuid=write_uuid,
+                        counter=counter,
+                    )
+                )
                 rows += piece.num_rows
-        except VaneError:
-            raise
-        except Exception as exc:  # pyiceberg's or the stream's own failure through it
-            raise _failed(write.sink, exc) from exc
-        return [TablePart(rows, len(files), 0, schema, payload=files)]
+        except BaseException as exc:
+            _remove(self.io, [f.file_path for f in files])
+            if isinstance(exc, VaneError) or not isinstance(exc, Exception):
+                raise
+            # pyiceberg's error, or the stream's own failure through it
+            raise _failed(self.table_name, exc) from exc
+        size = sum(int(f.file_size_in_bytes) for f in files)
+        return [TablePart(rows, len(files), size, schema, payload=files)]
 
 
 def _check_struct_lists(table_name: str, piece: pa.Table, before: int) -> None:
@@ -435,8 +456,8 @@ def _null_struct_list(
     return None
 
 
-def _failed(sink: IcebergSink, exc: BaseException) -> SinkError:
+def _failed(table_name: str, exc: BaseException) -> SinkError:
     return SinkError(
-        f"write_iceberg(): writing {sink.path!r} failed: {_first_line(exc)}. Nothing was "
+        f"write_iceberg(): writing {table_name!r} failed: {_first_line(exc)}. Nothing was "
         "committed: the table is at its previous snapshot"
     )
