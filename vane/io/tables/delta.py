@@ -11,8 +11,10 @@ fed by the plan) and writes Parquet files under the table's directory, then comm
 one JSON entry in ``_delta_log/`` (the next version number, created only if absent: Delta's
 atomic step). A failure or a kill before that entry exists leaves the table at its previous
 version; data files already written are referenced by no version (``DeltaTable.vacuum``
-removes them). The whole stream goes to one writer on the driver: delta-rs has no public step
-that writes files for a later commit of several writers.
+removes them). The whole stream goes to one writer on the driver: delta-rs writes data files
+only inside ``write_deltalake``, which also commits them. (It can commit files written by others,
+``DeltaTable.create_write_transaction``, so workers could write Parquet with Delta's column
+statistics themselves: not done yet.)
 
 What Delta cannot hold is refused before anything is written, naming the column: unsigned
 integers (delta-rs would store their bits as the signed type of the same width), times of day,

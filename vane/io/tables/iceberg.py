@@ -57,10 +57,12 @@ def _first_line(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Catalog:
-    """How to load a catalog again (in each action): ``load_catalog(name, **properties)``."""
+    """A catalog as ``load_catalog(name, **properties)`` loads it: ``catalog_kwargs`` (values
+    as given: a REST catalog's ``auth`` is a dict) with ``storage_options`` among the
+    properties, where pyiceberg's FileIO reads them."""
 
     name: str
-    properties: tuple[tuple[str, str], ...]
+    properties: tuple[tuple[str, Any], ...]
 
     @classmethod
     def of(
@@ -71,8 +73,8 @@ class Catalog:
                 f"{caller}(): catalog_kwargs= takes a dict, such as {{'name': 'default', "
                 "'type': 'sql', 'uri': 'sqlite:///catalog.db', 'warehouse': 'file:///wh'}"
             )
-        properties = {str(k): str(v) for k, v in (kwargs or {}).items()}
-        name = properties.pop("name", "default")
+        properties = {str(k): v for k, v in (kwargs or {}).items()}
+        name = str(properties.pop("name", "default"))
         properties.update(check_storage_options(caller, storage) or {})
         return cls(name, tuple(sorted(properties.items())))
 
