@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -642,6 +642,92 @@ class Relation:
                 f"write_{fmt}(): resume must be True, False or 'restart', got {resume!r}"
             )
         return current_runner().write(self._plan, sink, resume=resume or None)
+
+    @checked
+    def write_lance(
+        self,
+        uri: str,
+        *,
+        mode: Literal["create", "append", "overwrite"] = "create",
+        max_rows_per_file: int | None = None,
+        data_storage_version: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        vector_index: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Stream the rows into a Lance dataset, committed as one new version: on failure the
+        dataset stays at its previous version.
+
+        ``mode``: ``"create"`` (the default; an existing dataset is an error), ``"append"``
+        (adds a version; creates the dataset if there is none) or ``"overwrite"`` (a version
+        holding only these rows). ``vector_index={"column": "embedding", "metric": "cosine",
+        ...}`` builds Lance's vector index on a fixed-size float column after the rows commit
+        (``index_type`` defaults to ``"IVF_PQ"``; other keys such as ``num_partitions`` and
+        ``num_sub_vectors`` go to ``LanceDataset.create_index``).
+        """
+        from vane.io.tables.lance import LanceSink, VectorIndex
+
+        sink = LanceSink(
+            uri,
+            mode,
+            max_rows_per_file,
+            data_storage_version,
+            storage_options,
+            VectorIndex.parse(vector_index),
+        )
+        return current_runner().write(self._plan, sink)
+
+    @checked
+    def write_deltalake(
+        self,
+        table_uri: str,
+        *,
+        mode: Literal["error", "append", "overwrite"] = "error",
+        partition_by: str | Sequence[str] | None = None,
+        schema_mode: Literal["merge", "overwrite"] | None = None,
+        target_file_size: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Stream the rows into a Delta Lake table (delta-rs), committed as one new version:
+        on failure the table stays at its previous version.
+
+        ``mode``: ``"error"`` (the default; an existing table is an error), ``"append"`` or
+        ``"overwrite"``; ``schema_mode="merge"`` or ``"overwrite"`` lets the table's columns
+        change; ``partition_by`` writes hive-style partitions.
+        """
+        from vane.io.tables.delta import DeltaSink
+
+        sink = DeltaSink(
+            table_uri,
+            mode,
+            _as_tuple(partition_by, "partition_by"),
+            schema_mode,
+            storage_options,
+            target_file_size,
+        )
+        return current_runner().write(self._plan, sink)
+
+    @checked
+    def write_iceberg(
+        self,
+        table: Any,
+        *,
+        mode: Literal["append", "overwrite"] = "append",
+        catalog_kwargs: Mapping[str, Any] | None = None,
+        snapshot_properties: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Stream the rows into an Iceberg table (pyiceberg), committed as one new snapshot:
+        on failure the table stays at its previous snapshot.
+
+        ``table``: a ``pyiceberg.table.Table``, or an identifier (``"namespace.table"``) in
+        the catalog ``catalog_kwargs`` describe (as for ``vane.read_iceberg``); an identifier
+        that names no table yet is created with the relation's columns. ``mode``: ``"append"``
+        (the default) or ``"overwrite"``.
+        """
+        from vane.io.tables.iceberg import IcebergSink
+
+        sink = IcebergSink(table, mode, catalog_kwargs, snapshot_properties, storage_options)
+        return current_runner().write(self._plan, sink)
 
     @checked
     def write_parquet(

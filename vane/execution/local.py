@@ -35,7 +35,7 @@ from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
 from vane.io.resume import Resume, ResumeStore
-from vane.io.sinks import FileSink, WriteResult, write_to
+from vane.io.sinks import Sink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished
 from vane.plan.explain import explain
@@ -351,7 +351,7 @@ class LocalRunner:
         with _action(plan) as execution:  # every row is read: DuckDB may run ahead
             yield from exact_batches(execution.reader(plan, size), size)
 
-    def write(self, plan: PlanNode, sink: FileSink, *, resume: Resume | None = None) -> WriteResult:
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult:
         # Timed from the call to the action's end: the rows are computed as they are read,
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
@@ -360,7 +360,7 @@ class LocalRunner:
         plan = optimize(plan)
         store = None
         if resume:
-            store = ResumeStore(sink.path, f"write_{sink.format}")
+            store = ResumeStore(sink.path, f"write_{getattr(sink, 'format', 'table')}")
             store.open(fingerprint(plan), restart=resume == "restart")
         with _action(plan) as execution:
             execution.resume = store

@@ -16,7 +16,7 @@ from vane.observe.progress import ProgressDisplay, wants_progress
 
 if TYPE_CHECKING:
     from vane.io.resume import Resume
-    from vane.io.sinks import FileSink, WriteResult
+    from vane.io.sinks import Sink, WriteResult
     from vane.plan.nodes import MaterializedScan, PlanNode
 
 
@@ -33,9 +33,7 @@ class Runner(Protocol):
     def count(self, plan: PlanNode) -> int: ...
     def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]: ...
     def materialize(self, plan: PlanNode) -> MaterializedScan: ...
-    def write(
-        self, plan: PlanNode, sink: FileSink, *, resume: Resume | None = None
-    ) -> WriteResult: ...
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult: ...
 
 
 # name -> (module, class); imported the first time the runner is used.

@@ -33,7 +33,7 @@ from vane.execution.runner import action_events
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
 from vane.io.resume import Resume
-from vane.io.sinks import FileSink, Part, WriteResult
+from vane.io.sinks import Part, Sink, WriteResult
 from vane.observe.events import (
     BatchDone,
     StageFinished,
@@ -129,12 +129,12 @@ class RayRunner:
         # every row is read: Ray may prefetch
         return materialized(plan, self._stream(plan, get_config().batch_size, streaming=False))
 
-    def write(self, plan: PlanNode, sink: FileSink, *, resume: Resume | None = None) -> WriteResult:
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
         write's staging directory; the driver commits them all at once (or none)."""
         if resume:
             raise ConfigurationError(
-                f"write_{sink.format}(resume=...): resumable writes run on the local runner in "
+                "write(resume=...): resumable writes run on the local runner in "
                 "this version; on Ray, leave resume out (or run the job with "
                 "vane.configure(runner='local'))"
             )
