@@ -495,11 +495,13 @@ class Relation:
         column: str | Expr,
         *,
         output_column: str = "embedding",
-        provider: str = "sentence_transformers",
+        provider: str | None = None,
         model: str | None = None,
         **options: Any,
     ) -> Relation:
-        """Add an embedding of each row's text as ``output_column``."""
+        """Add an embedding of each row's text as ``output_column`` (``sentence_transformers``
+        unless ``provider`` says, or ``server=`` names a server that ``vane.ai.serve``
+        started)."""
         from vane.ai import embed_text
 
         call = embed_text(column, provider=provider, model=model, **options)
@@ -526,7 +528,7 @@ class Relation:
         labels: Sequence[str],
         *,
         output_column: str = "label",
-        provider: str = "sentence_transformers",
+        provider: str | None = None,
         model: str | None = None,
         **options: Any,
     ) -> Relation:
