@@ -37,9 +37,9 @@ from typing import Any
 from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
+from vane.ai.node_server import NodeEntry, ServerRoute, read_state
 from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
 from vane.ai.registry import require_packages
-from vane.ai.servers import NodeEntry, ServerRoute, read_state
 from vane.errors import ConfigurationError, ProviderError
 
 OPENAI_URL = "https://api.openai.com/v1"
