@@ -214,3 +214,37 @@ def test_no_server_outlives_its_driver(tmp_path, how):
     finally:
         driver.kill()
         driver.wait()
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(400)
+def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
+    pytest.importorskip("ray")
+    from tests.integration.ray_servers import ROWS
+
+    out = tmp_path / "out"
+    driver = subprocess.run(
+        [sys.executable, "-m", "tests.integration.ray_servers", str(out)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=360,
+        check=False,
+    )
+    assert driver.returncode == 0, driver.stdout + driver.stderr
+    summary = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert len(summary["urls"]) == 2  # a server on each node
+    total = 0
+    for node, counted in summary["stats"].items():
+        # every request this node's server received came from an actor on this node
+        assert set(counted["by_client"]) <= {f"vane-data (node {node})"}
+        assert counted["cuda_visible_devices"] == "0"  # the node's one GPU, Ray's to give
+        total += counted["requests"]
+    assert total == ROWS
+    assert all(c["requests"] > 0 for c in summary["stats"].values())  # both nodes worked
+    rows = vane.read_parquet(str(out)).to_arrow().to_pylist()
+    assert sorted((r["id"], r["response"]) for r in rows) == [
+        (i, test_server.answer_for(f"question {i}")) for i in range(ROWS)
+    ]
+    for group in summary["groups"].values():
+        wait_gone(group)

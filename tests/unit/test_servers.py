@@ -102,6 +102,8 @@ def test_a_server_not_started_is_a_clear_error_where_a_step_takes_it():
         rel.prompt("q", server=server, model="m")
     with pytest.raises(ConfigurationError, match="not both"):
         rel.prompt("q", server=_route(), model="m", base_url="http://x/v1")
+    with pytest.raises(ConfigurationError, match="the server holds the GPUs"):
+        rel.prompt("q", server=_route(), model="m", gpus_per_actor=1)
 
 
 def test_the_default_name_is_stable_and_the_route_is_the_model_default():

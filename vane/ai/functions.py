@@ -54,6 +54,12 @@ def _default_provider(options: Mapping[str, Any], otherwise: str) -> str:
 
 
 def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    if options.get("server") is not None and options.get("gpus_per_actor"):
+        raise ConfigurationError(
+            "gpus_per_actor goes to vane.ai.serve(...), not to a step that uses its server: the "
+            "server holds the GPUs, and the step's actors need none (set their concurrency for "
+            "the CPU work alone)"
+        )
     execution = {k: v for k, v in options.items() if k in _EXECUTION}
     provider = {k: v for k, v in options.items() if k not in _EXECUTION}
     return execution, provider

@@ -21,7 +21,8 @@ or as a command: ``python -m vane.testing.server --port 8000 --latency 0.05`` (w
 ``vane.ai.serve`` tests start; ``--exit-after n`` makes it die after n requests), or as a
 server function: ``vane.ai.serve(function=vane.testing.server.run)``. Besides the API it
 answers ``GET /health`` and ``GET /v1/models`` (200 once serving) and ``GET /stats`` (its
-request counts and process id, as JSON). It needs the ``openai`` extra (``aiohttp``).
+request counts, by prompt, text and client (User-Agent), its process id and
+``CUDA_VISIBLE_DEVICES``, as JSON). It needs the ``openai`` extra (``aiohttp``).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class OpenAIServer:
         self.requests = 0
         self.by_prompt: Counter[str] = Counter()
         self.by_text: Counter[str] = Counter()  # texts sent to /embeddings, each time sent
+        self.by_client: Counter[str] = Counter()  # requests by the client's User-Agent
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -112,6 +114,7 @@ class OpenAIServer:
             self.requests = 0
             self.by_prompt.clear()
             self.by_text.clear()
+            self.by_client.clear()
             self.arrivals.clear()
             self.max_in_flight = self.in_flight
 
@@ -153,8 +156,9 @@ class OpenAIServer:
             return web.Response(body=body, status=scripted.status, headers=headers)
         return None
 
-    def _count(self, prompt: str | None) -> int:
+    def _count(self, prompt: str | None, request: web.Request) -> int:
         with self._lock:
+            self.by_client[request.headers.get("User-Agent", "")] += 1
             if self.behaviour.exit_after and self.requests >= self.behaviour.exit_after:
                 os._exit(3)  # a server that dies with requests in flight
             self.requests += 1
@@ -172,7 +176,7 @@ class OpenAIServer:
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         prompt = _text(body["messages"][-1]["content"])
-        number = self._count(prompt)
+        number = self._count(prompt, request)
         try:
             refusal = await self._misbehave(number) or self._scripted([prompt])
             if refusal is not None:
@@ -204,7 +208,7 @@ class OpenAIServer:
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        number = self._count(None)
+        number = self._count(None, request)
         with self._lock:
             self.by_text.update(t for t in texts if isinstance(t, str))
         try:
@@ -235,6 +239,8 @@ class OpenAIServer:
                 "requests": self.requests,
                 "by_prompt": dict(self.by_prompt),
                 "by_text": dict(self.by_text),
+                "by_client": dict(self.by_client),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "max_in_flight": self.max_in_flight,
             }
         return web.json_response(body)

@@ -37,7 +37,7 @@ from typing import Any
 from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
-from vane.ai.node_server import NodeEntry, ServerRoute, read_state
+from vane.ai.node_server import NODE_ID_ENV, NodeEntry, ServerRoute, read_state
 from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
@@ -218,6 +218,9 @@ class Client:
             import aiohttp
 
             headers = {"Content-Type": "application/json"}
+            if self._node is not None:  # a server vane started: say which node asks
+                node = os.environ.get(NODE_ID_ENV, self._node.node)
+                headers["User-Agent"] = f"vane-data (node {node})"
             if self.settings.api_key:
                 headers["Authorization"] = f"Bearer {self.settings.api_key}"
             self._session = aiohttp.ClientSession(

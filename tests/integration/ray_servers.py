@@ -1,0 +1,66 @@
+"""Driver for the two-node test of ``vane.ai.serve`` on Ray (run by test_servers.py in a
+process of its own, so its cluster is its own): two nodes (the head and one more) with two CPUs
+and one logical GPU each; a server per node, started as a command; a prompt step whose actors
+send their requests to their own node's server. Prints what each server counted, as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.request
+from pathlib import Path
+
+ROWS = 120
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import vane
+    import vane.ai
+
+    node = {"num_cpus": 2, "num_gpus": 1}
+    cluster = Cluster(initialize_head=True, head_node_args=node)
+    cluster.add_node(**node)
+    ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
+    try:
+        vane.configure(runner="ray", progress=False)
+        command = [
+            sys.executable,
+            "-m",
+            "vane.testing.server",
+            "--host",
+            "{host}",
+            "--port",
+            "{port}",
+            "--latency",
+            "0.02",
+        ]
+        with vane.ai.serve(
+            command, health="/health", gpus_per_actor=1, startup_timeout=120
+        ) as server:
+            rel = vane.range(ROWS).with_column("q", "'question ' || id")
+            # three actors on two nodes of two CPUs: both nodes hold one at least
+            rel = rel.prompt("q", server=server, model="m", batch_size=10, concurrency=3)
+            rel.write_parquet(out)
+            counted = {}
+            for node, url in server.urls.items():
+                with urllib.request.urlopen(url.removesuffix("/v1") + "/stats") as reply:
+                    counted[node] = json.loads(reply.read())
+            summary = {
+                "urls": server.urls,
+                "groups": server.pids,
+                "stats": counted,
+                "nodes": [info.describe() for info in server.nodes],
+            }
+        print(json.dumps(summary), flush=True)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()
