@@ -1,15 +1,19 @@
 """Driver for the two-node test of ``vane.ai.serve`` on Ray (run by test_servers.py in a
 process of its own, so its cluster is its own): two nodes (the head and one more) with two CPUs
 and one logical GPU each; a server per node, started as a command; a prompt step whose actors
-send their requests to their own node's server. Prints what each server counted, as JSON."""
+send their requests to their own node's server; then the same job again, with one server
+killed in the middle. Prints what each server counted, and the second job's usage, as JSON."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROWS = 120
 
@@ -46,20 +50,42 @@ def main() -> None:
             # three actors on two nodes of two CPUs: both nodes hold one at least
             rel = rel.prompt("q", server=server, model="m", batch_size=10, concurrency=3)
             rel.write_parquet(out)
-            counted = {}
-            for node, url in server.urls.items():
-                with urllib.request.urlopen(url.removesuffix("/v1") + "/stats") as reply:
-                    counted[node] = json.loads(reply.read())
+            counted = {node: _stats(url) for node, url in server.urls.items()}
+            # A server killed in the middle of a job: restarted on its node, the requests it
+            # took down sent again there, every row answered once.
+            killed = next(iter(server.pids.values()))
+            stop = threading.Event()
+
+            def kill_when_busy() -> None:
+                while not stop.wait(0.05):
+                    if sum(_stats(url)["requests"] for url in server.urls.values()) >= 150:
+                        os.killpg(killed, signal.SIGKILL)
+                        return
+
+            killer = threading.Thread(target=kill_when_busy)
+            killer.start()
+            second = rel.write_parquet(out.with_name("again"))
+            stop.set()
+            killer.join()
             summary = {
                 "urls": server.urls,
                 "groups": server.pids,
                 "stats": counted,
                 "nodes": [info.describe() for info in server.nodes],
+                "restarts": server.restarts,
+                "killed": killed,
+                "usage": next(iter(second.usage.values())),
             }
         print(json.dumps(summary), flush=True)
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def _stats(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url.removesuffix("/v1") + "/stats") as reply:
+        stats: dict[str, Any] = json.loads(reply.read())
+    return stats
 
 
 if __name__ == "__main__":

@@ -117,7 +117,8 @@ def test_a_python_function_server_embeds_and_its_process_ends():
         server.base_url  # noqa: B018
 
 
-def test_a_server_killed_mid_run_is_restarted_and_every_row_answered_once(tmp_path):
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_a_server_killed_mid_run_is_restarted_and_every_row_answered_once(tmp_path, backend):
     rows = 60
     with vane.ai.serve(
         command("--latency", "0.05"), health="/health", startup_timeout=60
@@ -131,7 +132,9 @@ def test_a_server_killed_mid_run_is_restarted_and_every_row_answered_once(tmp_pa
 
         killer = threading.Thread(target=kill_when_busy)
         killer.start()
-        out = questions(rows).prompt("q", server=server, model="m", batch_size=10, concurrency=2)
+        out = questions(rows).prompt(
+            "q", server=server, model="m", batch_size=10, concurrency=2, execution_backend=backend
+        )
         result = out.write_parquet(tmp_path / "out")
         killer.join()
         restarts = server.restarts
@@ -246,5 +249,11 @@ def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
     assert sorted((r["id"], r["response"]) for r in rows) == [
         (i, test_server.answer_for(f"question {i}")) for i in range(ROWS)
     ]
-    for group in summary["groups"].values():
+    again = vane.read_parquet(str(tmp_path / "again")).to_arrow().to_pylist()
+    assert sorted((r["id"], r["response"]) for r in again) == [
+        (i, test_server.answer_for(f"question {i}")) for i in range(ROWS)
+    ]
+    assert summary["restarts"] == 1 and summary["killed"] not in summary["groups"].values()
+    assert summary["usage"]["retries"] >= 1 and summary["usage"].get("failures", 0) == 0
+    for group in [*summary["groups"].values(), summary["killed"]]:
         wait_gone(group)

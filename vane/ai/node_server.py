@@ -150,9 +150,13 @@ def read_state(entry: NodeEntry) -> dict[str, Any] | None:
     return state
 
 
+# Straight to the server: a proxy in the environment (http_proxy) is not on the way to it.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def healthy(url: str, timeout: float = 5.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as reply:
+        with _DIRECT.open(url, timeout=timeout) as reply:
             return bool(reply.status == 200)
     except (OSError, urllib.error.URLError, ValueError):
         return False
@@ -242,7 +246,11 @@ class NodeServer:
         self._thread = threading.Thread(target=self._supervise, name=f"vane-{self.name}")
         self._thread.daemon = True
         self._thread.start()
-        self._settled.wait()
+        try:
+            self._settled.wait()
+        except BaseException:  # Ctrl-C while it starts: nothing of it may stay
+            self.stop()
+            raise
         if self.failure is not None:
             self.stop()
             raise ServerError(self.failure)

@@ -276,7 +276,9 @@ class Client:
                         # as the retry it is, without spending one of its attempts
                         resent = True
                         continue
-                    absent = None if self._answered_once else _no_server(exc)
+                    # (a server vane started is there: it was waited for, just above)
+                    known = self._answered_once or self._node is not None
+                    absent = None if known else _no_server(exc)
                     if absent is not None:
                         self._absent = (
                             f"cannot reach {self.base_url}: {absent}. Start the server, "
