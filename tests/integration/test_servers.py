@@ -257,3 +257,33 @@ def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
     assert summary["usage"]["retries"] >= 1 and summary["usage"].get("failures", 0) == 0
     for group in [*summary["groups"].values(), summary["killed"]]:
         wait_gone(group)
+
+
+RAY_DRIVER = """
+import json, sys, time, ray, vane.ai
+ray.init(address=sys.argv[1])
+command = [sys.executable, "-m", "vane.testing.server", "--host", "{host}", "--port", "{port}"]
+server = vane.ai.serve(command, health="/health", startup_timeout=120, runner="ray").start()
+print(json.dumps(server.pids), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.ray
+def test_on_ray_no_server_outlives_a_driver_killed_with_9(ray_cluster, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(textwrap.dedent(RAY_DRIVER))
+    address = ray_cluster.get_runtime_context().gcs_address
+    driver = subprocess.Popen(
+        [sys.executable, str(script), address], stdout=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+        groups = json.loads(driver.stdout.readline())
+        assert groups and all(alive(g) for g in groups.values())  # one per node: this one
+        driver.kill()
+        driver.wait(GONE_WITHIN_S)
+        for group in groups.values():
+            wait_gone(group)  # Ray ended the driver's actors; each took its server along
+    finally:
+        driver.kill()
+        driver.wait()
