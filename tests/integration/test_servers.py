@@ -263,7 +263,10 @@ RAY_DRIVER = """
 import json, sys, time, ray, vane.ai
 ray.init(address=sys.argv[1])
 command = [sys.executable, "-m", "vane.testing.server", "--host", "{host}", "--port", "{port}"]
-server = vane.ai.serve(command, health="/health", startup_timeout=120, runner="ray").start()
+node = ray.get_runtime_context().get_node_id()
+server = vane.ai.serve(command, health="/health", startup_timeout=120, runner="ray",
+                       nodes=[node]).start()
+assert list(server.urls) == [node]
 print(json.dumps(server.pids), flush=True)
 time.sleep(600)
 """

@@ -88,6 +88,7 @@ def test_serve_with_vllm_builds_the_command_and_holds_its_gpus():
         ({"command": ["a"], "max_restarts": -1}, "max_restarts must be an integer >= 0"),
         ({"provider": "vllm", "model": "m", "gpus_per_actor": 1.5}, "gpus_per_actor"),
         ({"function": 3}, "takes a callable"),
+        ({"command": ["a"], "nodes": ["n1"], "runner": "local"}, "chooses Ray nodes"),
     ],
 )
 def test_bad_arguments_say_what_to_pass(kwargs, says):

@@ -6,8 +6,8 @@ the actor as the server's ``CUDA_VISIBLE_DEVICES``. The actors are the driver's 
 detached): when the driver ends, Ray ends them, and each one's server ends with the thread that
 started it (the parent-death signal, ``_server_process.py``).
 
-Which nodes: every live node with the GPUs asked for (``gpus_per_actor``), or with a CPU when
-the server asks for no GPU.
+Which nodes: the ``nodes`` chosen, else every live node with the GPUs asked for
+(``gpus_per_actor``), or with a CPU when the server asks for no GPU.
 """
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ class NodeServerActor:
 class RayServers:
     """The driver's side: start an actor per node, collect their addresses, stop them."""
 
-    def __init__(self, spec: ServerSpec, name: str) -> None:
+    def __init__(self, spec: ServerSpec, name: str, nodes: tuple[str, ...] | None = None) -> None:
         self.spec = spec
         self.name = name
+        self.nodes = nodes
         self.actors: dict[str, Any] = {}
 
     def _nodes(self) -> list[str]:
@@ -66,14 +67,22 @@ class RayServers:
 
         if not ray.is_initialized():  # vane.configure(runner="ray") connects; else here
             ray.init()
+        alive = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        if self.nodes is not None:
+            unknown = sorted(set(self.nodes) - {n["NodeID"] for n in alive})
+            if unknown:
+                raise ConfigurationError(
+                    f"serve(nodes=...): no live Ray node has the id {unknown[0]!r}; the live "
+                    f"nodes are {', '.join(sorted(n['NodeID'] for n in alive))}"
+                )
+            alive = [n for n in alive if n["NodeID"] in self.nodes]
         chosen = [
             node["NodeID"]
-            for node in ray.nodes()  # type: ignore[no-untyped-call]
-            if node.get("Alive")
-            and (
+            for node in alive
+            if (
                 node["Resources"].get("GPU", 0) >= self.spec.gpus
                 if self.spec.gpus
-                else node["Resources"].get("CPU", 0) > 0
+                else self.nodes is not None or node["Resources"].get("CPU", 0) > 0
             )
         ]
         if not chosen:

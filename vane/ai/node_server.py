@@ -101,6 +101,12 @@ class ServerRoute:
     def base_url(self) -> str:
         return self.nodes[0].address + self.api_path
 
+    def url(self) -> str:
+        """The base URL of the server on this process's node: what a UDF of your own that
+        talks to the server asks for in its ``__init__`` (the route travels with it, the
+        handle does not)."""
+        return self.here().address + self.api_path
+
     def here(self) -> NodeEntry:
         """This process's node's server; on a node without one (a Ray node with no GPUs, say)
         one of the others, the same one for every actor of that node."""

@@ -88,10 +88,13 @@ class Server:
     ``base_url`` is this machine's server (the first node's on Ray), ``urls`` each node's,
     ``route`` what a provider takes (``server=`` accepts the handle itself)."""
 
-    def __init__(self, spec: ServerSpec, *, runner: str, name: str) -> None:
+    def __init__(
+        self, spec: ServerSpec, *, runner: str, name: str, nodes: Sequence[str] | None = None
+    ) -> None:
         self.spec = spec
         self.runner = runner
         self.name = name
+        self.chosen_nodes = None if nodes is None else tuple(nodes)
         self._local: NodeServer | None = None
         self._ray: Any = None  # _ray_servers.RayServers
         self._route: ServerRoute | None = None
@@ -107,7 +110,7 @@ class Server:
         if self.runner == "ray":
             from vane.ai._ray_servers import RayServers
 
-            self._ray = RayServers(self.spec, self.name)
+            self._ray = RayServers(self.spec, self.name, self.chosen_nodes)
             entries, self._nodes = self._ray.start()
         else:
             gpu_ids = _local_gpus(self.spec.gpus)
@@ -262,6 +265,7 @@ def serve(
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     env: Mapping[str, str] | None = None,
     runner: str | None = None,
+    nodes: Sequence[str] | None = None,
     name: str | None = None,
     **engine: Any,
 ) -> Server:
@@ -279,7 +283,7 @@ def serve(
     ready (``/v1/models`` unless said; ``/health`` for vLLM); ``startup_timeout`` seconds to
     wait for it; ``max_restarts`` how often a server that dies is started again before the
     job fails. ``runner`` is ``vane.configure``'s unless given: ``"ray"`` starts one server
-    on every node with the GPUs asked for.
+    on every node with the GPUs asked for, or on the ``nodes`` given (Ray node ids).
 
     >>> import sys, vane
     >>> command = [sys.executable, "-m", "vane.testing.server", "--port", "{port}"]
@@ -350,7 +354,11 @@ def serve(
         function=pickled,
         shown=shown,
     )
-    return Server(spec, runner=runner, name=name or _default_name(argv, shown))
+    if nodes is not None and runner != "ray":
+        raise ConfigurationError(
+            "serve(nodes=...) chooses Ray nodes; the local runner has one server, on this machine"
+        )
+    return Server(spec, runner=runner, name=name or _default_name(argv, shown), nodes=nodes)
 
 
 def _default_name(argv: Sequence[str], shown: str) -> str:

@@ -276,21 +276,27 @@ class Client:
                         # as the retry it is, without spending one of its attempts
                         resent = True
                         continue
-                    # (a server vane started is there: it was waited for, just above)
-                    known = self._answered_once or self._node is not None
-                    absent = None if known else _no_server(exc)
-                    if absent is not None:
-                        self._absent = (
-                            f"cannot reach {self.base_url}: {absent}. Start the server, "
-                            "or pass the base_url= it listens at"
-                        )
-                        raise ProviderError(self._absent) from None
+                    self._check_present(exc)
                     last = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 if attempt < self.settings.max_retries:
                     await asyncio.sleep(backoff_seconds(attempt, headers))
                 attempt += 1
         attempts = counted(self.settings.max_retries + 1, "time")
         raise ProviderError(f"{url} failed {attempts}; last: {last}")
+
+    def _check_present(self, exc: BaseException) -> None:
+        """``ProviderError`` at once when ``exc`` says no server is there at all (nothing has
+        answered yet, and the address refuses or does not resolve): retrying would only delay
+        saying so. A server vane started is there: it was waited for."""
+        if self._answered_once or self._node is not None:
+            return
+        absent = _no_server(exc)
+        if absent is not None:
+            self._absent = (
+                f"cannot reach {self.base_url}: {absent}. Start the server, "
+                "or pass the base_url= it listens at"
+            )
+            raise ProviderError(self._absent) from None
 
     async def _server_back(self) -> int:
         """Once this node's server answers its health check again, how many times it has
