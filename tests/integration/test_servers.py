@@ -290,3 +290,18 @@ def test_on_ray_no_server_outlives_a_driver_killed_with_9(ray_cluster, tmp_path)
     finally:
         driver.kill()
         driver.wait()
+
+
+@pytest.mark.ray
+def test_on_ray_a_server_that_never_answers_is_a_clear_error_and_leaves_nothing(ray_cluster):
+    sleeper = [
+        sys.executable,
+        "-c",
+        "import os,time; print('loading', os.getpid(), flush=True); time.sleep(600)",
+    ]
+    with pytest.raises(ServerError) as info:
+        vane.ai.serve(sleeper, startup_timeout=2, runner="ray").start()
+    message = str(info.value)
+    node = ray_cluster.get_runtime_context().get_node_id()
+    assert f"on node {node}" in message and "startup_timeout=2 s" in message
+    wait_gone(int(re.search(r"loading (\d+)", message).group(1)))

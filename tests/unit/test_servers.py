@@ -125,3 +125,12 @@ def _route() -> ServerRoute:
 
     node = NodeEntry("local", "http://127.0.0.1:9", "/nonexistent")
     return ServerRoute("tests-server", (node,), "/v1", "/health", "served-model", 1.0)
+
+
+def test_the_handle_stays_in_the_driver_and_says_what_travels():
+    import pickle
+
+    server = vane.ai.serve([sys.executable, "-m", "vane.testing.server", "--port", "{port}"])
+    with pytest.raises(ConfigurationError, match=r"server\.route"):
+        pickle.dumps(server)
+    assert pickle.loads(pickle.dumps(_route())) == _route()  # the route travels

@@ -106,9 +106,9 @@ class RayServers:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             ).remote(self.spec, self.name, node)
         started = ray.get([actor.start.remote() for actor in self.actors.values()])
+        # (a failure raised here, Ctrl-C included, is stopped by Server.start)
         failures = [s for s in started if isinstance(s, str)]
         if failures:
-            self.stop()
             raise ServerError("\n".join(failures))
         entries = tuple(s[0] for s in started if not isinstance(s, str))
         infos = tuple(s[1] for s in started if not isinstance(s, str))
@@ -119,11 +119,13 @@ class RayServers:
         import ray
 
         failures: list[str | None] = []
-        if self.actors:
-            refs = [actor.stop.remote() for actor in self.actors.values()]
-            failures = ray.get(refs)
-            for actor in self.actors.values():
-                ray.kill(actor)
+        refs = [actor.stop.remote() for actor in self.actors.values()]  # all at once
+        for ref, actor in zip(refs, self.actors.values(), strict=True):
+            try:
+                failures.append(ray.get(ref))
+            except Exception:  # an actor that never started (or died) has no server to stop
+                failures.append(None)
+            ray.kill(actor)
         self.actors = {}
         return next((f for f in failures if f), None)
 

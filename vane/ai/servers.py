@@ -107,24 +107,25 @@ class Server:
         if self._route is not None:
             return self
         wait = self.spec.startup_timeout * (self.spec.max_restarts + 1) + 30
-        if self.runner == "ray":
-            from vane.ai._ray_servers import RayServers
+        _RUNNING.add(self)
+        try:
+            if self.runner == "ray":
+                from vane.ai._ray_servers import RayServers
 
-            self._ray = RayServers(self.spec, self.name, self.chosen_nodes)
-            entries, self._nodes = self._ray.start()
-        else:
-            gpu_ids = _local_gpus(self.spec.gpus)
-            node = NodeServer(self.spec, gpu_ids=gpu_ids, name=self.name)
-            _RUNNING.add(self)
-            try:
+                self._ray = RayServers(self.spec, self.name, self.chosen_nodes)
+                entries, self._nodes = self._ray.start()
+            else:
+                gpu_ids = _local_gpus(self.spec.gpus)
+                node = NodeServer(self.spec, gpu_ids=gpu_ids, name=self.name)
                 node.start()
-            except BaseException:
-                _RUNNING.discard(self)
-                raise
-            self._local = node
-            entries = (node.entry,)
-            shown = tuple(gpu_ids) if gpu_ids is not None else None
-            self._nodes = (NodeInfo(node.node, node.host, node.port, shown, node.shown_command),)
+                self._local = node
+                entries = (node.entry,)
+                gpus = tuple(gpu_ids) if gpu_ids is not None else None
+                info = NodeInfo(node.node, node.host, node.port, gpus, node.shown_command)
+                self._nodes = (info,)
+        except BaseException:  # a failed start (or Ctrl-C meanwhile) leaves nothing running
+            self.stop()
+            raise
         self._route = ServerRoute(
             self.name, entries, self.spec.api_path, self.spec.health, self.spec.model, wait
         )
@@ -142,6 +143,14 @@ class Server:
             self._ray = None
         _RUNNING.discard(self)
         self._route = None
+        self._nodes = ()
+
+    def __reduce__(self) -> Any:
+        raise ConfigurationError(
+            f"the handle of server {self.name} stays in the driver; give a UDF of your own "
+            "server.route (it travels to every actor: route.url() is its node's server), and "
+            "the AI functions server=server"
+        )
 
     def __enter__(self) -> Server:
         return self.start()
