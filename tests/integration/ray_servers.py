@@ -41,7 +41,7 @@ def main() -> None:
             "--port",
             "{port}",
             "--latency",
-            "0.02",
+            "0.1",
         ]
         with vane.ai.serve(
             command, health="/health", gpus_per_actor=1, startup_timeout=120
@@ -53,13 +53,18 @@ def main() -> None:
             counted = {node: _stats(url) for node, url in server.urls.items()}
             # A server killed in the middle of a job: restarted on its node, the requests it
             # took down sent again there, every row answered once.
-            killed = next(iter(server.pids.values()))
+            node = next(iter(server.urls))
+            killed, victim = server.pids[node], server.urls[node]
             stop = threading.Event()
 
-            def kill_when_busy() -> None:
-                while not stop.wait(0.05):
-                    if sum(_stats(url)["requests"] for url in server.urls.values()) >= 150:
+            fired: list[int] = []
+
+            def kill_when_busy() -> None:  # while requests are in flight to it
+                while not stop.wait(0.02):
+                    busy = _stats(victim)["in_flight"]
+                    if busy > 0:
                         os.killpg(killed, signal.SIGKILL)
+                        fired.append(busy)
                         return
 
             killer = threading.Thread(target=kill_when_busy)
@@ -74,6 +79,7 @@ def main() -> None:
                 "nodes": [info.describe() for info in server.nodes],
                 "restarts": server.restarts,
                 "killed": killed,
+                "in_flight_when_killed": fired,
                 "usage": next(iter(second.usage.values())),
             }
         print(json.dumps(summary), flush=True)

@@ -241,6 +241,7 @@ class OpenAIServer:
                 "by_text": dict(self.by_text),
                 "by_client": dict(self.by_client),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
             }
         return web.json_response(body)
