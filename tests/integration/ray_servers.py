@@ -48,7 +48,8 @@ def main() -> None:
         ) as server:
             rel = vane.range(ROWS).with_column("q", "'question ' || id")
             # Three actors on two nodes of two CPUs: both nodes hold one at least; two requests
-            # in flight per actor make the job outlast the actors' starts, so each gets work.
+            # in flight per actor make the job outlast the actors' starts, so that each is
+            # likely to get work.
             rel = rel.prompt(
                 "q",
                 server=server,

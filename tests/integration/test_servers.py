@@ -245,7 +245,8 @@ def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
         assert counted["cuda_visible_devices"] == "0"  # the node's one GPU, Ray's to give
         total += counted["requests"]
     assert total == ROWS
-    assert all(c["requests"] > 0 for c in summary["stats"].values())  # both nodes worked
+    # (Both nodes hold actors, and so far both have always got work; that is Ray Data's to
+    # decide, though: an actor that starts late on a busy machine may find none left.)
     rows = vane.read_parquet(str(out)).to_arrow().to_pylist()
     assert sorted((r["id"], r["response"]) for r in rows) == [
         (i, test_server.answer_for(f"question {i}")) for i in range(ROWS)
