@@ -18,7 +18,9 @@ that is not a count is taken as not reported. What fails is never cached.
 Options: ``base_url`` (else ``OPENAI_BASE_URL``, else OpenAI's), ``api_key`` (else
 ``OPENAI_API_KEY``), ``max_concurrent_requests`` (64, per actor), ``requests_per_minute``,
 ``tokens_per_minute``, ``max_retries``, ``timeout`` (seconds per request, 600), ``cache`` (a
-directory; see ``cache.py``); anything else (``temperature``, ``max_tokens``, ``top_p``,
+directory; see ``cache.py``), ``server`` (a ``vane.ai.serve`` handle instead of ``base_url``:
+each actor asks its own node's server, and a request lost with a server that died waits for
+its restart and is sent again, a retry that spends none of ``max_retries``); anything else (``temperature``, ``max_tokens``, ``top_p``,
 ``seed``, ``stop``, ...) is sent with each request.
 """
 
