@@ -311,3 +311,27 @@ def test_on_ray_a_server_that_never_answers_is_a_clear_error_and_leaves_nothing(
     node = ray_cluster.get_runtime_context().get_node_id()
     assert f"on node {node}" in message and "startup_timeout=2 s" in message
     wait_gone(int(re.search(r"loading (\d+)", message).group(1)))
+
+
+def test_a_server_that_hangs_is_ended_restarted_and_its_requests_sent_again(tmp_path):
+    rows = 40
+    server = vane.ai.serve(
+        command("--latency", "0", "--hang-after", "25"),
+        health="/health",
+        startup_timeout=60,
+        unhealthy_timeout=1,
+    )
+    with server:
+        # two requests in flight: what the hung server took down, the next one can answer
+        out = questions(rows).prompt(
+            "q", server=server, model="m", batch_size=10, max_concurrent_requests=2
+        )
+        result = out.write_parquet(tmp_path / "out")
+        restarts = server.restarts
+    got = vane.read_parquet(str(tmp_path / "out")).to_arrow().to_pylist()
+    assert sorted((r["id"], r["response"]) for r in got) == [
+        (i, test_server.answer_for(f"question {i}")) for i in range(rows)
+    ]
+    assert restarts == 1  # the hung one, ended; the next answered the rest
+    ((_, usage),) = result.usage.items()
+    assert usage["retries"] >= 1 and usage.get("failures", 0) == 0

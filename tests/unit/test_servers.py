@@ -85,6 +85,7 @@ def test_serve_with_vllm_builds_the_command_and_holds_its_gpus():
         ({"provider": "sglang", "model": "m"}, "'vllm'"),
         ({"provider": "vllm"}, "needs model="),
         ({"command": ["a"], "startup_timeout": 0}, "startup_timeout must be > 0"),
+        ({"command": ["a"], "unhealthy_timeout": "60"}, "unhealthy_timeout must be > 0"),
         ({"command": ["a"], "max_restarts": -1}, "max_restarts must be an integer >= 0"),
         ({"provider": "vllm", "model": "m", "gpus_per_actor": 1.5}, "gpus_per_actor"),
         ({"function": 3}, "takes a callable"),

@@ -44,6 +44,7 @@ DEFAULT_MAX_RESTARTS = 3
 STOP_GRACE_SECONDS = 10.0
 LOG_TAIL_LINES = 30
 _POLL_SECONDS = 0.1
+HEALTH_INTERVAL_SECONDS = 5.0  # how often a running server's health is checked
 
 
 # ---- what to run ---------------------------------------------------------------------------
@@ -57,6 +58,9 @@ class ServerSpec:
     health: str = "/v1/models"
     api_path: str = "/v1"
     startup_timeout: float = 600.0
+    # a running server that fails its health check this long is ended and restarted (a vLLM
+    # whose engine died answers /health with an error while its API process lives on)
+    unhealthy_timeout: float = 60.0
     max_restarts: int = DEFAULT_MAX_RESTARTS
     gpus: int = 0
     env: tuple[tuple[str, str], ...] = ()
@@ -353,11 +357,27 @@ class NodeServer:
         return "stopping"
 
     def _until_exit(self) -> str | None:
+        """Why the running server is to be restarted (it exited, or has failed its health
+        check for ``unhealthy_timeout``); None once it is stopping."""
         assert self._process is not None
+        url = self.address + self.spec.health
+        answered = checked = time.monotonic()
+        interval = min(HEALTH_INTERVAL_SECONDS, self.spec.unhealthy_timeout / 4)
         while not self._stopping.wait(_POLL_SECONDS):
             code = self._process.poll()
             if code is not None:
                 return f"the server exited with {_exit_status(code)}"
+            now = time.monotonic()
+            if now - checked < interval:
+                continue
+            checked = now
+            if healthy(url, timeout=interval):
+                answered = time.monotonic()
+            elif time.monotonic() - answered > self.spec.unhealthy_timeout:
+                return (
+                    f"the server stopped answering its health check {url} (for more than "
+                    f"unhealthy_timeout={self.spec.unhealthy_timeout:g} s)"
+                )
         return None
 
     def _end_process(self) -> None:

@@ -271,6 +271,7 @@ def serve(
     health: str | None = None,
     api_path: str = "/v1",
     startup_timeout: float = 600.0,
+    unhealthy_timeout: float = 60.0,
     max_restarts: int = DEFAULT_MAX_RESTARTS,
     env: Mapping[str, str] | None = None,
     runner: str | None = None,
@@ -290,8 +291,9 @@ def serve(
     (``max_model_len=6600``). ``gpus_per_actor`` is the GPUs each server holds (its
     ``CUDA_VISIBLE_DEVICES``). ``health`` is the path that answers 200 once the server is
     ready (``/v1/models`` unless said; ``/health`` for vLLM); ``startup_timeout`` seconds to
-    wait for it; ``max_restarts`` how often a server that dies is started again before the
-    job fails. ``runner`` is ``vane.configure``'s unless given: ``"ray"`` starts one server
+    wait for it; a running server that fails it for ``unhealthy_timeout`` seconds is ended;
+    ``max_restarts`` is how often a server that dies (or was ended) is started again before
+    the job fails. ``runner`` is ``vane.configure``'s unless given: ``"ray"`` starts one server
     on every node with the GPUs asked for, or on the ``nodes`` given (Ray node ids).
 
     >>> import sys, vane
@@ -309,8 +311,12 @@ def serve(
         raise ConfigurationError(
             f"serve(): unknown options {sorted(engine)}; engine options go with provider='vllm'"
         )
-    if isinstance(startup_timeout, bool) or not startup_timeout > 0:
-        raise ConfigurationError(f"serve(): startup_timeout must be > 0 s, got {startup_timeout!r}")
+    for setting, value in (
+        ("startup_timeout", startup_timeout),
+        ("unhealthy_timeout", unhealthy_timeout),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigurationError(f"serve(): {setting} must be > 0 s, got {value!r}")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ConfigurationError(
             f"serve(): max_restarts must be an integer >= 0, got {max_restarts!r}"
@@ -356,6 +362,7 @@ def serve(
         health=health or "/v1/models",
         api_path=api_path,
         startup_timeout=float(startup_timeout),
+        unhealthy_timeout=float(unhealthy_timeout),
         max_restarts=max_restarts,
         gpus=gpus,
         env=tuple((str(k), str(v)) for k, v in (env or {}).items()),

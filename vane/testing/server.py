@@ -18,7 +18,8 @@ In a test::
     server.stop()
 
 or as a command: ``python -m vane.testing.server --port 8000 --latency 0.05`` (what
-``vane.ai.serve`` tests start; ``--exit-after n`` makes it die after n requests), or as a
+``vane.ai.serve`` tests start; ``--exit-after n`` makes it die after n requests, and
+``--hang-after n`` hang, alive and silent), or as a
 server function: ``vane.ai.serve(function=vane.testing.server.run)``. Besides the API it
 answers ``GET /health`` and ``GET /v1/models`` (200 once serving) and ``GET /stats`` (its
 request counts, by prompt, text and client (User-Agent), its process id and
@@ -63,6 +64,7 @@ class Behaviour:
     # prompt (or, for /embeddings, any text of the request) -> the reply to send instead
     scripted: dict[str, Scripted] = field(default_factory=dict)
     exit_after: int = 0  # the process exits (code 3) on request n+1, unanswered (0: never)
+    hang_after: int = 0  # the server stops answering anything, health included, on request n+1
 
 
 @dataclass
@@ -161,6 +163,8 @@ class OpenAIServer:
             self.by_client[request.headers.get("User-Agent", "")] += 1
             if self.behaviour.exit_after and self.requests >= self.behaviour.exit_after:
                 os._exit(3)  # a server that dies with requests in flight
+            if self.behaviour.hang_after and self.requests >= self.behaviour.hang_after:
+                time.sleep(10**6)  # the event loop stops: alive, answering nothing
             self.requests += 1
             self.arrivals.append(time.monotonic())
             if prompt is not None:
@@ -312,10 +316,17 @@ def _fill(schema: dict[str, Any], prompt: str) -> Any:
     return prompt
 
 
-def run(port: int, *, latency: float = 0.0, host: str = "127.0.0.1", exit_after: int = 0) -> None:
+def run(
+    port: int,
+    *,
+    latency: float = 0.0,
+    host: str = "127.0.0.1",
+    exit_after: int = 0,
+    hang_after: int = 0,
+) -> None:
     """Serve on ``port`` until the process is ended: the server as a command does, and as a
     server function (``vane.ai.serve(function=run)``) in a process of its own."""
-    behaviour = Behaviour(latency=latency, exit_after=exit_after)
+    behaviour = Behaviour(latency=latency, exit_after=exit_after, hang_after=hang_after)
     server = OpenAIServer(behaviour, port=port, host=host).start()
     print(f"serving {server.base_url} (pid {os.getpid()})", flush=True)
     try:
@@ -330,8 +341,15 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--exit-after", type=int, default=0, help="die on request n+1")
+    parser.add_argument("--hang-after", type=int, default=0, help="hang on request n+1")
     args = parser.parse_args()
-    run(args.port, latency=args.latency, host=args.host, exit_after=args.exit_after)
+    run(
+        args.port,
+        latency=args.latency,
+        host=args.host,
+        exit_after=args.exit_after,
+        hang_after=args.hang_after,
+    )
 
 
 if __name__ == "__main__":

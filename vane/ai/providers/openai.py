@@ -20,8 +20,9 @@ Options: ``base_url`` (else ``OPENAI_BASE_URL``, else OpenAI's), ``api_key`` (el
 ``tokens_per_minute``, ``max_retries``, ``timeout`` (seconds per request, 600), ``cache`` (a
 directory; see ``cache.py``), ``server`` (a ``vane.ai.serve`` handle instead of ``base_url``:
 each actor asks its own node's server, and a request lost with a server that died waits for
-its restart and is sent again, a retry that spends none of ``max_retries``); anything else (``temperature``, ``max_tokens``, ``top_p``,
-``seed``, ``stop``, ...) is sent with each request.
+its restart and is sent again, a retry that spends none of ``max_retries``); anything else
+(``temperature``, ``max_tokens``, ``top_p``, ``seed``, ``stop``, ...) is sent with each
+request.
 """
 
 from __future__ import annotations
