@@ -221,6 +221,7 @@ def test_no_server_outlives_its_driver(tmp_path, how):
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # a two-node cluster of its own: 40-120 s on a busy 2-core machine
 @pytest.mark.timeout(400)
 def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
     pytest.importorskip("ray")
