@@ -23,8 +23,10 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
     │   ├── ResourceWaitError                   an action on Ray waited longer than
     │   │                                       resource_wait_timeout_s for resources
-    │   └── ProviderError                       a model provider (an HTTP server, a local model)
-    │                                           failed a request, after its retries
+    │   ├── ProviderError                       a model provider (an HTTP server, a local model)
+    │   │                                       failed a request, after its retries
+    │   └── ServerError                         a server vane started (``vane.ai.serve``) did
+    │                                           not become healthy, or kept dying
     └── MissingDependencyError    (ImportError) an optional package that is not installed
 """
 
@@ -42,6 +44,7 @@ __all__ = [
     "ResumeError",
     "SchemaError",
     "SchemaMismatchError",
+    "ServerError",
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
@@ -119,3 +122,9 @@ class ResourceWaitError(ExecutionError):
 class ProviderError(ExecutionError):
     """A model provider failed a request after its retries (an HTTP error, a timeout, an answer
     that is not what was asked for); the message names the server and what it said."""
+
+
+class ServerError(ExecutionError):
+    """A server that ``vane.ai.serve`` started did not answer its health check in time, exited
+    before it did, or kept dying after restarts; the message ends with the tail of its log. It
+    fails the action whatever ``on_error`` says: no row is to blame."""

@@ -8,6 +8,7 @@ iteration) hands the plan to the runner.
 from __future__ import annotations
 
 import difflib
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -101,6 +102,15 @@ def _no_error_columns(exprs: Sequence[Expr], where: str) -> None:
         )
 
 
+def _with_servers(text: str) -> str:
+    """The plan's text, then the servers (``vane.ai.serve``) its steps send requests to: the
+    steps name theirs (``via <server>``), and each server's nodes, GPUs, ports and command
+    follow. No server can run before ``vane.ai.servers`` is imported: then there is nothing to
+    add, and nothing is imported for it."""
+    servers = sys.modules.get("vane.ai.servers")
+    return text if servers is None else text + servers.describe_used(text)
+
+
 class Relation:
     """A lazy table: a logical plan that runs only when an action asks for its rows.
 
@@ -145,7 +155,7 @@ class Relation:
         if analyze:
             return self._analyzed()
         plan = optimize(self._plan) if optimized else self._plan
-        return explain_plan(plan, current_runner().placement(plan))
+        return _with_servers(explain_plan(plan, current_runner().placement(plan)))
 
     def _analyzed(self) -> str:
         from vane.observe.events import StageFinished, subscribe
@@ -170,7 +180,7 @@ class Relation:
             for node in walk(plan)
             if isinstance(node, UdfStep) and node.step_id in summaries
         }
-        text = explain_plan(plan, current_runner().placement(plan), notes)
+        text = _with_servers(explain_plan(plan, current_runner().placement(plan), notes))
         return f"{text}\n-- ran in {seconds:.2f} s, {rows:,} row{'s' * (rows != 1)}"
 
     def __repr__(self) -> str:
@@ -512,11 +522,13 @@ class Relation:
         column: str | Expr,
         *,
         output_column: str = "embedding",
-        provider: str = "sentence_transformers",
+        provider: str | None = None,
         model: str | None = None,
         **options: Any,
     ) -> Relation:
-        """Add an embedding of each row's text as ``output_column``."""
+        """Add an embedding of each row's text as ``output_column`` (``sentence_transformers``
+        unless ``provider`` says, or ``server=`` names a server that ``vane.ai.serve``
+        started)."""
         from vane.ai import embed_text
 
         call = embed_text(column, provider=provider, model=model, **options)
@@ -543,7 +555,7 @@ class Relation:
         labels: Sequence[str],
         *,
         output_column: str = "label",
-        provider: str = "sentence_transformers",
+        provider: str | None = None,
         model: str | None = None,
         **options: Any,
     ) -> Relation:
