@@ -19,9 +19,9 @@ _MAX_MESSAGE = 600
 # SET, so the advice cannot be followed: vane says what can be done instead.
 _EXTENSION_ADVICE = re.compile(r"\s*Please try installing and loading the (\w+) extension.*", re.S)
 _REMOTE_FILES = (
-    ". vane reads local files only (its DuckDB loads no extension, httpfs included): copy "
-    "the files to a local directory first (for example with `aws s3 sync` or `gcloud storage "
-    "rsync`), then read that directory"
+    ". vane's DuckDB loads no extension, httpfs included: read remote files with vane's "
+    "readers, which go through its storage layer (rel = vane.read_parquet('s3://bucket/x/'), "
+    "then vane.sql('SELECT ... FROM rel', rel=rel))"
 )
 
 

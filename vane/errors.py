@@ -16,6 +16,10 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── SourceError               (OSError)     input that cannot be read
     │   └── SourceNotFoundError   (FileNotFoundError)  a path or glob that matches no file
     ├── SinkError                 (OSError)     output that cannot be written or committed
+    ├── StorageError              (OSError)     an object store or remote filesystem refused or
+    │   │                                       failed a request, after its retries
+    │   ├── StorageNotFoundError  (FileNotFoundError)  a bucket or object that does not exist
+    │   └── StorageAccessError    (PermissionError)    credentials missing, wrong, or not allowed
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
@@ -42,6 +46,9 @@ __all__ = [
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
+    "StorageAccessError",
+    "StorageError",
+    "StorageNotFoundError",
     "UDFError",
     "VaneError",
 ]
@@ -82,6 +89,19 @@ class SourceNotFoundError(SourceError, FileNotFoundError):
 
 class SinkError(VaneError, OSError):
     """Output cannot be written or committed; the destination is left as it was."""
+
+
+class StorageError(VaneError, OSError):
+    """An object store (S3, GCS, Azure) or a remote filesystem refused or failed a request
+    after vane's retries; the message names the URL and what to check, never a credential."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """A bucket, container or object that does not exist."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """The store refused the credentials vane found (missing, wrong, expired or not allowed)."""
 
 
 class ExecutionError(VaneError, RuntimeError):
