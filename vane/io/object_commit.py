@@ -218,10 +218,14 @@ class ObjectStaging:
         if state is not None:
             return bool(state[1])
         mine = set(own)
+        writing = [  # parts of writes in progress (this one's included) are not data yet
+            i.base_name.removesuffix(".json")
+            for i in _list(self.fs, f"{self.root}/{WRITES}", recursive=False)
+        ]
         return any(
             not _hidden_path(i.path, self.root) and i.path not in mine
             for i in _list(self.fs, self.root)
-            if self.token not in i.base_name
+            if not any(token in i.base_name for token in [self.token, *writing])
         )
 
     def commit(self, files: list[str], rows: int) -> str:

@@ -216,10 +216,7 @@ class FileSink:
         from vane.io import storage
         from vane.io.object_commit import ObjectStaging
 
-        protocol = storage.protocol_of(self.path)
-        assert protocol is not None
-        store = storage.Store("s3" if protocol == "s3a" else protocol, self.storage_options or ())
-        location = storage.Location(store, self.path[len(protocol) + 3 :])
+        location = storage.locate_with(self.path, self.storage_options or ())
         staging = ObjectStaging(location, self.mode, single_file=self.single_file)
         name = location.path.rstrip("/").rsplit("/", 1)[-1]
         writer = PartWriter(
@@ -229,7 +226,7 @@ class FileSink:
             single_name=name if self.single_file else None,
             partition_by=self.partition_by,
             rows_per_file=self.rows_per_file,
-            store=store,
+            store=location.store,
         )
         return FileWrite(self, staging, writer)
 
