@@ -227,6 +227,7 @@ _INFO_SECONDS = 30.0
 def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
     """``fs`` as the fsspec filesystem DuckDB calls, answering to ``alias://``, with each
     object's size and time looked up once per ``_INFO_SECONDS``."""
+    import datetime
     import time
 
     from fsspec.implementations.arrow import ArrowFile, ArrowFSWrapper
@@ -250,6 +251,12 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
     def info(self: Any, path: str, **kwargs: Any) -> Any:
         return self._make_entry(file_info(self, path))
 
+    def modified(self: Any, path: str) -> Any:
+        # DuckDB asks every file's time; a store that keeps none (fsspec's memory) says 1970.
+        found = file_info(self, path).mtime
+        epoch = datetime.datetime.fromtimestamp(0, datetime.timezone.utc)
+        return found if found is not None else epoch
+
     def open_file(
         self: Any, path: str, mode: str = "rb", block_size: Any = None, **kwargs: Any
     ) -> Any:
@@ -267,6 +274,7 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
             "root_marker": "",
             "_strip_protocol": classmethod(strip),
             "info": info,
+            "modified": modified,
             "_open": open_file,
         },
     )
