@@ -314,19 +314,38 @@ def stamps(files: Sequence[str], storage: Storage = None) -> dict[str, Stamp]:
     return found
 
 
+# From this many objects on, their stamps come from one listing of the prefix they share
+# rather than a HEAD request each (16 files: 1 request instead of 16).
+_LIST_FROM = 4
+
+
 def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) -> dict[str, Stamp]:
-    from pyarrow.fs import FileType
+    import posixpath
+
+    from pyarrow.fs import FileSelector, FileType
 
     from vane.io.storage import locate_with, storage_errors
 
     places = [locate_with(url, storage) for url in urls]
     store = places[0].store
+    fs = store.filesystem()
+    paths = [p.path for p in places]
+    found: dict[str, Any] = {}
     with storage_errors(urls[0], "cannot look at", store):
-        infos = store.filesystem().get_file_info([p.path for p in places])
+        if len(paths) >= _LIST_FROM:
+            shared = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+            if shared.strip("/"):
+                wanted = set(paths)
+                selector = FileSelector(shared, recursive=True, allow_not_found=True)
+                found = {i.path: i for i in fs.get_file_info(selector) if i.path in wanted}
+        rest = [p for p in paths if p not in found]
+        if rest:
+            found.update(zip(rest, fs.get_file_info(rest), strict=True))
+    # To the second: a listing and a HEAD request give an object's time at different precisions.
     return {
-        url: (0, 0, info.size or 0, info.mtime_ns or 0)
-        for url, info in zip(urls, infos, strict=True)
-        if info.type == FileType.File
+        url: (0, 0, info.size or 0, (info.mtime_ns or 0) // 10**9)
+        for url, place in zip(urls, places, strict=True)
+        if (info := found[place.path]).type == FileType.File
     }
 
 
