@@ -25,11 +25,16 @@ _REMOTE_FILES = (
 )
 
 
+# A Python exception raised inside a callback DuckDB made (a remote filesystem's read, say)
+# comes back with its whole traceback in DuckDB's message: only its last line says anything.
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):.*?\n(?=\S)(?!\s*File )", re.S)
+
+
 def duckdb_message(exc: BaseException) -> str:
     """DuckDB's own text on one line (it names the missing column, the bad token...), without
-    its list of candidate overloads or advice that does not apply in vane, and cut to a
-    readable length."""
-    text = str(exc)
+    its list of candidate overloads, advice that does not apply in vane, or the traceback of a
+    Python callback it ran, and cut to a readable length."""
+    text = _TRACEBACK.sub("", str(exc))
     if _NOISE in text:
         text = text[: text.index(_NOISE)].rstrip() + " (candidate functions omitted)"
     advice = _EXTENSION_ADVICE.search(text)

@@ -286,7 +286,8 @@ def test_memory_filesystem_reads_writes_and_commits():
 
 class _Faults:
     """What the proxy does to the next requests: answer 503 SlowDown, reset the connection,
-    or answer 403 InvalidAccessKeyId; then forward as usual."""
+    stall past the client's timeout, or answer 403 InvalidAccessKeyId; then forward as
+    usual."""
 
     def __init__(self) -> None:
         self.plan: list[str] = []
@@ -313,6 +314,10 @@ def proxy(endpoint) -> Iterator[tuple[str, _Faults]]:
         def _any(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             action = faults.next()
+            if action == "stall":  # longer than the client waits: it times out and retries
+                time.sleep(2.5)
+                self.close_connection = True
+                return
             if action == "reset":
                 self.connection.shutdown(2)
                 self.close_connection = True
@@ -368,6 +373,15 @@ def test_throttling_and_resets_are_retried(bucket, proxy):
     assert not faults.plan  # every fault was met, and retried past
 
 
+def test_a_request_that_stalls_past_its_timeout_is_retried(bucket, proxy):
+    url, faults = proxy
+    vane.range(10).write_parquet(f"s3://{bucket}/s/")
+    options = {"endpoint_url": url, "request_timeout": 1}
+    faults.plan = ["stall"]
+    assert vane.read_parquet(f"s3://{bucket}/s/", storage_options=options).count() == 10
+    assert not faults.plan
+
+
 def test_a_refused_credential_is_a_clear_error_without_the_secret(bucket, proxy):
     url, faults = proxy
     vane.range(10).write_parquet(f"s3://{bucket}/f/")
@@ -380,6 +394,20 @@ def test_a_refused_credential_is_a_clear_error_without_the_secret(bucket, proxy)
     assert f"s3://{bucket}/f/" in text and "credentials" in text
     assert "very-secret-value" not in text and "testing-secret-value" not in text
     assert caught.value.__cause__ is None  # no botocore or pyarrow traceback below it
+
+
+def test_a_store_that_fails_during_a_scan_is_a_clear_error(bucket, proxy):
+    url, faults = proxy
+    vane.range(10).write_parquet(f"s3://{bucket}/g/")
+    options = {"endpoint_url": url, "key": "AKIAOTHER", "secret": "another-secret-value"}
+    rel = vane.read_parquet(f"s3://{bucket}/g/", storage_options=options)
+    faults.plan = ["403"] * 40
+    with pytest.raises(vane.errors.VaneError) as caught:
+        rel.count()
+    faults.plan = []
+    text = str(caught.value)
+    assert "Traceback" not in text and "another-secret-value" not in text
+    assert "403" in text or "denied" in text.lower() or "refused" in text
 
 
 def test_missing_bucket_object_and_unreachable_endpoint_are_clear(bucket):

@@ -67,3 +67,17 @@ def test_every_value_round_trips_through_an_object_store(table):
     source = vane.from_arrow(table)
     source.write_parquet(url)
     assert_same_table(source.to_arrow(), vane.read_parquet(url).to_arrow())
+
+
+def test_a_callback_traceback_in_a_duckdb_error_becomes_its_last_line():
+    from vane._sql import duckdb_message
+
+    raised = (
+        "IO Error: cannot open: Traceback (most recent call last):\n"
+        '  File "pyarrow/_fs.pyx", line 58, in open_input_file\n'
+        "    check_status()\n"
+        "OSError: AWS Error ACCESS_DENIED during HeadObject operation"
+    )
+    assert duckdb_message(Exception(raised)) == (
+        "IO Error: cannot open: OSError: AWS Error ACCESS_DENIED during HeadObject operation"
+    )
