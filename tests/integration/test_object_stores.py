@@ -224,7 +224,7 @@ def test_writers_killed_at_random_instants_leave_all_or_nothing(bucket):
     for attempt in range(2):
         start = 10_000 * (attempt + 1)
         process = _writer(url, "append", start, 4000)
-        time.sleep(chance.uniform(0.5, 3.0))  # anywhere from start-up to after the commit
+        time.sleep(chance.uniform(0.3, 2.5))  # anywhere from start-up to after the commit
         process.send_signal(signal.SIGKILL)
         process.wait()
         seen = _ids(vane.read_parquet(url))

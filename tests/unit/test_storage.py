@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import vane
 from tests.integration.test_value_fidelity import assert_same_table
@@ -60,7 +61,7 @@ def test_writes_and_reads_refuse_storage_options_for_local_paths(tmp_path):
         vane.read_parquet([str(tmp_path), "memory://x/"])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=tables())
 def test_every_value_round_trips_through_an_object_store(table):
     url = f"memory://values-{uuid.uuid4().hex[:8]}/out/"
@@ -81,3 +82,31 @@ def test_a_callback_traceback_in_a_duckdb_error_becomes_its_last_line():
     assert duckdb_message(Exception(raised)) == (
         "IO Error: cannot open: OSError: AWS Error ACCESS_DENIED during HeadObject operation"
     )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(0, 3 * 2**16),
+    reads=st.lists(st.tuples(st.integers(0, 3 * 2**16), st.integers(-1, 2**17)), max_size=8),
+)
+def test_a_ranged_file_reads_exactly_the_bytes_asked(size, reads, monkeypatch_block):
+    import pyarrow as pa
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    ranged = storage.RangedFile(pa.BufferReader(data), len(data))
+    for offset, length in reads:
+        ranged.seek(offset)
+        got = ranged.read(length)
+        want = data[offset:] if length < 0 else data[offset : offset + length]
+        assert got == want
+        assert ranged.tell() == min(offset, len(data)) + len(want) or offset > len(data)
+    ranged.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_block():
+    # Small blocks, so that reads span several and some go around the cache.
+    saved = storage.RANGE_BLOCK
+    storage.RANGE_BLOCK = 2**15
+    yield
+    storage.RANGE_BLOCK = saved
