@@ -116,11 +116,13 @@ def test_prefixes_globs_lists_hive_partitions_and_projection(bucket):
     assert "s3://" in vane.read_parquet(f"s3://{bucket}/p/").explain()
 
 
-def test_a_big_write_streams_as_a_multipart_upload(bucket):
-    # ~12 MB of Parquet: pyarrow's S3 stream uploads it in parts as it is written.
+def test_a_big_write_streams_as_a_multipart_upload(bucket, client):
+    # ~14 MB of Parquet: pyarrow's S3 stream uploads it in parts as it is written.
     rel = vane.range(600_000).select("id", "random() AS a", "random() AS b")
     result = rel.write_parquet(f"s3://{bucket}/big/")
     assert result.bytes > 10 * 2**20
+    (key,) = [k for k in _keys(client, bucket, "big/") if k.endswith(".parquet")]
+    assert "-" in client.head_object(Bucket=bucket, Key=key)["ETag"]  # "<md5>-<parts>"
     assert vane.read_parquet(f"s3://{bucket}/big/").filter("id % 1000 = 0").count() == 600
 
 
