@@ -218,6 +218,21 @@ def test_a_writer_killed_at_each_step_leaves_all_or_nothing(
     assert _ids(vane.read_parquet(url)) == sorted([*expected, 5000])
 
 
+def test_a_first_write_killed_before_its_commit_leaves_nothing(bucket, client, tmp_path):
+    url = f"s3://{bucket}/first/"
+    marker = tmp_path / "paused"
+    process = _writer(url, "error", 0, 80, pause=f"remote-staged:{marker}")
+    _wait_for(marker, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert any(k.endswith(".parquet") for k in _keys(client, bucket, "first/"))  # its parts
+    with pytest.raises(SourceNotFoundError):  # ... which no vane reader reads
+        vane.read_parquet(url)
+    vane.range(3).select("id", "0 AS k").write_parquet(url, partition_by="k")  # not "exists"
+    assert _ids(vane.read_parquet(url)) == [0, 1, 2]
+    assert len([k for k in _keys(client, bucket, "first/") if k.endswith(".parquet")]) == 1
+
+
 def test_writers_killed_at_random_instants_leave_all_or_nothing(bucket):
     url = f"s3://{bucket}/r/"
     vane.range(4).select("id", "id % 4 AS k").write_parquet(url, partition_by="k")

@@ -126,22 +126,43 @@ def committed(fs: pafs.FileSystem, root: str) -> tuple[int, list[str]] | None:
 
 
 def roots_above(fs: pafs.FileSystem, path: str) -> list[str]:
-    """The vane write roots (prefixes with a log) that are ``path`` or hold it."""
+    """The vane write roots (prefixes with a log, or a write in progress) that are ``path``
+    or hold it."""
     parts = path.strip("/").split("/")
     found = []
     for depth in range(len(parts), 0, -1):
         candidate = "/".join(parts[:depth])
         if path.startswith("/"):
             candidate = "/" + candidate
-        if versions(fs, candidate):
+        if versions(fs, candidate) or writing(fs, candidate):
             found.append(candidate)
     return found
 
 
 def roots_in(listing: Iterable[str]) -> set[str]:
-    """The write roots a recursive listing shows (paths with ``/_vane_log/`` in them)."""
-    marker = f"/{LOG}/"
-    return {p.split(marker, 1)[0] for p in listing if marker in p}
+    """The write roots a recursive listing shows (paths with ``/_vane_log/`` or
+    ``/_vane_writes/`` in them)."""
+    found = set()
+    for path in listing:
+        for name in (LOG, WRITES):
+            if f"/{name}/" in path:
+                found.add(path.split(f"/{name}/", 1)[0])
+    return found
+
+
+def writing(fs: pafs.FileSystem, root: str) -> set[str]:
+    """The tokens of the writes whose markers are under ``root`` (live, or dead and not yet
+    cleaned): their files are not data until a manifest names them."""
+    return {
+        i.base_name.removesuffix(".json")
+        for i in _list(fs, f"{root.rstrip('/')}/{WRITES}", recursive=False)
+    }
+
+
+def owner(path: str, tokens: Iterable[str]) -> str | None:
+    """The token of the write that ``path`` belongs to, if any of ``tokens``."""
+    name = os.path.basename(path)
+    return next((t for t in tokens if t in name or f"/{t}/" in path), None)
 
 
 @dataclass(frozen=True)
@@ -186,6 +207,7 @@ class ObjectStaging:
         self._marker = f"{self.root}/{WRITES}/{self.token}.json"
         self._committed = False
         with storage_errors(self.shown, "cannot write", destination.store):
+            self.clean()  # what killed writes left, before anything of this one exists
             self._check()
             marker = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
             with self.fs.open_output_stream(self._marker) as handle:
@@ -218,14 +240,12 @@ class ObjectStaging:
         if state is not None:
             return bool(state[1])
         mine = set(own)
-        writing = [  # parts of writes in progress (this one's included) are not data yet
-            i.base_name.removesuffix(".json")
-            for i in _list(self.fs, f"{self.root}/{WRITES}", recursive=False)
-        ]
+        listed = _list(self.fs, self.root)
+        tokens = writing(self.fs, self.root) | {self.token}  # files of writes, not data yet
         return any(
             not _hidden_path(i.path, self.root) and i.path not in mine
-            for i in _list(self.fs, self.root)
-            if not any(token in i.base_name for token in [self.token, *writing])
+            for i in listed
+            if owner(i.path, tokens) is None
         )
 
     def commit(self, files: list[str], rows: int) -> str:
@@ -279,37 +299,45 @@ class ObjectStaging:
         return f"{self.root}/{LOG}/{version:0{_VERSION_DIGITS}d}.json"
 
     def clean(self) -> None:
-        """Remove what no manifest shows and no live write owns: files an overwrite replaced,
-        and the parts, staging and markers of dead writes."""
+        """Remove what no live write owns and no manifest shows: the parts and staging of
+        dead writes (then their markers), and files an overwrite replaced.
+
+        Files are listed before markers: a write's marker is put before its first file, so
+        every file listed belongs to a write whose marker the later listing sees, or to one
+        that has ended (committed: its files are in a manifest; aborted: gone or dead)."""
+        files = _list(self.fs, self.root)
         state = committed(self.fs, self.root)
-        if state is None:
-            return
-        shown = {f"{self.root}/{f}" for f in state[1]}
+        shown = None if state is None else {f"{self.root}/{f}" for f in state[1]}
         live: set[str] = set()
+        dead: list[Any] = []
         for info in _list(self.fs, f"{self.root}/{WRITES}", recursive=False):
-            token = info.base_name.removesuffix(".json")
             try:
                 marker = _Marker(**_read_json(self.fs, info.path))
             except (OSError, ValueError, TypeError):
-                live.add(token)  # being written this instant: not dead
-                continue
-            if marker.dead():
-                self.fs.delete_file(info.path)
+                marker = None  # being written this instant: alive
+            if marker is not None and marker.dead():
+                dead.append(info)
             else:
-                live.add(token)
-        for info in _list(self.fs, self.root):
+                live.add(info.base_name.removesuffix(".json"))
+        gone = {info.base_name.removesuffix(".json") for info in dead}
+        for info in files:
             path = info.path
             rest = path[len(self.root) + 1 :]
-            if rest.startswith((f"{LOG}/", f"{WRITES}/")) or path in shown:
+            if rest.startswith((f"{LOG}/", f"{WRITES}/")) or (shown and path in shown):
+                continue  # a committed file, even of a writer killed before its tidying up
+            token = owner(path, live | gone)
+            if token in live:
                 continue
-            if any(token in os.path.basename(path) or f"/{token}/" in path for token in live):
-                continue
-            if _hidden_path(path, self.root) and not rest.startswith(f"{STAGING}/"):
-                continue  # someone else's hidden file (_SUCCESS, .crc): not ours to remove
-            try:
+            if token is None:
+                if shown is None:
+                    continue  # no log: data others wrote, not replaced by any vane write
+                if _hidden_path(path, self.root):
+                    continue  # someone else's hidden file (_SUCCESS, .crc): not ours
+            with contextlib.suppress(OSError):  # another writer's clean removed it first
                 self.fs.delete_file(path)
-            except OSError:
-                continue  # another writer's clean removed it first
+        for info in dead:  # last: until it goes, a reader leaves the dead write's files out
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(info.path)
 
     def _remove_marker(self) -> None:
         with contextlib.suppress(OSError):

@@ -114,8 +114,11 @@ def _find(where: Location, extensions: tuple[str, ...]) -> tuple[list[str], str]
         info = fs.get_file_info(path.rstrip("/"))
         if info.type == FileType.File:
             roots = object_commit.roots_above(fs, path.rsplit("/", 1)[0])
-            if roots:  # an object of a vane write: read only if committed
-                shown = _visible(fs, roots[0])
+            if roots:  # an object under a vane write root: read only if committed
+                try:
+                    shown = _visible(fs, roots[0], [path])
+                except _Committed:
+                    shown = _visible(fs, roots[0], [path])
                 return ([path] if path in shown else []), path.rsplit("/", 1)[0]
             return [path], path.rsplit("/", 1)[0]
         base = path.rstrip("/")
@@ -125,14 +128,14 @@ def _find(where: Location, extensions: tuple[str, ...]) -> tuple[list[str], str]
     else:
         base = path[: glob.start()].rsplit("/", 1)[0]
         pattern = _pattern(path)
-    listing = [i.path for i in object_commit._list(fs, base)]
-    roots = object_commit.roots_above(fs, base) + sorted(object_commit.roots_in(listing))
-    # Under a write root the manifests alone say what exists (a listing could catch a commit
-    # half seen: its manifest but not all its parts, or the reverse).
-    inside = tuple(root.rstrip("/") + "/" for root in roots)
-    candidates = [p for p in listing if not p.startswith(inside)]
-    for root in roots:
-        candidates.extend(p for p in _visible(fs, root) if p.startswith(base.rstrip("/") + "/"))
+    for _attempt in range(_LISTING_ATTEMPTS):
+        try:
+            candidates = _candidates(fs, base)
+            break
+        except _Committed:
+            continue  # a first commit landed while listing: list again, under its log
+    else:
+        candidates = _candidates(fs, base)
     matched = []
     for candidate in dict.fromkeys(candidates):
         relative = candidate[len(base) :].lstrip("/")
@@ -146,8 +149,36 @@ def _find(where: Location, extensions: tuple[str, ...]) -> tuple[list[str], str]
     return sorted(matched), base
 
 
-def _visible(fs: Any, root: str) -> set[str]:
+_LISTING_ATTEMPTS = 5
+
+
+class _Committed(Exception):
+    """A write root got its first manifest while it was being listed."""
+
+
+def _candidates(fs: Any, base: str) -> list[str]:
+    """Every path a reader of ``base`` may read: outside vane write roots, what the listing
+    found; inside one, what its manifests name (a listing could catch a commit half seen)."""
+    listing = [i.path for i in object_commit._list(fs, base)]
+    roots = object_commit.roots_above(fs, base) + sorted(object_commit.roots_in(listing))
+    inside = tuple(root.rstrip("/") + "/" for root in roots)
+    candidates = [p for p in listing if not p.startswith(inside)]
+    for root in roots:
+        candidates.extend(
+            p for p in _visible(fs, root, listing) if p.startswith(base.rstrip("/") + "/")
+        )
+    return candidates
+
+
+def _visible(fs: Any, root: str, listing: list[str]) -> set[str]:
+    """What a reader sees under ``root``: what its manifests name; before the first commit,
+    the listed files that belong to no vane write (writes put their marker before their
+    first file, so the markers are listed after the files)."""
     state = object_commit.committed(fs, root)
-    if state is None:
-        return set()
-    return {f"{root}/{f}" for f in state[1]}
+    if state is not None:
+        return {f"{root}/{f}" for f in state[1]}
+    tokens = object_commit.writing(fs, root)
+    if object_commit.versions(fs, root):
+        raise _Committed
+    inside = root.rstrip("/") + "/"
+    return {p for p in listing if p.startswith(inside) and object_commit.owner(p, tokens) is None}
