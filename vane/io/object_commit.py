@@ -25,15 +25,25 @@ A vane reader of ``D`` (or of a partition or a glob inside it) reads the log, ne
 first, back to the newest ``overwrite``: the union of their files is what ``D`` holds. Files
 under ``D`` that no manifest names (a write in progress, a dead writer's parts, data an
 overwrite replaced) are not read. A prefix without a log (data written by other tools) is read
-by listing, as a local directory is.
+by listing, as a local directory is, leaving out the files of vane writes that have not
+committed (their markers, below, are listed after the files, and the listing is made again if
+a first manifest appears meanwhile).
 
-A write also puts a marker ``D/_vane_writes/<token>.json`` (host, process id, start time) when it
-starts, and deletes it when it commits or aborts. After its own commit, a writer removes what no
-manifest shows any more: the files an overwrite replaced, and the parts of dead writes (their
-marker names a process on this host that is gone, or is older than ``STALE_WRITE_SECONDS``).
-A single file (``s3://b/out.parquet``) is written the same way under ``D/_vane_staging/`` and
+A write puts a marker ``D/_vane_writes/<token>.json`` (host, process id, start time) before its
+first file, and deletes it once it has committed or aborted. Every write, before it starts and
+after it commits, removes what no live write owns and no manifest shows: files an overwrite
+replaced, and the files of dead writes (their marker names a process on this host that is gone,
+or is older than ``STALE_WRITE_SECONDS``), then their markers. Files are listed before markers,
+so a file of a write that is starting is never taken for garbage.
+
+A single file (``s3://b/out.parquet``) is written under ``<parent>/_vane_staging/<token>/`` and
 then copied into place server-side, which the store does atomically for one object (S3's
-CopyObject: up to 5 GB).
+CopyObject: up to 5 GB); ``mode="error"`` is checked before the copy, not by it (two writers
+of one new file at once: the last copy wins).
+
+Not covered: a single file written inside a prefix that vane writes commit to is in no manifest,
+so vane readers of the prefix do not see it and its next write removes it. The log is not
+compacted: a reader reads every manifest since the last overwrite.
 
 States of one write, and who cleans up after a kill in each:
 
