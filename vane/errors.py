@@ -18,6 +18,10 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── SinkError                 (OSError)     output that cannot be written or committed
     │   └── ResumeError                         a resumable write whose saved work belongs to
     │                                           another pipeline (says what changed)
+    ├── StorageError              (OSError)     an object store or remote filesystem refused or
+    │   │                                       failed a request, after its retries
+    │   ├── StorageNotFoundError  (FileNotFoundError)  a bucket or object that does not exist
+    │   └── StorageAccessError    (PermissionError)    credentials missing, wrong, or not allowed
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
@@ -48,6 +52,9 @@ __all__ = [
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
+    "StorageAccessError",
+    "StorageError",
+    "StorageNotFoundError",
     "UDFError",
     "VaneError",
 ]
@@ -93,6 +100,19 @@ class SinkError(VaneError, OSError):
 class ResumeError(SinkError):
     """A ``resume=True`` write found saved work it cannot continue: another pipeline's, or
     unreadable. It says what changed; ``resume="restart"`` starts over."""
+
+
+class StorageError(VaneError, OSError):
+    """An object store (S3, GCS, Azure) or a remote filesystem refused or failed a request
+    after vane's retries; the message names the URL and what to check, never a credential."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """A bucket, container or object that does not exist."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """The store refused the credentials vane found (missing, wrong, expired or not allowed)."""
 
 
 class ExecutionError(VaneError, RuntimeError):
