@@ -65,6 +65,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterable
@@ -404,6 +405,11 @@ def _create(store: Any, fs: pafs.FileSystem, path: str, entry: dict[str, Any]) -
     return True
 
 
+# botocore clients for conditional puts, by endpoint, region and credentials (thread-safe).
+_CLIENTS: dict[tuple[str | None, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
 def _s3_create(store: Any, path: str, body: bytes) -> bool:
     """A put with ``If-None-Match: *`` (S3 and compatible stores since 2024): the store
     refuses it if the key exists. pyarrow's S3 filesystem cannot send it; botocore can."""
@@ -417,15 +423,28 @@ def _s3_create(store: Any, path: str, body: bytes) -> bool:
     endpoint = options.get("endpoint_url") or (
         os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     )
-    session = botocore.session.get_session()
-    client = session.create_client(
-        "s3",
-        endpoint_url=endpoint or None,
-        region_name=options.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
-        aws_access_key_id=options.get("access_key"),
-        aws_secret_access_key=options.get("secret_key"),
-        aws_session_token=options.get("session_token"),
+    settings = (
+        endpoint or None,
+        options.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
+        options.get("access_key"),
+        options.get("secret_key"),
+        options.get("session_token"),
     )
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(settings)
+        if client is None:
+            # Creating a client loads botocore's service description (~0.1 s): once per
+            # process and store, not once per commit.
+            endpoint_url, region, key_id, secret, token = settings
+            client = botocore.session.get_session().create_client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=region,
+                aws_access_key_id=key_id,
+                aws_secret_access_key=secret,
+                aws_session_token=token,
+            )
+            _CLIENTS[settings] = client
     bucket, _, key = path.partition("/")
     try:
         client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
