@@ -35,6 +35,7 @@ from vane.udf.spec import DEFAULT_ACTOR_START_TIMEOUT_S, Kind
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vane.estimate import Estimate
     from vane.io.files import FileFormat
     from vane.plan.nodes import JoinHow
 
@@ -566,6 +567,17 @@ class Relation:
         return self.with_column(output_column, call)
 
     # ---- actions: these run the plan ---------------------------------------------------------
+
+    def estimate(self, prices: Mapping[str, float] | None = None) -> Estimate:
+        """What the pipeline's AI functions will send, before anything is sent: requests,
+        input tokens (the model's tokenizer where it is on this machine, else about four
+        characters a token), output tokens at most (``max_tokens``), and the cost where
+        ``prices`` are given in dollars per million tokens (``{"input": 0.15, "output":
+        0.60}``). It reads and renders the steps' input; no model is called (docs/resume.md).
+        """
+        from vane.estimate import estimate
+
+        return estimate(self._plan, prices)
 
     def materialize(self) -> Relation:
         """Run the plan now and keep its result, so later actions reuse it instead of running
