@@ -27,6 +27,8 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
     │   ├── ResourceWaitError                   an action on Ray waited longer than
     │   │                                       resource_wait_timeout_s for resources
+    │   ├── BudgetExceededError                 a step spent past its max_cost or
+    │   │                                       max_total_tokens (resume=True keeps its work)
     │   ├── ProviderError                       a model provider (an HTTP server, a local model)
     │   │                                       failed a request, after its retries
     │   └── ServerError                         a server vane started (``vane.ai.serve``) did
@@ -39,6 +41,7 @@ from __future__ import annotations
 __all__ = [
     "ActorDiedError",
     "ArgumentError",
+    "BudgetExceededError",
     "ConfigurationError",
     "ExecutionError",
     "MissingDependencyError",
@@ -137,6 +140,12 @@ class ResourceWaitError(ExecutionError):
     """An action on Ray waited, with nothing moving, longer than ``resource_wait_timeout_s``
     for CPUs, GPUs or memory that the cluster did not free; the message says what waited for
     what, and what held it."""
+
+
+class BudgetExceededError(ExecutionError):
+    """A step's answers passed its budget (``max_cost=``, ``max_total_tokens=``): the job
+    stopped there, saying what was spent. With ``resume=True`` the answers so far are kept,
+    and a rerun with a larger budget goes on from them."""
 
 
 class ProviderError(ExecutionError):

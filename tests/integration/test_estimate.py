@@ -84,3 +84,33 @@ def test_an_estimate_that_would_have_to_run_a_udf_says_so_and_bad_prices_are_ref
     for prices in ({"output": 1.0}, {"input": -1}, {"input": 1, "cached": 0.5}):
         with pytest.raises(ConfigurationError, match="dollars per million tokens"):
             rel.estimate(prices=prices)
+
+
+def test_a_budget_stops_the_job_and_a_resumed_rerun_with_more_goes_on(server, tmp_path):
+    total = 300
+    rel = vane.from_pydict(
+        {"id": list(range(total)), "q": [f"question number {i}" for i in range(total)]}
+    )
+    out = str(tmp_path / "out")
+
+    def job(**budget: object) -> vane.Relation:
+        return rel.prompt("q", base_url=server.base_url, model="m", batch_size=5, **budget)
+
+    # The test server counts a prompt's words as its tokens, and answers with two more words:
+    # 3 + 5 = 8 tokens a row, 40 a batch of five. 100 tokens: the third batch passes it.
+    with pytest.raises(vane.errors.BudgetExceededError, match=r"past its budget \(max_total_tok"):
+        job(max_total_tokens=100).write_parquet(out, resume=True)
+    asked = server.requests
+    assert 15 <= asked < total  # it stopped after the budget (and the batches in flight)
+    over = r"past its budget \(max_cost=0.0001\)"
+    with pytest.raises(vane.errors.BudgetExceededError, match=over):
+        job(max_cost=0.0001, prices={"input": 1.0, "output": 1.0}).write_parquet(
+            str(tmp_path / "other")
+        )
+    before = server.requests
+    result = job(max_total_tokens=10_000).write_parquet(out, resume=True)
+    assert result.rows == total
+    # Only the rows no run had answered were asked again; the budget counts this run's spend.
+    assert server.requests - before <= total - 15
+    with pytest.raises(ConfigurationError, match="needs the model's prices"):
+        job(max_cost=1.0)

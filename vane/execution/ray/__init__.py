@@ -66,6 +66,13 @@ class RayRunner:
         """The plan's actors, every UDF step's at once, and a CPU for the tasks that feed them,
         against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
         to change, rather than waiting forever."""
+        for node in walk(plan):
+            if isinstance(node, UdfStep) and node.udf.budget is not None:
+                raise ConfigurationError(
+                    f"step `{node.udf.name}` has a budget (max_cost= or max_total_tokens=), "
+                    "which the local runner keeps in this version; on Ray, leave it out, or run "
+                    "the job with vane.configure(runner='local')"
+                )
         check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
