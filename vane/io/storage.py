@@ -140,11 +140,13 @@ class Store:
     options: Frozen = ()
 
     def filesystem(self) -> pafs.FileSystem:
-        """This store's filesystem, built once per process."""
+        """This store's filesystem, built once per process (again if the environment
+        variables it reads have changed since)."""
+        key = (self, tuple(os.environ.get(name) for name in _ENVIRONMENT))
         with _lock:
-            built = _filesystems.get(self)
+            built = _filesystems.get(key)
             if built is None:
-                built = _filesystems[self] = self._build()
+                built = _filesystems[key] = self._build()
             return built
 
     def _build(self) -> pafs.FileSystem:
@@ -195,7 +197,18 @@ class Store:
 
 
 _lock = threading.Lock()
-_filesystems: dict[Store, pafs.FileSystem] = {}
+_filesystems: dict[tuple[Store, tuple[str | None, ...]], pafs.FileSystem] = {}
+# What the S3 filesystem reads from the environment when it is built.
+_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+)
 _aliases: dict[Store, str] = {}
 _registered_with: set[tuple[int, str]] = set()
 _serial = itertools.count()
@@ -219,7 +232,7 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
         if (database, alias) in _registered_with:
             return alias
         _registered_with.add((database, alias))
-    cursor.register_filesystem(_duckdb_filesystem(store.filesystem(), alias))
+    cursor.register_filesystem(_duckdb_filesystem(store, alias))
     return alias
 
 
@@ -229,8 +242,8 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
 _INFO_SECONDS = 30.0
 
 
-def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
-    """``fs`` as the fsspec filesystem DuckDB calls, answering to ``alias://``, with each
+def _duckdb_filesystem(store: Store, alias: str) -> Any:
+    """``store`` as the fsspec filesystem DuckDB calls, answering to ``alias://``, with each
     object's size and time looked up once per ``_INFO_SECONDS``."""
     import datetime
     import time
@@ -280,10 +293,12 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
             "info": info,
             "modified": modified,
             "_open": open_file,
+            # the store's filesystem as it is now (rebuilt if the environment changed)
+            "fs": property(lambda self: store.filesystem(), lambda self, value: None),
         },
     )
     # fsspec caches instances by their arguments: a new class per alias keeps them apart.
-    return kind(fs, skip_instance_cache=True)
+    return kind(store.filesystem(), skip_instance_cache=True)
 
 
 # DuckDB reads a Parquet file a page at a time (vane turns its prefetching off, _engine.py):
