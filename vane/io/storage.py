@@ -184,8 +184,9 @@ class Store:
         return PyFileSystem(FSSpecHandler(fs))
 
     def url(self, path: str) -> str:
-        """The URL a user would write for ``path`` on this store."""
-        return f"{self.protocol}://{path}"
+        """The URL a user would write for ``path`` on this store (an http(s) filesystem's
+        paths are whole URLs already)."""
+        return path if _URI.match(path) else f"{self.protocol}://{path}"
 
     def duckdb_url(self, path: str, cursor: duckdb.DuckDBPyConnection) -> str:
         """``path`` as DuckDB can open it through this store, registered with ``cursor``'s
@@ -240,6 +241,7 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
 # times per file while it plans and opens a scan (259 HEAD requests for 16 files, measured),
 # and a scan checks its files' stamps itself before it reads (plan/nodes.py, FileScan).
 _INFO_SECONDS = 30.0
+_ESCAPED = re.compile(r"\[([*?\[])\]")
 
 
 def _duckdb_filesystem(store: Store, alias: str) -> Any:
@@ -249,6 +251,7 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
     import time
 
     from fsspec.implementations.arrow import ArrowFSWrapper
+    from pyarrow.fs import FileType
 
     prefix = f"{alias}://"
     known: dict[str, tuple[float, Any]] = {}
@@ -257,7 +260,10 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
         return path[len(prefix) :] if path.startswith(prefix) else path
 
     def file_info(self: Any, path: str) -> Any:
-        path = strip(type(self), path)
+        return lookup(self, strip(type(self), path))
+
+    def lookup(self: Any, path: str) -> Any:
+        """The object at ``path`` (on the store, no protocol), as recently seen."""
         now = time.monotonic()
         cached = known.get(path)
         if cached is not None and now - cached[0] < _INFO_SECONDS:
@@ -268,6 +274,13 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
 
     def info(self: Any, path: str, **kwargs: Any) -> Any:
         return self._make_entry(file_info(self, path))
+
+    def glob(self: Any, path: str, **kwargs: Any) -> list[str]:
+        # vane hands DuckDB explicit files, each glob character escaped as a class of its own
+        # (readers.duckdb_path): the file itself, if it is there.
+        exact = _ESCAPED.sub(r"\1", strip(type(self), path))
+        found = lookup(self, exact)
+        return [prefix + exact] if found.type == FileType.File else []
 
     def modified(self: Any, path: str) -> Any:
         # DuckDB asks every file's time; a store that keeps none (fsspec's memory) says 1970.
@@ -280,7 +293,7 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
     ) -> Any:
         if mode != "rb":
             return ArrowFSWrapper._open(self, path, mode, block_size, **kwargs)
-        found = file_info(self, path)
+        found = lookup(self, path)  # fsspec's open() has taken the protocol off already
         return RangedFile(self.fs.open_input_file(found.path), found.size)
 
     kind = type(
@@ -291,6 +304,7 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
             "root_marker": "",
             "_strip_protocol": classmethod(strip),
             "info": info,
+            "glob": glob,
             "modified": modified,
             "_open": open_file,
             # the store's filesystem as it is now (rebuilt if the environment changed)
