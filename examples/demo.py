@@ -70,9 +70,12 @@ def run(out: Path, rows: int) -> None:
     result = embedded.write_parquet(out)
     print(result)
 
-    # Nearest reviews to a query, by cosine similarity, in SQL over the written vectors.
-    query = Embedder()(pa.table({"id": [0], "text": ["the product stopped working"]}))
-    vector = query["embedding"][0].values.to_pylist()
+    # Nearest reviews to a query, by cosine similarity, in SQL over the written vectors. The
+    # query is embedded by vane too: the same class, and no model-loading bars in the terminal.
+    query = vane.from_pydict({"id": [0], "text": ["the product stopped working"]}).map_batches(
+        Embedder, schema={"id": "BIGINT", "embedding": "FLOAT[384]"}
+    )
+    vector = query.to_arrow()["embedding"][0].values.to_pylist()
     nearest = vane.sql(
         "SELECT r.text, count(*) AS reviews, "
         f"max(array_cosine_similarity(e.embedding, {vector}::FLOAT[384])) AS similarity "

@@ -23,14 +23,17 @@ if TYPE_CHECKING:
         from_pylist,
         range,
         read_csv,
+        read_deltalake,
+        read_iceberg,
         read_json,
+        read_lance,
         read_parquet,
         sql,
     )
-    from vane.config import configure
     from vane.io.sinks import WriteResult
-    from vane.plan.expr import Expr, col, lit, sql_expr
+    from vane.ir.expr import Expr, col, lit, sql_expr
     from vane.relation import Relation
+    from vane.session import configure
     from vane.udf.attached import attach_function, detach_function
     from vane.udf.decorators import cls, func, method
 
@@ -38,27 +41,30 @@ __version__ = "0.1.0"
 
 # Where each public name lives; ``__getattr__`` imports it the first time it is asked for.
 _HOMES = {
-    "Expr": "vane.plan.expr",
+    "Expr": "vane.ir.expr",
     "Relation": "vane.relation",
     "WriteResult": "vane.io.sinks",
     "attach_function": "vane.udf.attached",
     "cls": "vane.udf.decorators",
-    "col": "vane.plan.expr",
-    "configure": "vane.config",
+    "col": "vane.ir.expr",
+    "configure": "vane.session",
     "detach_function": "vane.udf.attached",
     "from_arrow": "vane.api",
     "from_pandas": "vane.api",
     "from_pydict": "vane.api",
     "from_pylist": "vane.api",
     "func": "vane.udf.decorators",
-    "lit": "vane.plan.expr",
+    "lit": "vane.ir.expr",
     "method": "vane.udf.decorators",
     "range": "vane.api",
     "read_csv": "vane.api",
+    "read_deltalake": "vane.api",
+    "read_iceberg": "vane.api",
     "read_json": "vane.api",
+    "read_lance": "vane.api",
     "read_parquet": "vane.api",
     "sql": "vane.api",
-    "sql_expr": "vane.plan.expr",
+    "sql_expr": "vane.ir.expr",
 }
 
 __all__ = [
@@ -80,7 +86,10 @@ __all__ = [
     "method",
     "range",
     "read_csv",
+    "read_deltalake",
+    "read_iceberg",
     "read_json",
+    "read_lance",
     "read_parquet",
     "sql",
     "sql_expr",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vane._arguments import checked
+from vane._deps import require
 from vane.errors import ArgumentError, ConfigurationError
 
 RUNNERS = ("local", "ray")
@@ -68,7 +69,7 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
-_SETTINGS = (
+SETTINGS = (
     "runner",
     "progress",
     "batch_size",
@@ -121,11 +122,11 @@ def configure(
     """
     global _config
     for key in ray_init_kwargs:  # ray.init's own options pass through; a misspelled setting not
-        close = difflib.get_close_matches(key, _SETTINGS, n=1, cutoff=0.75)
+        close = difflib.get_close_matches(key, SETTINGS, n=1, cutoff=0.75)
         if close:
             raise ArgumentError(
                 f"configure(): it takes no argument {key!r} (did you mean {close[0]!r}?). "
-                f"It takes ({', '.join(_SETTINGS)}, and ray.init's options with runner='ray')"
+                f"It takes ({', '.join(SETTINGS)}, and ray.init's options with runner='ray')"
             )
     changes: dict[str, object] = {}
     if runner is not None:
@@ -139,14 +140,10 @@ def configure(
         given = ", ".join(sorted([*ray_init_kwargs, *(["address"] if address else [])]))
         raise ConfigurationError(
             f"configure() got {given}, which only apply with runner='ray' (they are passed to "
-            "ray.init); other settings are runner, progress, batch_size, memory_budget, "
-            "spill_directory, ai_cache and resource_wait_timeout_s"
-            f"ray.init); the other settings are {', '.join(_SETTINGS)}"
+            f"ray.init); the other settings are {', '.join(SETTINGS)}"
         )
     if runner == "ray":
-        from vane.execution.ray.cluster import connect  # needs the `ray` extra
-
-        connect(address, ray_init_kwargs)
+        require("ray", extra="ray")  # vane.session connects once the settings are recorded
     if progress is not None:
         changes["progress"] = bool(progress)
     if batch_size is not None:
@@ -176,3 +173,9 @@ def configure(
         changes["storage_options"] = dict(storage_options)
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config
+
+
+def restore(settings: Config) -> None:
+    """Put back settings that ``get_config`` returned (a ``configure`` that failed)."""
+    global _config
+    _config = settings

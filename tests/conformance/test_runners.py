@@ -143,7 +143,7 @@ def test_a_udf_error_on_ray_is_the_local_error(on_ray):
     kept = vane.range(10).map_batches(
         raises_on_3, schema={"id": "BIGINT"}, batch_size=5, on_error="skip"
     )
-    with pytest.warns(UserWarning, match=r"skipped 1 row\(s\).*KeyError: 'three'"):
+    with pytest.warns(UserWarning, match=r"skipped 1 row .*KeyError: 'three'"):
         rows = kept.to_pylist()
     assert [r["id"] for r in rows] == [0, 1, 2, 4, 5, 6, 7, 8, 9]
 
@@ -196,9 +196,7 @@ def test_a_row_that_kills_its_worker_is_isolated_as_on_the_local_runner(on_ray):
 
     with pytest.raises(ActorDiedError, match=r"input rows .* 4 times; vane retries a batch 3"):
         killing().to_arrow()
-    with pytest.warns(
-        UserWarning, match=r"skipped 1 row\(s\).*input row \d of a batch of \d:"
-    ) as seen:
+    with pytest.warns(UserWarning, match=r"skipped 1 row .*input row \d of a batch of \d:") as seen:
         rows = killing(on_error="skip").to_pylist()
     assert [r["id"] for r in rows] == [i for i in range(20) if i != 7]
     assert "1 of them killed or hung their actor" in str(seen[0].message)
@@ -284,7 +282,7 @@ def test_the_seed_ray_example_runs_as_written(on_ray):
     assert out.to_pylist() == [{"id": i, "output": f"TEXT {i}"} for i in range(64)]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
     import gc
 
@@ -309,20 +307,21 @@ def test_teardown_runs_on_ray_actors_after_their_last_batch(tmp_path, on_ray):
 
 def _every_instance_ended(directory) -> tuple[int, int, int]:
     """How many UDF instances were constructed, torn down and released, once the last two
-    match the first (a worker tears down after Ray lets go of its actor: waited for, a minute
-    at most)."""
+    match the first (a worker tears down after Ray lets go of its actor: waited for, up to
+    four minutes, a guard against a hang rather than a measure: on a busy 2-core machine an
+    actor's teardown has taken over a minute)."""
     import time
 
     def counts() -> tuple[int, int, int]:
         return tuple(len(list(directory.glob(f"*.{s}"))) for s in ("born", "done", "released"))
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240
     while len(set(counts())) > 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     return counts()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("end", ["count", "limit", "show"])
 def test_ray_actors_run_teardown_and_release_the_udf_instance(tmp_path, on_ray, end):
     # Every instance constructed is torn down and let go of. How many Ray constructs is Ray's
@@ -399,7 +398,7 @@ def stalls_on_7(batch):
 
 @pytest.mark.timeout(300)
 def test_a_row_that_hangs_its_worker_is_isolated_on_ray_as_locally(on_ray):
-    with pytest.warns(UserWarning, match=r"kept 1 failing row\(s\) as nulls.*batch_timeout_s"):
+    with pytest.warns(UserWarning, match=r"kept 1 failing row as nulls.*batch_timeout_s"):
         rows = (
             vane.range(12)
             .map_batches(

@@ -33,7 +33,7 @@ def test_rows_that_kill_their_worker_are_skipped_and_reported():
         ids = out.to_arrow()["id"].to_pylist()
     assert ids == [i for i in range(40) if i not in (13, 30)]
     (warning,) = [str(w.message) for w in caught]
-    assert "skipped 2 row(s)" in warning and "2 of them killed or hung their actor" in warning
+    assert "skipped 2 rows" in warning and "2 of them killed or hung their actor" in warning
     assert "input row 13: the worker process" in warning and "exited with code 137" in warning
     assert "input row 30:" in warning
 

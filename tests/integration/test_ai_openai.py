@@ -136,7 +136,7 @@ def test_requests_per_minute_hold(server):
 
 def test_one_refused_request_fails_its_row_only(server):
     server.behaviour = Behaviour(refuse={"question 3", "question 7"})
-    with pytest.warns(UserWarning, match=r"kept 2 failing row\(s\) as nulls"):
+    with pytest.warns(UserWarning, match=r"kept 2 failing rows as nulls"):
         rows = ask(questions(10), server, on_error="null").to_pylist()
     assert [r["id"] for r in rows if r["response"] is None] == [3, 7]
     assert set(server.by_prompt.values()) == {1}  # no neighbour was sent again

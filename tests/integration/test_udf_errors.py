@@ -146,7 +146,7 @@ def test_on_error_warnings_point_at_the_users_line(backend):
     assert len(caught) == 2
     for warning in caught:
         assert warning.filename == __file__, warning.filename
-        assert "kept 1 failing row(s) as nulls" in str(warning.message)
+        assert "kept 1 failing row as nulls" in str(warning.message)
 
 
 # A user's script, as it would be typed: the REPL ends the function at the blank line.
@@ -192,7 +192,7 @@ def test_an_on_error_warning_never_fails_the_action_whatever_runs_the_script(tmp
     )
     assert done.returncode == 0, done.stderr
     assert "wrote 19 rows" in done.stdout, done.stderr
-    assert "skipped 1 row(s) on which the function failed" in done.stderr
+    assert "skipped 1 row on which the function failed" in done.stderr
     assert "ValueError: cannot score row 13" in done.stderr and "Traceback" not in done.stderr
     assert vane.read_parquet(str(tmp_path / "out")).count() == 19
 

@@ -87,3 +87,17 @@ def test_configure_rejects_unknown_settings():
         vane.configure(runner="spark")
     with pytest.raises(errors.ConfigurationError):
         vane.configure(batch_size=0)
+
+
+def test_a_configure_that_cannot_connect_to_ray_changes_no_setting():
+    pytest.importorskip("ray")
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("this process is connected to Ray already")
+    before = vane.config.get_config()
+    # ray.init refuses num_cpus for a cluster it would join, before it tries to reach it
+    with pytest.raises(errors.ConfigurationError, match="could not connect"):
+        vane.configure(runner="ray", batch_size=7, address="127.0.0.1:1", num_cpus=1)
+    assert vane.config.get_config() == before
+    assert not ray.is_initialized()

@@ -26,7 +26,10 @@ PUBLIC = [
     "method",
     "range",
     "read_csv",
+    "read_deltalake",
+    "read_iceberg",
     "read_json",
+    "read_lance",
     "read_parquet",
     "sql",
     "sql_expr",
@@ -50,6 +53,9 @@ HEAVY = [
     "pandas",
     "typer",
     "rich",
+    "lance",
+    "pyiceberg",
+    "deltalake",
 ]
 
 

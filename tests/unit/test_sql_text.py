@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import vane
 from vane._sql import quote_ident, quote_literal
-from vane.plan.parse import _UNICODE_BLANKS as _BLANKS
-from vane.plan.parse import parse_expression, parse_sort_key, str_offsets, tokenize
+from vane.ir.parse import _UNICODE_BLANKS as _BLANKS
+from vane.ir.parse import parse_expression, parse_sort_key, str_offsets, tokenize
 
 EXAMPLES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

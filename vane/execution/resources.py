@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 
+from vane._text import counted
 from vane.errors import ConfigurationError
 from vane.udf.spec import UdfSpec
 
@@ -63,7 +64,8 @@ def check_resources(spec: UdfSpec, step: str) -> list[str]:
         cores = usable_cpus()
         if actors * spec.cpus > cores:
             raise ConfigurationError(
-                f"{spec.verb} step `{step}` asks for {actors * spec.cpus:g} CPU(s) (concurrency "
+                f"{spec.verb} step `{step}` asks for {actors * spec.cpus:g} "
+                f"CPU{'' if actors * spec.cpus == 1 else 's'} (concurrency "
                 f"{actors} x cpus {spec.cpus:g}), and this process may use {cores}. Lower "
                 "concurrency or cpus"
             )
@@ -81,7 +83,8 @@ def check_resources(spec: UdfSpec, step: str) -> list[str]:
     if needed > len(visible):
         found = ", ".join(visible) if visible else "none"
         raise ConfigurationError(
-            f"{spec.verb} step `{step}` asks for {needed} GPU(s) (concurrency {spec.max_actors} "
+            f"{spec.verb} step `{step}` asks for {counted(needed, 'GPU')} "
+            f"(concurrency {spec.max_actors} "
             f"x gpus {spec.gpus}), and this machine shows {len(visible)} (visible devices: "
             f"{found}). Lower concurrency or gpus, or set CUDA_VISIBLE_DEVICES to the devices "
             "this step may use"

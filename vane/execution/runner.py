@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING, Protocol
 import pyarrow as pa
 
 from vane.config import get_config
+from vane.observe.events import EventBus, global_subscribers
+from vane.observe.progress import ProgressDisplay, wants_progress
 
 if TYPE_CHECKING:
-    from vane.io.sinks import FileSink, WriteResult
+    from vane.io.resume import Resume
+    from vane.io.sinks import Sink, WriteResult
     from vane.plan.nodes import MaterializedScan, PlanNode
 
 
@@ -30,7 +33,7 @@ class Runner(Protocol):
     def count(self, plan: PlanNode) -> int: ...
     def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]: ...
     def materialize(self, plan: PlanNode) -> MaterializedScan: ...
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult: ...
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult: ...
 
 
 # name -> (module, class); imported the first time the runner is used.
@@ -50,3 +53,17 @@ def runner_named(name: str) -> Runner:
 
 def current_runner() -> Runner:
     return runner_named(get_config().runner)
+
+
+def action_events() -> EventBus:
+    """The events of one action: to every subscriber of the process, and to the progress
+    display when ``vane.configure(progress=...)`` allows it and stderr is a terminal. Each
+    runner's execution installs them as the action starts; the events know no subscriber."""
+    events = EventBus()
+    for subscriber in global_subscribers():
+        events.subscribe(subscriber)
+    if wants_progress(get_config().progress):
+        display = ProgressDisplay()
+        events.subscribe(display)
+        events.on_close(display.close)  # a failed stage says nothing more: its lines end here
+    return events

@@ -13,7 +13,7 @@ a ``flat_map``, a ``map_batches`` (which may return any number of rows), a step 
 
 from __future__ import annotations
 
-from vane.plan.expr import display
+from vane.ir.expr import display
 from vane.plan.nodes import (
     ArrowScan,
     Drop,

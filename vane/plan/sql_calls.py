@@ -17,9 +17,9 @@ from typing import Any
 from vane import _engine
 from vane._sql import quote_ident
 from vane.errors import PlanError
-from vane.plan.expr import Column, Expr, SqlText
+from vane.ir.expr import Column, Expr, SqlText
+from vane.ir.parse import check_query, serialize_sql, source_span, walk_tree
 from vane.plan.nodes import PlanNode, SqlQuery, WithColumns
-from vane.plan.parse import check_query, serialize_sql, source_span, walk_tree
 from vane.udf.column import ColumnUdf
 
 

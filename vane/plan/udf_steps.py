@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from vane.errors import PlanError
-from vane.plan.expr import UdfCall, display
+from vane.ir.expr import UdfCall, display
 from vane.udf.column import ColumnUdf
 
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from vane._sql import quote_ident
 from vane.errors import PlanError
-from vane.plan.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText, display
+from vane.ir.expr import Alias, Column, Expr, SqlText, UdfCall, UdfErrorText, display
 from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, WithColumns
 from vane.plan.udf_steps import column_udf, step_key, step_options
 from vane.types import arrow_to_duckdb, to_arrow_schema

@@ -16,7 +16,7 @@ neither calls a generator (whose step repeats each row per value).
 
 from __future__ import annotations
 
-from vane.plan.expr import Expr
+from vane.ir.expr import Expr
 from vane.plan.nodes import PlanNode, WithColumns
 from vane.plan.udf_steps import column_udf, step_key
 

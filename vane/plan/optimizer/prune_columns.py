@@ -14,7 +14,7 @@ and, for SQL text, DuckDB's parser; an unknown set means "every column".
 
 from __future__ import annotations
 
-from vane.plan.expr import Expr, col
+from vane.ir.expr import Expr, col
 from vane.plan.nodes import (
     Aggregate,
     Drop,

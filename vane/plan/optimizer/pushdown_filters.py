@@ -16,7 +16,7 @@ text); a predicate whose columns cannot be known stays where it is.
 from __future__ import annotations
 
 from vane.errors import PlanError
-from vane.plan.expr import Column
+from vane.ir.expr import Column
 from vane.plan.nodes import Drop, Filter, PlanNode, Select, UdfStep, WithColumns
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from vane._sql import quote_literal, sql_list
 from vane.errors import PlanError
-from vane.plan.parse import check_text
+from vane.ir.parse import check_text
 
 _MAX_DECIMAL_DIGITS = 38  # DuckDB's widest DECIMAL
 _MAX_INTERVAL = dt.timedelta(microseconds=(2**63 - 1) // 1000)
