@@ -57,6 +57,8 @@ def test_errors_name_the_url_and_never_a_credential():
 def test_writes_and_reads_refuse_storage_options_for_local_paths(tmp_path):
     with pytest.raises(ConfigurationError, match="apply to remote paths"):
         vane.range(1).write_parquet(str(tmp_path / "o"), storage_options={"key": "k"})
+    with pytest.raises(ConfigurationError, match="reads but cannot write"):
+        vane.range(1).write_parquet("https://example.invalid/out/")
     with pytest.raises(ConfigurationError, match="local paths or URLs of one protocol"):
         vane.read_parquet([str(tmp_path), "memory://x/"])
 

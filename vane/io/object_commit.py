@@ -56,7 +56,8 @@ What a reader that is not vane sees: every data file under ``D``, those of write
 dead included, and after an overwrite the old files until the writer deletes them (just after
 its commit). Point such readers at a table format (``write_lance``, ``write_iceberg``, ...) or
 read through vane. A writer that is not vane writing into ``D`` after vane's first commit is
-not seen by vane readers (its files are in no manifest).
+not seen by vane readers (its files are in no manifest), and the next vane write to ``D``
+removes its files (hidden names, ``_SUCCESS`` say, excepted).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from vane.io.storage import Location, locate, storage_errors
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _HIVE = re.compile(r"^[^=/]+=[^=/]*$")
+_HIVE_ESCAPE = re.compile(r"%3[dD]")
 
 
 def _pattern(glob: str) -> re.Pattern[str]:
@@ -73,7 +74,7 @@ def resolve_remote(
         if options is None:
             options = where.store.options
         with storage_errors(item, f"{caller}(): cannot list", where.store):
-            matched, base = _find(where, extensions)
+            matched, base = _find(where, extensions, directory=item.endswith("/"))
         if not matched:
             _check_bucket(where, item, caller)
             raise SourceNotFoundError(
@@ -103,8 +104,12 @@ def _check_bucket(where: Location, item: str, caller: str) -> None:
         raise translate(OSError("NoSuchBucket"), item, f"{caller}(): cannot read", where.store)
 
 
-def _find(where: Location, extensions: tuple[str, ...]) -> tuple[list[str], str]:
-    """The paths ``where`` names, and the prefix hive directories are judged from."""
+def _find(
+    where: Location, extensions: tuple[str, ...], *, directory: bool
+) -> tuple[list[str], str]:
+    """The paths ``where`` names, and the prefix hive directories are judged from; a URL
+    ending in "/" is a prefix to list even where the store answers for it as an object (an
+    HTTP server's index page)."""
     from pyarrow.fs import FileType
 
     fs = where.store.filesystem()
@@ -112,7 +117,7 @@ def _find(where: Location, extensions: tuple[str, ...]) -> tuple[list[str], str]
     glob = _GLOB_CHARS.search(path)
     if glob is None:
         info = fs.get_file_info(path.rstrip("/"))
-        if info.type == FileType.File:
+        if info.type == FileType.File and not directory:
             roots = object_commit.roots_above(fs, path.rsplit("/", 1)[0])
             if roots:  # an object under a vane write root: read only if committed
                 try:
@@ -160,6 +165,9 @@ def _candidates(fs: Any, base: str) -> list[str]:
     """Every path a reader of ``base`` may read: outside vane write roots, what the listing
     found; inside one, what its manifests name (a listing could catch a commit half seen)."""
     listing = [i.path for i in object_commit._list(fs, base)]
+    if base.startswith(("http://", "https://")):
+        # An index page links "k=1/" as "k%3D1/": hive directories are read by their names.
+        listing = [_HIVE_ESCAPE.sub("=", p) for p in listing]
     roots = object_commit.roots_above(fs, base) + sorted(object_commit.roots_in(listing))
     inside = tuple(root.rstrip("/") + "/" for root in roots)
     candidates = [p for p in listing if not p.startswith(inside)]

@@ -169,6 +169,11 @@ class FileSink:
         caller = f"write_{self.format}"
         if not isinstance(self.path, str) or not self.path:
             raise ConfigurationError(f"{caller}() needs a destination path, got {self.path!r}")
+        if self.path.lower().startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"{caller}(): {self.path!r} is an HTTP URL, which vane reads but cannot write "
+                "to; write to an object store (s3://, gs://, az://...) or a local path"
+            )
         if is_uri(self.path) and self.storage_options is None:
             from vane.io import storage
 

@@ -140,11 +140,13 @@ class Store:
     options: Frozen = ()
 
     def filesystem(self) -> pafs.FileSystem:
-        """This store's filesystem, built once per process."""
+        """This store's filesystem, built once per process (again if the environment
+        variables it reads have changed since)."""
+        key = (self, tuple(os.environ.get(name) for name in _ENVIRONMENT))
         with _lock:
-            built = _filesystems.get(self)
+            built = _filesystems.get(key)
             if built is None:
-                built = _filesystems[self] = self._build()
+                built = _filesystems[key] = self._build()
             return built
 
     def _build(self) -> pafs.FileSystem:
@@ -182,8 +184,9 @@ class Store:
         return PyFileSystem(FSSpecHandler(fs))
 
     def url(self, path: str) -> str:
-        """The URL a user would write for ``path`` on this store."""
-        return f"{self.protocol}://{path}"
+        """The URL a user would write for ``path`` on this store (an http(s) filesystem's
+        paths are whole URLs already)."""
+        return path if _URI.match(path) else f"{self.protocol}://{path}"
 
     def duckdb_url(self, path: str, cursor: duckdb.DuckDBPyConnection) -> str:
         """``path`` as DuckDB can open it through this store, registered with ``cursor``'s
@@ -195,7 +198,18 @@ class Store:
 
 
 _lock = threading.Lock()
-_filesystems: dict[Store, pafs.FileSystem] = {}
+_filesystems: dict[tuple[Store, tuple[str | None, ...]], pafs.FileSystem] = {}
+# What the S3 filesystem reads from the environment when it is built.
+_ENVIRONMENT = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+)
 _aliases: dict[Store, str] = {}
 _registered_with: set[tuple[int, str]] = set()
 _serial = itertools.count()
@@ -219,7 +233,7 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
         if (database, alias) in _registered_with:
             return alias
         _registered_with.add((database, alias))
-    cursor.register_filesystem(_duckdb_filesystem(store.filesystem(), alias))
+    cursor.register_filesystem(_duckdb_filesystem(store, alias))
     return alias
 
 
@@ -227,15 +241,17 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
 # times per file while it plans and opens a scan (259 HEAD requests for 16 files, measured),
 # and a scan checks its files' stamps itself before it reads (plan/nodes.py, FileScan).
 _INFO_SECONDS = 30.0
+_ESCAPED = re.compile(r"\[([*?\[])\]")
 
 
-def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
-    """``fs`` as the fsspec filesystem DuckDB calls, answering to ``alias://``, with each
+def _duckdb_filesystem(store: Store, alias: str) -> Any:
+    """``store`` as the fsspec filesystem DuckDB calls, answering to ``alias://``, with each
     object's size and time looked up once per ``_INFO_SECONDS``."""
     import datetime
     import time
 
     from fsspec.implementations.arrow import ArrowFSWrapper
+    from pyarrow.fs import FileType
 
     prefix = f"{alias}://"
     known: dict[str, tuple[float, Any]] = {}
@@ -244,7 +260,10 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
         return path[len(prefix) :] if path.startswith(prefix) else path
 
     def file_info(self: Any, path: str) -> Any:
-        path = strip(type(self), path)
+        return lookup(self, strip(type(self), path))
+
+    def lookup(self: Any, path: str) -> Any:
+        """The object at ``path`` (on the store, no protocol), as recently seen."""
         now = time.monotonic()
         cached = known.get(path)
         if cached is not None and now - cached[0] < _INFO_SECONDS:
@@ -255,6 +274,13 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
 
     def info(self: Any, path: str, **kwargs: Any) -> Any:
         return self._make_entry(file_info(self, path))
+
+    def glob(self: Any, path: str, **kwargs: Any) -> list[str]:
+        # vane hands DuckDB explicit files, each glob character escaped as a class of its own
+        # (readers.duckdb_path): the file itself, if it is there.
+        exact = _ESCAPED.sub(r"\1", strip(type(self), path))
+        found = lookup(self, exact)
+        return [prefix + exact] if found.type == FileType.File else []
 
     def modified(self: Any, path: str) -> Any:
         # DuckDB asks every file's time; a store that keeps none (fsspec's memory) says 1970.
@@ -267,7 +293,7 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
     ) -> Any:
         if mode != "rb":
             return ArrowFSWrapper._open(self, path, mode, block_size, **kwargs)
-        found = file_info(self, path)
+        found = lookup(self, path)  # fsspec's open() has taken the protocol off already
         return RangedFile(self.fs.open_input_file(found.path), found.size)
 
     kind = type(
@@ -278,12 +304,15 @@ def _duckdb_filesystem(fs: pafs.FileSystem, alias: str) -> Any:
             "root_marker": "",
             "_strip_protocol": classmethod(strip),
             "info": info,
+            "glob": glob,
             "modified": modified,
             "_open": open_file,
+            # the store's filesystem as it is now (rebuilt if the environment changed)
+            "fs": property(lambda self: store.filesystem(), lambda self, value: None),
         },
     )
     # fsspec caches instances by their arguments: a new class per alias keeps them apart.
-    return kind(fs, skip_instance_cache=True)
+    return kind(store.filesystem(), skip_instance_cache=True)
 
 
 # DuckDB reads a Parquet file a page at a time (vane turns its prefetching off, _engine.py):
