@@ -50,6 +50,14 @@ def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
     raise PlanError(f"{what} must be a string or a list of strings, got {value!r}")
 
 
+def _resume(resume: object, caller: str) -> Resume | None:
+    if resume not in (False, True, "restart"):
+        raise ConfigurationError(
+            f"{caller}(): resume must be True, False or 'restart', got {resume!r}"
+        )
+    return resume or None
+
+
 def _keys(
     value: str | Expr | Sequence[str | Expr] | None, what: str, columns: Sequence[str]
 ) -> tuple[Expr, ...]:
@@ -667,11 +675,7 @@ class Relation:
             rows_per_file,
             _storage(path, storage_options, f"write_{fmt}"),
         )
-        if resume not in (False, True, "restart"):
-            raise ConfigurationError(
-                f"write_{fmt}(): resume must be True, False or 'restart', got {resume!r}"
-            )
-        return current_runner().write(self._plan, sink, resume=resume or None)
+        return current_runner().write(self._plan, sink, resume=_resume(resume, f"write_{fmt}"))
 
     @checked
     def write_lance(
@@ -683,6 +687,7 @@ class Relation:
         data_storage_version: str | None = None,
         storage_options: Mapping[str, str] | None = None,
         vector_index: Mapping[str, Any] | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Stream the rows into a Lance dataset, committed as one new version: on failure the
         dataset stays at its previous version.
@@ -692,7 +697,8 @@ class Relation:
         holding only these rows). ``vector_index={"column": "embedding", "metric": "cosine",
         ...}`` builds Lance's vector index on a fixed-size float column after the rows commit
         (``index_type`` defaults to ``"IVF_PQ"``; other keys such as ``num_partitions`` and
-        ``num_sub_vectors`` go to ``LanceDataset.create_index``).
+        ``num_sub_vectors`` go to ``LanceDataset.create_index``). ``resume`` as for
+        ``write_parquet``.
         """
         from vane.io.tables.lance import LanceSink, VectorIndex
 
@@ -704,7 +710,7 @@ class Relation:
             storage_options,
             VectorIndex.parse(vector_index),
         )
-        return current_runner().write(self._plan, sink)
+        return current_runner().write(self._plan, sink, resume=_resume(resume, "write_lance"))
 
     @checked
     def write_deltalake(
@@ -716,13 +722,15 @@ class Relation:
         schema_mode: Literal["merge", "overwrite"] | None = None,
         target_file_size: int | None = None,
         storage_options: Mapping[str, str] | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Stream the rows into a Delta Lake table (delta-rs), committed as one new version:
         on failure the table stays at its previous version.
 
         ``mode``: ``"error"`` (the default; an existing table is an error), ``"append"`` or
         ``"overwrite"``; ``schema_mode="merge"`` or ``"overwrite"`` lets the table's columns
-        change; ``partition_by`` writes hive-style partitions.
+        change; ``partition_by`` writes hive-style partitions. ``resume`` as for
+        ``write_parquet``.
         """
         from vane.io.tables.delta import DeltaSink
 
@@ -734,7 +742,7 @@ class Relation:
             storage_options,
             target_file_size,
         )
-        return current_runner().write(self._plan, sink)
+        return current_runner().write(self._plan, sink, resume=_resume(resume, "write_deltalake"))
 
     @checked
     def write_iceberg(

@@ -490,3 +490,29 @@ def test_the_cli_reads_and_writes_urls(bucket):
     )
     assert shown.returncode == 0, shown.stderr
     assert "q5" in shown.stdout
+
+
+def test_a_resumable_write_to_s3_keeps_its_answers_in_the_local_cache(
+    bucket, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("VANE_CACHE_DIR", str(tmp_path / "cache"))
+    calls: list[int] = []
+    broken = [True]
+
+    def model(batch):
+        calls.append(batch["id"][0].as_py())
+        if broken[0] and batch["id"][0].as_py() == 60:
+            raise RuntimeError("preempted")
+        return batch
+
+    job = vane.range(100).map_batches(model, schema={"id": "BIGINT"}, batch_size=20)
+    url = f"s3://{bucket}/resumed/"
+    with pytest.raises(RuntimeError, match="preempted"):
+        job.write_parquet(url, resume=True)
+    assert list((tmp_path / "cache" / "resume").iterdir())  # the answers so far, kept here
+    broken[0] = False
+    calls.clear()
+    result = job.write_parquet(url, resume=True)
+    assert calls == [60, 80] and result.rows == 100  # only what no run had answered
+    assert _ids(vane.read_parquet(url)) == list(range(100))
+    assert not list((tmp_path / "cache" / "resume").iterdir())  # committed: gone

@@ -589,3 +589,25 @@ def test_a_missing_library_names_the_extra(
     monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
     with pytest.raises(MissingDependencyError, match=rf"vane-data\[{extra}\]"):
         call(str(tmp_path / "t"))
+
+
+def test_a_resumable_lance_write_pays_only_for_what_no_run_answered(tmp_path):
+    pytest.importorskip("lance")
+    calls: list[int] = []
+    broken = [True]
+
+    def model(batch):
+        calls.append(batch["id"][0].as_py())
+        if broken[0] and batch["id"][0].as_py() == 40:
+            raise RuntimeError("preempted")
+        return batch
+
+    job = vane.range(60).map_batches(model, schema={"id": "BIGINT"}, batch_size=20)
+    uri = str(tmp_path / "table.lance")
+    with pytest.raises(RuntimeError, match="preempted"):
+        job.write_lance(uri, resume=True)
+    broken[0] = False
+    calls.clear()
+    assert job.write_lance(uri, resume=True).rows == 60
+    assert calls == [40]
+    assert sorted(r["id"] for r in vane.read_lance(uri).to_pylist()) == list(range(60))

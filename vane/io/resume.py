@@ -1,8 +1,9 @@
 """Where a resumable write keeps the work it has done, so that a rerun pays for nothing twice.
 
-``write_*(..., resume=True)`` keeps, beside the destination, a folder (``.<name>.vane-resume``)
-holding what each UDF step of the job answered, batch by batch, each under a digest of the
-batch's input and the step's identity. A rerun of the same pipeline reads its input again (SQL
+``write_*(..., resume=True)`` keeps, beside a local destination, a folder
+(``.<name>.vane-resume``; for a URL, one in this machine's cache: ``store_path``) holding
+what each UDF step of the job answered, batch by batch, each under a digest of the batch's
+input and the step's identity. A rerun of the same pipeline reads its input again (SQL
 and reading are cheap; models and hosted APIs are not), and every batch whose answer is kept is
 taken from there instead of being sent to the function: a job killed at any instant pays again
 for the batches that were in flight, never for one whose answer was kept. The output itself is
@@ -45,7 +46,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from vane.errors import ConfigurationError, ResumeError
+from vane.errors import ResumeError
 
 # write_*(resume=...): keep and use saved work (True), or drop another pipeline's first.
 Resume = bool | Literal["restart"]
@@ -54,7 +55,18 @@ _META = b"vane.resume"
 
 
 def store_path(destination: str) -> Path:
-    """The folder beside ``destination`` that a resumable write to it keeps its work in."""
+    """The folder a resumable write to ``destination`` keeps its work in: beside a local
+    destination; for a URL (an object store, any remote filesystem), in this machine's cache
+    (``$VANE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vane``, else ``~/.cache/vane``), under a
+    digest of the URL, so that the answers are kept where writing them is cheap and safe."""
+    if "://" in destination:
+        import hashlib
+
+        root = os.environ.get("VANE_CACHE_DIR") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vane"
+        )
+        digest = hashlib.blake2b(destination.rstrip("/").encode(), digest_size=16).hexdigest()
+        return Path(root) / "resume" / digest
     target = Path(destination.rstrip("/") or destination)
     return target.parent / f".{target.name}.vane-resume"
 
@@ -71,11 +83,6 @@ class ResumeStore:
     """The saved work of one resumable write (see the module's text)."""
 
     def __init__(self, destination: str, caller: str) -> None:
-        if "://" in destination:
-            raise ConfigurationError(
-                f"{caller}(): resume=True keeps its work beside a local destination, and "
-                f"{destination!r} is a URL; write to a local path, or leave resume out"
-            )
         self.path = store_path(destination)
         self.caller = caller
         self.found = 0  # batches answered from saved work in this run

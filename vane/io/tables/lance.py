@@ -29,6 +29,7 @@ together by the driver: ``single_file`` is False.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,19 +263,38 @@ class LanceSink:
             self.storage_options,
             schema if self.mode == "append" else None,
         )
-        return LanceWrite(self, writer, read_version, schema)
+        created = _is_local(self.uri) and not (
+            Path(self.uri).exists() and any(Path(self.uri).iterdir())
+        )
+        return LanceWrite(self, writer, read_version, schema, created=created)
 
     def _existing(self) -> Any:
         lance = _lance()
         try:
             return lance.dataset(self.uri, storage_options=self.storage_options)
         except (ValueError, OSError, RuntimeError):
+            if _is_local(self.uri) and _failed_create(Path(self.uri)):
+                # A first write that died before its commit (a kill): its data files, never
+                # part of any version. They go, as the next write's own would on failure.
+                shutil.rmtree(self.uri, ignore_errors=True)
+                return None
             if _is_local(self.uri) and Path(self.uri).exists() and any(Path(self.uri).iterdir()):
                 raise SinkError(
                     f"write_lance(): {self.uri!r} exists and is not a Lance dataset; choose "
                     "another path"
                 ) from None
             return None
+
+
+def _failed_create(path: Path) -> bool:
+    """``path`` holds only the data files of a first write that never committed: a ``data``
+    folder of ``.lance`` files, no version."""
+    if not path.is_dir():
+        return False
+    entries = {entry.name for entry in path.iterdir()}
+    if entries != {"data"}:
+        return False
+    return all(f.suffix == ".lance" for f in (path / "data").iterdir())
 
 
 def _fix(column: str) -> str:
@@ -350,8 +370,11 @@ class LanceWrite:
         writer: FragmentWriter,
         read_version: int | None,
         table_schema: pa.Schema | None,
+        *,
+        created: bool = False,
     ) -> None:
         self.sink = sink
+        self.created = created  # the destination did not exist: a failure removes it whole
         self.writer = writer
         self.read_version = read_version
         self.table_schema = table_schema
@@ -400,6 +423,9 @@ class LanceWrite:
         """Remove the data files of fragments this write made, where they are local (the
         committed versions never reference them)."""
         if not _is_local(self.sink.uri):
+            return
+        if self.created and not (Path(self.sink.uri) / "_versions").exists():
+            shutil.rmtree(self.sink.uri, ignore_errors=True)  # no version was ever committed
             return
         data = Path(self.sink.uri) / "data"
         for part in self._parts:
