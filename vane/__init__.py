@@ -16,13 +16,16 @@ from typing import TYPE_CHECKING, Any
 from vane import errors
 
 if TYPE_CHECKING:
+    from vane import functions
     from vane.api import (
         from_arrow,
+        from_glob_path,
         from_pandas,
         from_pydict,
         from_pylist,
         range,
         read_csv,
+        read_images,
         read_json,
         read_parquet,
         sql,
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from vane.ir.expr import Expr, col, lit, sql_expr
     from vane.relation import Relation
     from vane.session import configure
+    from vane.types.files import File
     from vane.udf.attached import attach_function, detach_function
     from vane.udf.decorators import cls, func, method
 
@@ -39,6 +43,7 @@ __version__ = "0.1.0"
 # Where each public name lives; ``__getattr__`` imports it the first time it is asked for.
 _HOMES = {
     "Expr": "vane.ir.expr",
+    "File": "vane.types.files",
     "Relation": "vane.relation",
     "WriteResult": "vane.io.sinks",
     "attach_function": "vane.udf.attached",
@@ -47,6 +52,7 @@ _HOMES = {
     "configure": "vane.session",
     "detach_function": "vane.udf.attached",
     "from_arrow": "vane.api",
+    "from_glob_path": "vane.api",
     "from_pandas": "vane.api",
     "from_pydict": "vane.api",
     "from_pylist": "vane.api",
@@ -55,6 +61,7 @@ _HOMES = {
     "method": "vane.udf.decorators",
     "range": "vane.api",
     "read_csv": "vane.api",
+    "read_images": "vane.api",
     "read_json": "vane.api",
     "read_parquet": "vane.api",
     "sql": "vane.api",
@@ -63,6 +70,7 @@ _HOMES = {
 
 __all__ = [
     "Expr",
+    "File",
     "Relation",
     "WriteResult",
     "attach_function",
@@ -72,14 +80,17 @@ __all__ = [
     "detach_function",
     "errors",
     "from_arrow",
+    "from_glob_path",
     "from_pandas",
     "from_pydict",
     "from_pylist",
     "func",
+    "functions",
     "lit",
     "method",
     "range",
     "read_csv",
+    "read_images",
     "read_json",
     "read_parquet",
     "sql",
@@ -88,6 +99,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "functions":  # a module of expressions: vane.functions.decode_image(...)
+        module = importlib.import_module("vane.functions")
+        globals()[name] = module
+        return module
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'vane' has no attribute {name!r}")

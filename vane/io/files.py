@@ -23,6 +23,13 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".parq", ".pq"),
     "csv": (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.zst"),
     "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
+    # read_images: what Pillow decodes (upper case too: cameras write .JPG).
+    "image": tuple(
+        e
+        for ext in (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
+        for e in (ext, ext.upper())
+    ),
+    "file": ("",),  # from_glob_path: every file a directory holds
 }
 # A destination path ending in one of these is written as one file (compressed suffixes are not
 # offered: the writers do not compress CSV or JSON).
@@ -147,10 +154,12 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
             matched = [m for m in matched if os.path.realpath(m) not in unfinished]
         if not matched:
             what = "directory" if one.kind == "directory" else "glob"
-            raise SourceNotFoundError(
-                f"{caller}(): the {what} {text!r} holds no {fmt} files "
-                f"(looked for names ending in {', '.join(EXTENSIONS[fmt])})"
+            looked = (
+                f"{fmt} files (looked for names ending in {', '.join(EXTENSIONS[fmt])})"
+                if any(EXTENSIONS[fmt])
+                else "files"
             )
+            raise SourceNotFoundError(f"{caller}(): the {what} {text!r} holds no {looked}")
         hive = hive or any(  # each distinct directory once: a folder may hold many files
             any(_HIVE_DIR.match(part) for part in Path(d).relative_to(one.base).parts)
             for d in {os.path.dirname(m) for m in matched}
