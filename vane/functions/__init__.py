@@ -11,6 +11,9 @@ the workers (never in the driver), with the steps' batching, retries, ``on_error
 They run on the thread backend unless configured otherwise: Pillow and the network release the
 GIL, and ``url_download`` is ``async`` (many requests in flight on one actor's event loop).
 
+Each image function takes ``execution_backend=`` (``"subprocess_actor"`` decodes in worker
+processes, each with its own GIL, for CPU-bound pipelines).
+
 A row that fails on its own (a corrupt image, a missing file, a 404) fails only itself:
 ``on_error="raise"`` (the default) stops with an error naming the row, ``"null"`` gives a null
 (and ``error_column=`` keeps why).
@@ -89,8 +92,9 @@ def _call(
     *constants: Any,
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
-    options = UdfOptions(on_error=on_error, error_column=error_column)
+    options = UdfOptions(on_error=on_error, error_column=error_column, backend=execution_backend)
     udf = make_column_udf(fn, name=name, return_dtype=return_type, batch=True, options=options)
     return udf(_column(column, name), *constants)
 
@@ -102,6 +106,7 @@ def decode_image(
     mode: str | None = "RGB",
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
     """Decoded images of any shape from encoded bytes, paths or file references, upright
     (EXIF orientation applied) and in ``mode`` (``"RGB"``, ``"RGBA"``, ``"L"``; ``None`` keeps
@@ -110,6 +115,7 @@ def decode_image(
     return _call(
         "decode_image", _images.decode, IMAGE, column, mode,
         on_error=on_error, error_column=error_column,
+        execution_backend=execution_backend,
     )  # fmt: skip
 
 
@@ -122,6 +128,7 @@ def resize_image(
     mode: str = "RGB",
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
     """Images of one shape, ``height x width`` in ``mode`` (bilinear), as ``UTINYINT[c][w][h]``:
     a model's input size. Decodes what is not decoded yet."""
@@ -132,6 +139,7 @@ def resize_image(
     return _call(
         "resize_image", _images.resize, kind, column, width, height, mode,
         on_error=on_error, error_column=error_column,
+        execution_backend=execution_backend,
     )  # fmt: skip
 
 
@@ -142,6 +150,7 @@ def crop_image(
     *,
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
     """The part of each image inside ``box = (left, top, right, bottom)`` in pixels (Pillow's
     convention; past the edge is black)."""
@@ -155,6 +164,7 @@ def crop_image(
     return _call(
         "crop_image", _images.crop, IMAGE, column, tuple(box),
         on_error=on_error, error_column=error_column,
+        execution_backend=execution_backend,
     )  # fmt: skip
 
 
@@ -165,12 +175,14 @@ def convert_image(
     *,
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
     """Images in another mode: ``"RGB"``, ``"RGBA"`` or ``"L"`` (grey)."""
     _mode(mode, "convert_image")
     return _call(
         "convert_image", _images.convert, IMAGE, column, mode,
         on_error=on_error, error_column=error_column,
+        execution_backend=execution_backend,
     )  # fmt: skip
 
 
@@ -182,6 +194,7 @@ def encode_image(
     quality: int | None = None,
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
     """Images as encoded bytes (``BLOB``) in ``format``: any Pillow writes (``"PNG"``,
     ``"JPEG"`` with its ``quality``, ``"WEBP"``, ...). JPEG drops an alpha channel."""
@@ -190,6 +203,7 @@ def encode_image(
     return _call(
         "encode_image", _images.encode, pa.binary(), column, format.upper(), quality,
         on_error=on_error, error_column=error_column,
+        execution_backend=execution_backend,
     )  # fmt: skip
 
 
@@ -203,6 +217,7 @@ def image_to_tensor(
     scale: float = 1 / 255,
     on_error: str = "raise",
     error_column: str | None = None,
+    execution_backend: str | None = None,
 ) -> Expr:
     """A model's input: each image resized to ``height x width`` in ``mode``, as ``float32``
     pixels times ``scale`` (0..1 by default), ``FLOAT[c][w][h]`` (rows, height, width,
@@ -215,6 +230,7 @@ def image_to_tensor(
     return _call(
         "image_to_tensor", _images.to_tensor, kind, column, width, height, mode, float(scale),
         on_error=on_error, error_column=error_column,
+        execution_backend=execution_backend,
     )  # fmt: skip
 
 

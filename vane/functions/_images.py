@@ -41,15 +41,25 @@ def _pil() -> Any:
     return require("PIL.Image", extra="image")
 
 
+class _Undecodable(Exception):
+    """Bytes Pillow cannot turn into an image (corrupt, truncated, or not an image)."""
+
+
 def _decode_bytes(data: bytes) -> Image.Image:
     """The file's image, upright: EXIF orientation applied, as cameras and viewers do."""
     pil = _pil()
     from PIL import ImageOps
 
-    with pil.open(io.BytesIO(data)) as image:
-        image.load()
-        upright = ImageOps.exif_transpose(image)
-        return upright if upright is not None else image
+    try:
+        with pil.open(io.BytesIO(data)) as image:
+            image.load()
+            upright = ImageOps.exif_transpose(image)
+            return upright if upright is not None else image
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}".replace("<_io.BytesIO object", "<bytes")
+        raise _Undecodable(
+            f"the bytes are corrupt or not an image Pillow reads ({detail})"
+        ) from exc
 
 
 def _in_mode(image: Image.Image, mode: str | None) -> Image.Image:
@@ -115,9 +125,7 @@ def _each(
 
 
 def _reason(exc: Exception) -> str:
-    if type(exc).__name__ == "UnidentifiedImageError":
-        return "the bytes are not an image Pillow reads (a corrupt file, or not an image)"
-    return f"{type(exc).__name__}: {exc}"
+    return str(exc) if isinstance(exc, _Undecodable) else f"{type(exc).__name__}: {exc}"
 
 
 def _answer(values: Any, errors: list[str | None]) -> Any:

@@ -23,13 +23,17 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "parquet": (".parquet", ".parq", ".pq"),
     "csv": (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.zst"),
     "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
-    # read_images: what Pillow decodes (upper case too: cameras write .JPG).
+}
+# What the other sources list: read_images what Pillow decodes (upper case too: cameras write
+# .JPG), from_glob_path every file. Not table formats, so not in EXTENSIONS, which the writers
+# and the CLI read as the formats vane writes.
+LISTED: dict[str, tuple[str, ...]] = EXTENSIONS | {
     "image": tuple(
         e
         for ext in (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
         for e in (ext, ext.upper())
     ),
-    "file": ("",),  # from_glob_path: every file a directory holds
+    "file": ("",),
 }
 # A destination path ending in one of these is written as one file (compressed suffixes are not
 # offered: the writers do not compress CSV or JSON).
@@ -89,7 +93,7 @@ def _find(text: str, path: Path, fmt: str) -> _Found:
         return _Found(matched, base, [root, *_directories(matched)], "glob")
     if path.is_dir():
         directory = Path(os.path.abspath(path))
-        matched = _walk(directory, EXTENSIONS[fmt])
+        matched = _walk(directory, LISTED[fmt])
         return _Found(matched, directory, [str(directory), *_directories(matched)], "directory")
     if path.is_file():
         return _Found([str(path)], path.parent, [os.path.dirname(os.path.realpath(path))], "file")
@@ -155,8 +159,8 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
         if not matched:
             what = "directory" if one.kind == "directory" else "glob"
             looked = (
-                f"{fmt} files (looked for names ending in {', '.join(EXTENSIONS[fmt])})"
-                if any(EXTENSIONS[fmt])
+                f"{fmt} files (looked for names ending in {', '.join(LISTED[fmt])})"
+                if any(LISTED[fmt])
                 else "files"
             )
             raise SourceNotFoundError(f"{caller}(): the {what} {text!r} holds no {looked}")

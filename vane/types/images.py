@@ -78,12 +78,15 @@ def _flat(array: pa.Array) -> tuple[np.ndarray, tuple[int, int, int]]:
     """A fixed-shape column's pixels as one (n, h, w, c) array over Arrow's buffer (no copy):
     null rows hold whatever their slots hold. Each level's offset is followed down to the
     ``uint8`` leaf, so a sliced column reads its own rows."""
-    if isinstance(array, pa.ExtensionArray):
-        array = array.storage
     shape = image_shape(array.type)
     assert shape is not None
+    if isinstance(array, pa.ExtensionArray):  # one flat list of h * w * c per row
+        array = array.storage
+        sizes: tuple[int, ...] = (shape[0] * shape[1] * shape[2],)
+    else:
+        sizes = shape
     position, level = array.offset, array
-    for size in shape:
+    for size in sizes:
         level = level.values
         position = position * size + level.offset
     pixels = np.frombuffer(level.buffers()[1], dtype=np.uint8)
