@@ -335,6 +335,7 @@ class Relation:
         *,
         schema: SchemaSpec | None = None,
         batch_size: int | None = None,
+        batch_bytes: int | None = None,
         batch_format: str = "pyarrow",
         execution_backend: str | None = None,
         concurrency: int | tuple[int, int] = 1,
@@ -355,7 +356,10 @@ class Relation:
     ) -> Relation:
         """Run a callable class (constructed once per actor, inside the worker) or a function
         over batches of ``batch_size`` rows, each a ``pa.Table`` (``batch_format="pandas"``: a
-        DataFrame; ``"numpy"``: a dict of arrays). ``functools.partial`` binds arguments;
+        DataFrame; ``"numpy"``: a dict of arrays; a column of images of one shape is one
+        ``(n, h, w, c)`` array). ``batch_bytes`` caps a batch's input bytes as well as its rows
+        (a batch of 4K images holds few of them; a larger row is a batch of its own; the local
+        runner). ``functools.partial`` binds arguments;
         ``fn_args``/``fn_kwargs`` are passed after the batch.
 
         It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of

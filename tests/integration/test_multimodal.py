@@ -20,7 +20,7 @@ from vane import col
 from vane import functions as F
 from vane.errors import SourceNotFoundError, UDFError
 from vane.functions import _images
-from vane.types.images import IMAGE, fixed_image_type, to_numpy
+from vane.types.images import IMAGE, fixed_image_type, from_numpy, to_numpy
 
 GOOD = ["png", "jpeg", "grey", "cmyk", "rotated"]
 
@@ -194,3 +194,25 @@ def test_image_and_file_columns_round_trip_through_parquet_and_the_backend(good,
         size = os.path.getsize(path)
         in_child = backend == "subprocess_actor"
         assert row["file"] == f"{size}:{size}:{size}:6:{in_child}"
+
+
+def test_batch_bytes_caps_each_batch_of_images_as_well_as_rows():
+    frame = 8 * 8 * 3  # bytes of one image
+    pixels = np.arange(10 * frame, dtype=np.uint8).reshape(10, 8, 8, 3)
+    column = from_numpy(list(pixels), fixed_image_type(8, 8, 3))
+    rel = vane.from_arrow(pa.table({"i": pa.array(range(10), pa.int64()), "image": column}))
+
+    def sizes(batch: dict[str, np.ndarray]) -> dict[str, list[int]]:
+        return {"i": list(batch["i"]), "rows": [len(batch["i"])] * len(batch["i"])}
+
+    out = rel.map_batches(
+        sizes,
+        batch_format="numpy",
+        batch_size=4,
+        batch_bytes=3 * (frame + 8),  # three rows of an image and an id
+        schema={"i": "BIGINT", "rows": "BIGINT"},
+    ).to_pylist()
+    assert [r["i"] for r in out] == list(range(10))
+    assert max(r["rows"] for r in out) == 3  # the bytes, not batch_size=4, decided
+    tiny = rel.map_batches(sizes, batch_bytes=1, schema={"i": "BIGINT", "rows": "BIGINT"})
+    assert {r["rows"] for r in tiny.to_pylist()} == {1}  # a row past the cap is its own batch

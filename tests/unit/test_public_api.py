@@ -9,6 +9,7 @@ import vane
 
 PUBLIC = [
     "Expr",
+    "File",
     "Relation",
     "WriteResult",
     "attach_function",
@@ -18,14 +19,17 @@ PUBLIC = [
     "detach_function",
     "errors",
     "from_arrow",
+    "from_glob_path",
     "from_pandas",
     "from_pydict",
     "from_pylist",
     "func",
+    "functions",
     "lit",
     "method",
     "range",
     "read_csv",
+    "read_images",
     "read_json",
     "read_parquet",
     "sql",
@@ -48,6 +52,7 @@ HEAVY = [
     "vllm",
     "sentence_transformers",
     "pandas",
+    "PIL",
     "typer",
     "rich",
 ]

@@ -40,7 +40,6 @@ from vane.types.images import CHANNELS, IMAGE, fixed_image_type
 from vane.udf.column import ClassUdf, UdfOptions, make_column_udf
 
 from . import _files, _images
-from ._urls import Downloader
 
 __all__ = [
     "convert_image",
@@ -291,6 +290,8 @@ def url_download(
         raise ConfigurationError(
             f"url_download(): timeout is seconds > 0 (or None), got {timeout!r}"
         )
+    from ._urls import Downloader  # asyncio and aiohttp load for downloads only
+
     options = UdfOptions(batch_size=batch_size, on_error=on_error, error_column=error_column)
     downloader = ClassUdf(Downloader, options)(max_connections, timeout, max_retries)
     return downloader.method("download")(_column(column, "url_download"))

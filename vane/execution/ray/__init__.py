@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from vane._arrow import exact_batches
 from vane.config import get_config
-from vane.errors import ActorDiedError, VaneError
+from vane.errors import ActorDiedError, ConfigurationError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.lowering import row_caps
@@ -65,6 +65,12 @@ class RayRunner:
         """The plan's actors, every UDF step's at once, and a CPU for the tasks that feed them,
         against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
         to change, rather than waiting forever."""
+        for node in walk(plan):
+            if isinstance(node, UdfStep) and node.udf.batch_bytes is not None:
+                raise ConfigurationError(
+                    f"{node.udf.verb}(): batch_bytes= is honoured by the local runner only; "
+                    "Ray Data cuts blocks by rows. Cap the batch with batch_size= on Ray"
+                )
         check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
