@@ -157,7 +157,7 @@ def _fixed_width(arrow_type: pa.DataType) -> int | None:
         inner = _fixed_width(arrow_type.value_type)
         return None if inner is None else inner * arrow_type.list_size
     try:
-        return (arrow_type.bit_width + 7) // 8
+        return int(arrow_type.bit_width + 7) // 8
     except ValueError:  # not a fixed-width type
         return None
 

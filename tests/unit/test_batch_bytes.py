@@ -3,6 +3,8 @@ cap unless one row alone exceeds it, and row sizes exact for the types images an
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
@@ -28,7 +30,7 @@ def test_runs_keep_every_row_in_order_under_the_cap(values, limit):
     for run in runs:
         assert run.num_rows == 1 or int(row_nbytes(run).sum()) <= limit
     # Greedy: no run could have taken the next row and stayed under the cap.
-    for run, following in zip(runs, runs[1:], strict=False):
+    for run, following in itertools.pairwise(runs):
         assert int(row_nbytes(run).sum()) + int(row_nbytes(following)[0]) > limit
 
 
