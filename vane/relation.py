@@ -540,6 +540,23 @@ class Relation:
         call = classify_text(column, labels, provider=provider, model=model, **options)
         return self.with_column(output_column, call)
 
+    def classify_image(
+        self,
+        column: str | Expr,
+        labels: Sequence[str],
+        *,
+        output_column: str = "label",
+        provider: str = "transformers",
+        model: str | None = None,
+        **options: Any,
+    ) -> Relation:
+        """Add the label among ``labels`` that fits each row's image best (zero-shot, CLIP-style)
+        as ``output_column``."""
+        from vane.ai import classify_image
+
+        call = classify_image(column, labels, provider=provider, model=model, **options)
+        return self.with_column(output_column, call)
+
     # ---- actions: these run the plan ---------------------------------------------------------
 
     def materialize(self) -> Relation:

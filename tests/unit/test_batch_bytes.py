@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pyarrow as pa
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vane._arrow import row_nbytes, split_by_bytes
@@ -14,6 +14,7 @@ from vane._arrow import row_nbytes, split_by_bytes
 rows = st.lists(st.tuples(st.binary(max_size=40), st.text(max_size=10)), min_size=1, max_size=30)
 
 
+@settings(max_examples=40)
 @given(rows, st.integers(1, 120))
 def test_runs_keep_every_row_in_order_under_the_cap(values, limit):
     table = pa.table(

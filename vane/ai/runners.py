@@ -23,6 +23,8 @@ from vane.ai.inputs import texts
 from vane.ai.protocols import Answer, PromptRequest, RequestRefused, Usage
 from vane.ai.structured import OutputFormat, read_answer
 from vane.errors import ConfigurationError, ProviderError
+from vane.types.files import File
+from vane.types.images import is_image_type, to_numpy
 from vane.udf.column_calls import RowResults
 
 _CONVERSIONS = (None, "r", "s", "a")
@@ -127,8 +129,10 @@ class PromptRunner:
         system: str | None = None,
         template: Template | None = None,
         output: OutputFormat | None = None,
+        images: int = 0,
     ) -> None:
         self.prompter = descriptor.instantiate()
+        self.images = images  # the last columns hold images, sent as image_url parts
         self.options = dict(getattr(descriptor, "generation", {}) or {})
         if output is not None:
             self.options["response_format"] = {
@@ -179,9 +183,14 @@ class PromptRunner:
         return prompts, errors
 
     async def run(self, *columns: pa.Array) -> RowResults:
-        prompts, errors = self._prompts(columns)
+        split = len(columns) - self.images
+        prompts, errors = self._prompts(columns[:split])
+        pictures = [image_urls(c) for c in columns[split:]]
         asked = [i for i, p in enumerate(prompts) if p is not None]
-        requests = [self._request(prompts[i]) for i in asked]  # type: ignore[arg-type]
+        requests = [
+            self._request(str(prompts[i]), [str(u[i]) for u in pictures if u[i] is not None])
+            for i in asked
+        ]
         answers = await self.prompter.answer(requests, self.usage, self.read) if requests else []
         values: list[Any] = [None] * len(prompts)
         for position, answer in zip(asked, answers, strict=True):
@@ -189,11 +198,16 @@ class PromptRunner:
         self.usage.failures += sum(error is not None for error in errors)
         return RowResults(self._column(values, errors), errors)
 
-    def _request(self, prompt: str) -> PromptRequest:
+    def _request(self, prompt: str, images: Sequence[str] = ()) -> PromptRequest:
         messages: list[Mapping[str, Any]] = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system})
-        messages.append({"role": "user", "content": prompt})
+        if images:  # OpenAI's parts: the text, then each image as a URL or a data URI
+            parts: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+            parts.extend({"type": "image_url", "image_url": {"url": url}} for url in images)
+            messages.append({"role": "user", "content": parts})
+        else:
+            messages.append({"role": "user", "content": prompt})
         return PromptRequest(tuple(messages), self.options)
 
     def _column(self, values: list[Any], errors: list[str | None]) -> Any:
@@ -276,11 +290,11 @@ class EmbedImageRunner(EmbedTextRunner):
     """``embed_image``: bytes of an image, or a path to one, per row."""
 
     def run(self, images: pa.Array) -> RowResults:
-        values = images.to_pylist()
+        values = image_inputs(images)
         present = [i for i, v in enumerate(values) if v is not None]
         if not present:
             return self._results(len(values), [], [], [None] * len(values))
-        vectors = self.embedder.embed_image([_image_bytes(values[i]) for i in present], self.usage)
+        vectors = self.embedder.embed_image([values[i] for i in present], self.usage)
         matrix = np.asarray(vectors, dtype=np.float32)
         if len(matrix) != len(present):
             raise ValueError(f"the model returned {len(matrix)} vectors for {len(present)} images")
@@ -290,8 +304,32 @@ class EmbedImageRunner(EmbedTextRunner):
 def _image_bytes(value: Any) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    with open(str(value), "rb") as handle:
-        return handle.read()
+    file = File.from_value(value)
+    assert file is not None
+    return file.read()
+
+
+def image_inputs(column: pa.Array) -> list[bytes | None]:
+    """Each row's image as encoded bytes, what the models' processors and the servers take:
+    bytes as they are, paths and file references read here (in the worker), decoded pixels
+    encoded as PNG (lossless)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not is_image_type(column.type):
+        return [None if v is None else _image_bytes(v) for v in column.to_pylist()]
+    import io
+
+    from PIL import Image
+
+    out: list[bytes | None] = []
+    for pixels in to_numpy(column):
+        if pixels is None:
+            out.append(None)
+            continue
+        buffer = io.BytesIO()
+        Image.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels).save(buffer, "PNG")
+        out.append(buffer.getvalue())
+    return out
 
 
 def _normalized(vector: np.ndarray) -> np.ndarray:
@@ -327,6 +365,72 @@ class ClassifyByEmbeddingRunner:
                 out[position] = self.labels[int(label)]
         self.usage.failures += sum(error is not None for error in errors)
         return RowResults(out, errors)
+
+
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def _media_type(data: bytes) -> str:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), "image/png")
+
+
+def image_urls(column: pa.Array) -> list[str | None]:
+    """Each row's image as a prompt's ``image_url``: an ``http(s)://`` URL as it is (the server
+    fetches it), anything else read here and sent as a ``data:`` URI."""
+    import base64
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        values: list[str | None] = column.to_pylist()
+        if all(v is None or v.lower().startswith(("http://", "https://")) for v in values):
+            return values
+    out: list[str | None] = []
+    for data in image_inputs(column):
+        if data is None:
+            out.append(None)
+        else:
+            encoded = base64.b64encode(data).decode("ascii")
+            out.append(f"data:{_media_type(data)};base64,{encoded}")
+    return out
+
+
+class ClassifyImageRunner:
+    """``classify_image`` zero-shot, as CLIP does: the label whose text embedding (through
+    ``template``, "a photo of a {}") is most like the image's embedding."""
+
+    def __init__(self, descriptor: Any, labels: Sequence[str], template: str) -> None:
+        self.embedder = descriptor.instantiate()
+        self.labels = list(labels)
+        self.usage = Usage()
+        prompts = [template.format(label) for label in self.labels]
+        matrix = np.asarray(self.embedder.embed_text(prompts, self.usage), dtype=np.float32)
+        self._labels = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+    def usage_counters(self) -> dict[str, int]:
+        return self.usage.as_dict()
+
+    def run(self, images: pa.Array) -> list[str | None]:
+        values = image_inputs(images)
+        present = [i for i, v in enumerate(values) if v is not None]
+        out: list[str | None] = [None] * len(values)
+        if present:
+            vectors = np.asarray(
+                self.embedder.embed_image([values[i] for i in present], self.usage),
+                dtype=np.float32,
+            )
+            vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+            best = np.argmax(vectors @ self._labels.T, axis=1)
+            for position, label in zip(present, best, strict=True):
+                out[position] = self.labels[int(label)]
+        return out
 
 
 async def _close(provider: Any) -> None:
