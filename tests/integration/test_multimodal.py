@@ -216,3 +216,22 @@ def test_batch_bytes_caps_each_batch_of_images_as_well_as_rows():
     assert max(r["rows"] for r in out) == 3  # the bytes, not batch_size=4, decided
     tiny = rel.map_batches(sizes, batch_bytes=1, schema={"i": "BIGINT", "rows": "BIGINT"})
     assert {r["rows"] for r in tiny.to_pylist()} == {1}  # a row past the cap is its own batch
+
+
+@pytest.mark.ray
+def test_images_and_files_on_the_ray_runner(good, on_ray):
+    rel = vane.read_images(good, size=(5, 4)).with_column("bytes", F.file_size("path"))
+
+    def shapes(batch: dict[str, np.ndarray]) -> dict[str, list]:
+        return {
+            "path": list(batch["path"]),
+            "shape": [list(batch["image"].shape)] * len(batch["path"]),
+        }
+
+    out = rel.map_batches(
+        shapes, batch_format="numpy", schema={"path": "VARCHAR", "shape": "BIGINT[]"}
+    ).to_pylist()
+    assert sorted(r["path"] for r in out) == good
+    assert {tuple(r["shape"][1:]) for r in out} == {(5, 4, 3)}
+    sizes = {r["path"]: r["bytes"] for r in rel.select("path", "bytes").to_pylist()}
+    assert sizes == {p: os.path.getsize(p) for p in good}
