@@ -14,7 +14,7 @@ from vane import functions
 from vane._arguments import checked
 from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
-from vane.io.files import FileFormat, Paths, resolve_files
+from vane.io.files import FileFormat, Paths, is_uri, resolve_files
 from vane.io.readers import duckdb_options
 from vane.plan import nodes
 from vane.plan.sql_calls import sql_query
@@ -269,8 +269,17 @@ def _file_listing(files: Sequence[str]) -> pa.Table:
     times: list[dt.datetime] = []
     for path in files:
         try:
+            if is_uri(path):  # an object store's listing: through pyarrow's file systems
+                from pyarrow import fs
+
+                filesystem, inner = fs.FileSystem.from_uri(path)
+                found = filesystem.get_file_info(inner)
+                sizes.append(int(found.size or 0))
+                mtime = found.mtime or dt.datetime.fromtimestamp(0, dt.timezone.utc)
+                times.append(mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.timezone.utc))
+                continue
             info = os.stat(path)
-        except OSError as exc:
+        except (OSError, pa.ArrowException) as exc:
             raise SourceError(f"cannot read the file {path!r}: {exc}") from exc
         sizes.append(info.st_size)
         times.append(dt.datetime.fromtimestamp(info.st_mtime, dt.timezone.utc))

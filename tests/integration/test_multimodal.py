@@ -218,6 +218,26 @@ def test_batch_bytes_caps_each_batch_of_images_as_well_as_rows():
     assert {r["rows"] for r in tiny.to_pylist()} == {1}  # a row past the cap is its own batch
 
 
+def test_a_udf_returning_arrows_canonical_tensors_keeps_their_shape(tmp_path):
+    def frames(batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        pixels = np.arange(n * 2 * 3 * 3, dtype=np.uint8).reshape(n, 2, 3, 3)
+        return pa.table(
+            {"id": batch["id"], "frame": pa.FixedShapeTensorArray.from_numpy_ndarray(pixels)}
+        )
+
+    declared = vane.range(3).map_batches(
+        frames, schema={"id": "BIGINT", "frame": "UTINYINT[3][3][2]"}
+    )
+    inferred = vane.range(3).map_batches(frames)
+    assert inferred.schema.field("frame").type == fixed_image_type(2, 3, 3)
+    inferred.write_parquet(tmp_path / "frames")
+    for rel in (declared, inferred, vane.read_parquet(tmp_path / "frames")):
+        images = to_numpy(rel.order_by("id").to_arrow().column("frame"))
+        assert [i.shape for i in images if i is not None] == [(2, 3, 3)] * 3
+        assert images[2] is not None and images[2][0, 0, 0] == 2 * 18
+
+
 @pytest.mark.ray
 def test_images_and_files_on_the_ray_runner(good, on_ray):
     rel = vane.read_images(good, size=(5, 4)).with_column("bytes", F.file_size("path"))

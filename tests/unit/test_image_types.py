@@ -19,6 +19,7 @@ from vane.types.images import (
     from_tensor_extension,
     image_shape,
     is_image_type,
+    tensor_storage,
     to_numpy,
     to_tensor_extension,
 )
@@ -90,3 +91,23 @@ def test_a_file_reference_reads_lazily_and_copies_only_what_is_remote(tmp_path):
         assert local.name == str(path)  # a local file is its own copy
     assert File(f"file://{path}").read() == b"abc"
     assert pa.array([{"url": str(path), "size": 3}], FILE).type == FILE
+
+
+@given(
+    st.sampled_from([np.uint8, np.float32, np.int64]),
+    st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    st.integers(1, 4),
+    st.booleans(),
+)
+def test_any_fixed_shape_tensor_is_held_as_nested_lists_with_its_values(dtype, shape, rows, flip):
+    size = int(np.prod(shape))
+    permutation = list(reversed(range(len(shape)))) if flip else None  # a transposed layout
+    kind = pa.fixed_shape_tensor(pa.from_numpy_dtype(dtype), shape, permutation=permutation)
+    flat = pa.array(np.arange(rows * size).astype(dtype))
+    tensors = pa.ExtensionArray.from_storage(kind, pa.FixedSizeListArray.from_arrays(flat, size))
+    held = from_tensor_extension(tensors)
+    assert held.type == tensor_storage(tensors.type)
+    logical = tensors.to_numpy_ndarray()  # pyarrow's own reading of the layout
+    assert np.array_equal(np.asarray(held.to_pylist(), dtype=dtype), logical)
+    chunked = from_tensor_extension(pa.chunked_array([tensors, tensors]))
+    assert chunked.num_chunks == 2 and chunked.type == held.type

@@ -30,8 +30,10 @@ __all__ = [
     "IMAGE",
     "fixed_image_type",
     "from_numpy",
+    "from_tensor_extension",
     "image_shape",
     "is_image_type",
+    "tensor_storage",
     "to_numpy",
     "to_tensor_extension",
 ]
@@ -180,18 +182,50 @@ def to_tensor_extension(array: pa.Array) -> pa.FixedShapeTensorArray:
     return tensors
 
 
-def from_tensor_extension(array: pa.Array) -> pa.Array:
-    """Arrow's ``fixed_shape_tensor`` of ``(h, w, c)`` ``uint8`` as vane's fixed-shape image
-    column (the same buffer)."""
-    shape = image_shape(array.type)
-    if shape is None or not isinstance(array, pa.ExtensionArray):
-        raise SchemaError(f"a column of {array.type} is not a tensor of (h, w, c) uint8 pixels")
+def from_tensor_extension(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Arrow's ``fixed_shape_tensor`` (any value type and rank) as nested fixed-size lists,
+    which DuckDB holds with their shape (it drops the extension type): the same buffer when the
+    dimensions are in order, else the values laid out in the logical order."""
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array(
+            [from_tensor_extension(c) for c in array.chunks], type=tensor_storage(array.type)
+        )
+    kind = array.type
+    if not isinstance(kind, pa.FixedShapeTensorType):
+        raise SchemaError(f"a column of {kind} is not a fixed-shape tensor")
+    shape = _logical_shape(kind)
     storage = array.storage
     size = storage.type.list_size
     values = storage.values.slice(storage.offset * size, len(storage) * size)
-    for size in (shape[2], shape[1]):
-        values = pa.FixedSizeListArray.from_arrays(values, size)
+    permutation = list(kind.permutation or range(len(shape)))
+    if permutation != sorted(permutation):  # a transposed layout: put it in logical order
+        if storage.null_count:
+            raise SchemaError(
+                "a fixed_shape_tensor column with a permutation and nulls cannot be held; "
+                "return the tensors in their logical order"
+            )
+        logical = array.to_numpy_ndarray()
+        values = pa.array(logical.reshape(-1), kind.value_type)
+    for dim in reversed(shape[1:]):
+        values = pa.FixedSizeListArray.from_arrays(values, dim)
     return pa.FixedSizeListArray.from_arrays(values, shape[0], mask=_null_mask(storage))
+
+
+def tensor_storage(kind: pa.DataType) -> pa.DataType:
+    """The nested fixed-size list type a ``fixed_shape_tensor`` type is held as."""
+    assert isinstance(kind, pa.FixedShapeTensorType)
+    held = kind.value_type
+    for dim in reversed(_logical_shape(kind)):
+        held = pa.list_(held, dim)
+    return held
+
+
+def _logical_shape(kind: pa.FixedShapeTensorType) -> list[int]:
+    """The dimensions in logical order: ``shape`` is the physical layout's, ``permutation``
+    says which physical dimension each logical one is (as ``to_numpy_ndarray`` reads it)."""
+    shape = [int(d) for d in kind.shape]
+    permutation = kind.permutation or range(len(shape))
+    return [shape[int(p)] for p in permutation]
 
 
 def _null_mask(array: pa.Array) -> pa.Array | None:
