@@ -294,4 +294,13 @@ def url_download(
 
     options = UdfOptions(batch_size=batch_size, on_error=on_error, error_column=error_column)
     downloader = ClassUdf(Downloader, options)(max_connections, timeout, max_retries)
-    return downloader.method("download")(_column(column, "url_download"))
+    udf = make_column_udf(
+        Downloader.download,
+        name="url_download",
+        return_dtype=pa.binary(),
+        batch=True,
+        options=options,
+        owner=downloader,
+        skip_self=True,
+    )
+    return udf(_column(column, "url_download"))

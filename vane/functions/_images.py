@@ -11,7 +11,10 @@ in the worker), or decoded pixels in either image type.
 from __future__ import annotations
 
 import io
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -105,23 +108,35 @@ def _reader(file: File | None) -> Callable[[], Image.Image]:
     return lambda: _decode_bytes(file.read())
 
 
+def _pool() -> ThreadPoolExecutor:
+    """Threads for the rows of a batch, one per core, shared by the worker's calls: Pillow
+    releases the GIL while it decodes and resizes, so one actor uses every core."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            workers = max(1, min(8, os.cpu_count() or 1))
+            _POOL = ThreadPoolExecutor(workers, thread_name_prefix="vane-images")
+        return _POOL
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
 def _each(
     array: pa.Array, work: Callable[[Image.Image], Any], what: str
 ) -> tuple[list[Any], list[str | None]]:
-    values: list[Any] = []
-    errors: list[str | None] = []
-    for get in _inputs(array):
+    def one(get: Callable[[], Image.Image] | None) -> tuple[Any, str | None]:
         if get is None:
-            values.append(None)
-            errors.append(None)
-            continue
+            return None, None
         try:
-            values.append(work(get()))
-            errors.append(None)
+            return work(get()), None
         except Exception as exc:  # one bad file fails its own row only
-            values.append(None)
-            errors.append(f"cannot {what}: {_reason(exc)}")
-    return values, errors
+            return None, f"cannot {what}: {_reason(exc)}"
+
+    inputs = _inputs(array)
+    results = list(_pool().map(one, inputs)) if len(inputs) > 1 else [one(g) for g in inputs]
+    return [value for value, _ in results], [error for _, error in results]
 
 
 def _reason(exc: Exception) -> str:
