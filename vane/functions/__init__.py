@@ -12,7 +12,7 @@ They run on the thread backend unless configured otherwise: Pillow and the netwo
 GIL, and ``url_download`` is ``async`` (many requests in flight on one actor's event loop).
 
 Each image function takes ``execution_backend=`` (``"subprocess_actor"`` decodes in worker
-processes, each with its own GIL, for CPU-bound pipelines).
+processes, each with its own GIL) and ``batch_size=`` (64 rows: decoded images are large).
 
 A row that fails on its own (a corrupt image, a missing file, a 404) fails only itself:
 ``on_error="raise"`` (the default) stops with an error naming the row, ``"null"`` gives a null
@@ -55,6 +55,9 @@ __all__ = [
 ]
 
 ColumnArg = str | Expr
+# Rows per batch of the image functions: a decoded image is large (a 1080p frame is 6 MB), so
+# a batch of the engine's default size would hold gigabytes in flight.
+IMAGE_BATCH_ROWS = 64
 
 
 def _column(value: ColumnArg, name: str) -> Expr:
@@ -92,8 +95,14 @@ def _call(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int | None = None,
 ) -> Expr:
-    options = UdfOptions(on_error=on_error, error_column=error_column, backend=execution_backend)
+    options = UdfOptions(
+        batch_size=batch_size,
+        on_error=on_error,
+        error_column=error_column,
+        backend=execution_backend,
+    )
     udf = make_column_udf(fn, name=name, return_dtype=return_type, batch=True, options=options)
     return udf(_column(column, name), *constants)
 
@@ -106,6 +115,7 @@ def decode_image(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """Decoded images of any shape from encoded bytes, paths or file references, upright
     (EXIF orientation applied) and in ``mode`` (``"RGB"``, ``"RGBA"``, ``"L"``; ``None`` keeps
@@ -115,6 +125,7 @@ def decode_image(
         "decode_image", _images.decode, IMAGE, column, mode,
         on_error=on_error, error_column=error_column,
         execution_backend=execution_backend,
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -128,6 +139,7 @@ def resize_image(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """Images of one shape, ``height x width`` in ``mode`` (bilinear), as ``UTINYINT[c][w][h]``:
     a model's input size. Decodes what is not decoded yet."""
@@ -139,6 +151,7 @@ def resize_image(
         "resize_image", _images.resize, kind, column, width, height, mode,
         on_error=on_error, error_column=error_column,
         execution_backend=execution_backend,
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -150,6 +163,7 @@ def crop_image(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """The part of each image inside ``box = (left, top, right, bottom)`` in pixels (Pillow's
     convention; past the edge is black)."""
@@ -164,6 +178,7 @@ def crop_image(
         "crop_image", _images.crop, IMAGE, column, tuple(box),
         on_error=on_error, error_column=error_column,
         execution_backend=execution_backend,
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -175,6 +190,7 @@ def convert_image(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """Images in another mode: ``"RGB"``, ``"RGBA"`` or ``"L"`` (grey)."""
     _mode(mode, "convert_image")
@@ -182,6 +198,7 @@ def convert_image(
         "convert_image", _images.convert, IMAGE, column, mode,
         on_error=on_error, error_column=error_column,
         execution_backend=execution_backend,
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -194,6 +211,7 @@ def encode_image(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """Images as encoded bytes (``BLOB``) in ``format``: any Pillow writes (``"PNG"``,
     ``"JPEG"`` with its ``quality``, ``"WEBP"``, ...). JPEG drops an alpha channel."""
@@ -203,6 +221,7 @@ def encode_image(
         "encode_image", _images.encode, pa.binary(), column, format.upper(), quality,
         on_error=on_error, error_column=error_column,
         execution_backend=execution_backend,
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -217,6 +236,7 @@ def image_to_tensor(
     on_error: str = "raise",
     error_column: str | None = None,
     execution_backend: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """A model's input: each image resized to ``height x width`` in ``mode``, as ``float32``
     pixels times ``scale`` (0..1 by default), ``FLOAT[c][w][h]`` (rows, height, width,
@@ -230,6 +250,7 @@ def image_to_tensor(
         "image_to_tensor", _images.to_tensor, kind, column, width, height, mode, float(scale),
         on_error=on_error, error_column=error_column,
         execution_backend=execution_backend,
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -254,13 +275,17 @@ def file_size(
 
 @checked
 def read_bytes(
-    column: ColumnArg, *, on_error: str = "raise", error_column: str | None = None
+    column: ColumnArg,
+    *,
+    on_error: str = "raise",
+    error_column: str | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """Each file's bytes (``BLOB``), from paths, URLs or file references, read in the worker.
     For many HTTP URLs, ``url_download`` fetches them concurrently."""
     return _call(
         "read_bytes", _files.contents, pa.binary(), column,
-        on_error=on_error, error_column=error_column,
+        on_error=on_error, error_column=error_column, batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -273,7 +298,7 @@ def url_download(
     timeout: float | None = 30.0,
     max_retries: int = 3,
     error_column: str | None = None,
-    batch_size: int | None = None,
+    batch_size: int = IMAGE_BATCH_ROWS,
 ) -> Expr:
     """Each URL's body (``BLOB``), fetched concurrently with at most ``max_connections`` open
     to one host per actor; ``timeout`` seconds per request (None: no limit). Connection
