@@ -12,6 +12,8 @@ rows. A file is made once and reused; its name carries the kind, the row count a
   memory workload reads both, to tell a cost of the input's size from one of its row groups.
 * ``sentences``: ``id BIGINT, text VARCHAR``, sentences of 8 to 30 words drawn from ``WORDS``
   (the embed and prompt workloads).
+* ``images``: a folder of JPEGs of mixed sizes (160 to 640 pixels a side; the images
+  workload), smooth gradients with noise, so they compress as photos do.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ WORDS = tuple(_VOCABULARY.split())
 
 
 def path_for(kind: str, rows: int) -> Path:
-    return DATA_DIR / f"{kind}_{rows}_v{VERSION}.parquet"
+    suffix = "" if kind == "images" else ".parquet"  # the images are a folder of files
+    return DATA_DIR / f"{kind}_{rows}_v{VERSION}{suffix}"
 
 
 def ensure(kind: str, rows: int) -> Path:
@@ -57,6 +60,7 @@ def ensure(kind: str, rows: int) -> Path:
             "overhead": _overhead,
             "overhead_small_groups": _overhead_small_groups,
             "sentences": _sentences,
+            "images": _images,
         }
         makers[kind](partial, rows)
         os.replace(partial, path)  # a killed run never leaves a half file under the real name
@@ -102,6 +106,21 @@ def _sentences(path: Path, rows: int) -> None:
         texts.append(" ".join(words).capitalize() + ".")
     table = pa.table({"id": pa.array(np.arange(rows, dtype=np.int64)), "text": pa.array(texts)})
     pq.write_table(table, path)
+
+
+def _images(path: Path, rows: int) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(20_261_126)
+    path.mkdir(parents=True)
+    for i in range(rows):
+        width, height = (int(v) for v in rng.integers(160, 641, size=2))
+        x = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+        y = np.linspace(0, 255, height, dtype=np.float32)[:, None, None]
+        tint = rng.uniform(0.3, 1.0, size=3).astype(np.float32)
+        noise = rng.normal(0, 12, size=(height, width, 3)).astype(np.float32)
+        pixels = np.clip((x * 0.6 + y * 0.4) * tint + noise, 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(path / f"{i:06d}.jpg", quality=85)
 
 
 if __name__ == "__main__":
