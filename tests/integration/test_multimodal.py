@@ -102,6 +102,19 @@ def test_read_images_with_a_size_hands_numpy_batches_of_n_h_w_c(good):
     assert all(r["shape"][0] <= 2 for r in out)
 
 
+def test_images_of_any_shape_reach_numpy_batches_as_their_pixels(good):
+    def shapes(batch: dict[str, np.ndarray]) -> dict[str, list]:
+        images = batch["image"]
+        assert images.dtype == object and all(isinstance(i, np.ndarray) for i in images)
+        return {"path": list(batch["path"]), "shape": [list(i.shape) for i in images]}
+
+    out = vane.read_images(good + good[:1]).map_batches(  # two of one shape in a batch too
+        shapes, batch_format="numpy", schema={"path": "VARCHAR", "shape": "BIGINT[]"}
+    )
+    got = {os.path.basename(r["path"]): tuple(r["shape"]) for r in out.to_pylist()}
+    assert got["b_wide.jpg"] == (16, 32, 3) and got["e_rotated.jpg"] == (40, 20, 3)
+
+
 def test_a_corrupt_image_fails_its_row_by_name_or_is_a_null(photos):
     folder = str(photos["png"].parent)
     with pytest.raises(UDFError, match="corrupt or not an image Pillow reads"):
