@@ -130,3 +130,23 @@ def test_decoded_images_are_sent_as_png_of_the_same_pixels(server, photos):
 
     pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))))
     assert pixels.shape == (4, 8, 3)
+
+
+def test_prompt_sends_files_as_file_parts_with_their_media_type(server, tmp_path):
+    server.reset()
+    pdf = tmp_path / "invoice.pdf"
+    pdf.write_bytes(b"%PDF-1.4 a tiny document")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("remember the milk")
+    rel = vane.from_pydict({"q": ["summarize", "and this"], "doc": [str(pdf), str(notes)]})
+    out = rel.prompt(
+        "q", files=F.file("doc"), model="m", base_url=server.base_url, api_key="k"
+    ).to_pylist()
+    assert [r["response"] for r in out] == [
+        "answer to: summarize (with 1 file)",
+        "answer to: and this (with 1 file)",
+    ]
+    sent = {f["filename"]: f["file_data"] for f in server.files}
+    assert sent["invoice.pdf"].startswith("data:application/pdf;base64,")
+    assert base64.b64decode(sent["invoice.pdf"].split(",", 1)[1]) == pdf.read_bytes()
+    assert sent["notes.txt"].startswith("data:text/plain;base64,")

@@ -55,6 +55,14 @@ def _column(value: Any, where: str) -> Expr:
     raise ConfigurationError(f"{where}() takes a column name or an expression, got {value!r}")
 
 
+def _attachments(given: Expr | str | Sequence[Expr | str] | None) -> list[Expr]:
+    """``prompt``'s ``images=`` or ``files=``: one column or a list of them."""
+    if given is None:
+        return []
+    listed = [given] if isinstance(given, (str, Expr)) else list(given)
+    return [_column(value, "prompt") for value in listed]
+
+
 def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     execution = {k: v for k, v in options.items() if k in _EXECUTION}
     provider = {k: v for k, v in options.items() if k not in _EXECUTION}
@@ -104,6 +112,7 @@ def prompt(
     return_format: Any = None,
     template: str | None = None,
     images: Expr | str | Sequence[Expr | str] | None = None,
+    files: Expr | str | Sequence[Expr | str] | None = None,
     **options: Any,
 ) -> Expr:
     """An LLM's answer to each row's text (null for a null row).
@@ -111,6 +120,8 @@ def prompt(
     ``images`` (a column, or a list of them) adds each row's images to its message as OpenAI's
     ``image_url`` parts: ``http(s)://`` URLs as they are; bytes, paths, file references and
     decoded images as ``data:`` URIs (read and encoded in the worker). A null image is left out.
+    ``files`` (paths, URLs or file references: PDFs, text files) adds OpenAI ``file`` parts,
+    each file's bytes as a ``data:`` URI of its media type.
 
     ``return_format`` (a pydantic model class or a JSON schema) asks for structured output and
     makes the column a STRUCT of its fields. ``template`` (``"Summarize: {text}"``) fills its
@@ -127,12 +138,9 @@ def prompt(
         args = [col(name) for name in parsed.fields]
     else:
         args = [_column(expr, "prompt")]
-    if images is not None:
-        listed = [images] if isinstance(images, (str, Expr)) else list(images)
-        args.extend(_column(image, "prompt") for image in listed)
-    image_count = (
-        0 if images is None else len(args) - (len(parsed.fields) if parsed is not None else 1)
-    )
+    image_args = _attachments(images)
+    file_args = _attachments(files)
+    args.extend(image_args + file_args)
     out: OutputFormat | None = None if return_format is None else output_format(return_format)
     if execution.get("gpus_per_actor"):
         provider_options.setdefault("tensor_parallel_size", execution["gpus_per_actor"])
@@ -143,7 +151,8 @@ def prompt(
             "return_format use an OpenAI-compatible server (vLLM serve, SGLang, ...) or 'vllm'"
         )
     return_type = pa.string() if out is None else out.arrow_type
-    runner_options = {"system": system, "template": parsed, "output": out, "images": image_count}
+    runner_options: dict[str, Any] = {"system": system, "template": parsed, "output": out}
+    runner_options.update(images=len(image_args), files=len(file_args))
     return _call(
         "prompt",
         PromptRunner,

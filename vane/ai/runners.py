@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,9 +130,13 @@ class PromptRunner:
         template: Template | None = None,
         output: OutputFormat | None = None,
         images: int = 0,
+        files: int = 0,
     ) -> None:
         self.prompter = descriptor.instantiate()
-        self.images = images  # the last columns hold images, sent as image_url parts
+        # After the prompt's columns: `images` columns sent as image_url parts, then `files`
+        # columns sent as file parts.
+        self.images = images
+        self.files = files
         self.options = dict(getattr(descriptor, "generation", {}) or {})
         if output is not None:
             self.options["response_format"] = {
@@ -183,14 +187,13 @@ class PromptRunner:
         return prompts, errors
 
     async def run(self, *columns: pa.Array) -> RowResults:
-        split = len(columns) - self.images
-        prompts, errors = self._prompts(columns[:split])
-        pictures = [image_urls(c) for c in columns[split:]]
+        texts_end = len(columns) - self.images - self.files
+        prompts, errors = self._prompts(columns[:texts_end])
+        images_end = texts_end + self.images
+        attached = [image_parts(c) for c in columns[texts_end:images_end]]
+        attached += [file_parts(c) for c in columns[images_end:]]
         asked = [i for i, p in enumerate(prompts) if p is not None]
-        requests = [
-            self._request(str(prompts[i]), [str(u[i]) for u in pictures if u[i] is not None])
-            for i in asked
-        ]
+        requests = [self._request(str(prompts[i]), _present(a[i] for a in attached)) for i in asked]
         answers = await self.prompter.answer(requests, self.usage, self.read) if requests else []
         values: list[Any] = [None] * len(prompts)
         for position, answer in zip(asked, answers, strict=True):
@@ -198,13 +201,12 @@ class PromptRunner:
         self.usage.failures += sum(error is not None for error in errors)
         return RowResults(self._column(values, errors), errors)
 
-    def _request(self, prompt: str, images: Sequence[str] = ()) -> PromptRequest:
+    def _request(self, prompt: str, attached: Sequence[Mapping[str, Any]] = ()) -> PromptRequest:
         messages: list[Mapping[str, Any]] = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system})
-        if images:  # OpenAI's parts: the text, then each image as a URL or a data URI
-            parts: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
-            parts.extend({"type": "image_url", "image_url": {"url": url}} for url in images)
+        if attached:  # OpenAI's parts: the text, then each image or file
+            parts: list[Mapping[str, Any]] = [{"type": "text", "text": prompt}, *attached]
             messages.append({"role": "user", "content": parts})
         else:
             messages.append({"role": "user", "content": prompt})
@@ -399,6 +401,40 @@ def image_urls(column: pa.Array) -> list[str | None]:
         else:
             encoded = base64.b64encode(data).decode("ascii")
             out.append(f"data:{_media_type(data)};base64,{encoded}")
+    return out
+
+
+def _present(parts: Iterable[dict[str, Any] | None]) -> list[Mapping[str, Any]]:
+    return [part for part in parts if part is not None]
+
+
+def image_parts(column: pa.Array) -> list[dict[str, Any] | None]:
+    """Each row's image as an OpenAI ``image_url`` part (None for a null)."""
+    return [
+        None if url is None else {"type": "image_url", "image_url": {"url": url}}
+        for url in image_urls(column)
+    ]
+
+
+def file_parts(column: pa.Array) -> list[dict[str, Any] | None]:
+    """Each row's file (a path, URL or file reference, read here, in the worker) as an OpenAI
+    ``file`` part: its name and its bytes as a ``data:`` URI of its media type (a PDF, a text
+    file), as Daft's prompt sends documents."""
+    import base64
+    import mimetypes
+
+    out: list[dict[str, Any] | None] = []
+    for value in column.to_pylist():
+        file = None if value is None else File.from_value(value)
+        if file is None:
+            out.append(None)
+            continue
+        name = file.url.rstrip("/").rsplit("/", 1)[-1]
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        data = base64.b64encode(file.read()).decode("ascii")
+        out.append(
+            {"type": "file", "file": {"filename": name, "file_data": f"data:{kind};base64,{data}"}}
+        )
     return out
 
 

@@ -7,7 +7,8 @@ with a status (429 with ``Retry-After``, 500...), stall past the client's timeou
 malformed JSON, refuse some prompts for good (HTTP 400), answer some structured requests with
 JSON that does not fit, or send a scripted reply (any status, headers and body, JSON or not) for
 a given prompt or embedded text. It counts requests (per prompt and per text too) and requests
-in flight, and keeps the ``image_url`` parts it was sent (an answer says how many it got).
+in flight, and keeps the ``image_url`` and ``file`` parts it was sent (an answer says how many
+it got).
 
 In a test::
 
@@ -90,6 +91,7 @@ class OpenAIServer:
         self.by_prompt: Counter[str] = Counter()
         self.by_text: Counter[str] = Counter()  # texts sent to /embeddings, each time sent
         self.image_urls: list[str] = []  # the image_url parts of chat messages, as sent
+        self.files: list[dict[str, Any]] = []  # their file parts' "file" objects, as sent
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -106,6 +108,7 @@ class OpenAIServer:
             self.by_prompt.clear()
             self.by_text.clear()
             self.image_urls.clear()
+            self.files.clear()
             self.arrivals.clear()
             self.max_in_flight = self.in_flight
 
@@ -166,8 +169,10 @@ class OpenAIServer:
         prompt = _text(body["messages"][-1]["content"])
         images = _image_urls(body["messages"][-1]["content"])
         number = self._count(prompt)
+        files = _file_parts(body["messages"][-1]["content"])
         with self._lock:
             self.image_urls.extend(images)
+            self.files.extend(files)
         try:
             refusal = await self._misbehave(number) or self._scripted([prompt])
             if refusal is not None:
@@ -178,6 +183,8 @@ class OpenAIServer:
             content = self._content(prompt, body.get("response_format"))
             if images and not body.get("response_format"):
                 content += f" (with {len(images)} image{'s' if len(images) > 1 else ''})"
+            if files and not body.get("response_format"):
+                content += f" (with {len(files)} file{'s' if len(files) > 1 else ''})"
             words = len(prompt.split())
             reply = {
                 "id": f"chat-{number}",
@@ -271,6 +278,13 @@ def _image_urls(content: Any) -> list[str]:
         for p in content
         if isinstance(p, dict) and p.get("type") == "image_url"
     ]
+
+
+def _file_parts(content: Any) -> list[dict[str, Any]]:
+    """The ``file`` objects of a message's file parts."""
+    if not isinstance(content, list):
+        return []
+    return [p["file"] for p in content if isinstance(p, dict) and p.get("type") == "file"]
 
 
 def _fill(schema: dict[str, Any], prompt: str) -> Any:
