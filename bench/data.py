@@ -12,6 +12,8 @@ rows. A file is made once and reused; its name carries the kind, the row count a
   memory workload reads both, to tell a cost of the input's size from one of its row groups.
 * ``sentences``: ``id BIGINT, text VARCHAR``, sentences of 8 to 30 words drawn from ``WORDS``
   (the embed and prompt workloads).
+* ``files``: a folder of ``rows`` Parquet files of two rows each (``id BIGINT, text VARCHAR``):
+  the planning workload's folder, where listing and footers cost, not rows.
 * ``images``: a folder of JPEGs of mixed sizes (160 to 640 pixels a side; the images
   workload), smooth gradients with noise, so they compress as photos do.
 """
@@ -19,6 +21,7 @@ rows. A file is made once and reused; its name carries the kind, the row count a
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,7 @@ import pyarrow.parquet as pq
 VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent / ".data"
 CHUNK = 1_000_000
+FOLDERS = {"files", "images"}  # kinds that are a folder of files rather than one file
 
 _VOCABULARY = """
 the a an of to and in on for with by from at as is was are be been this that these those
@@ -46,8 +50,9 @@ WORDS = tuple(_VOCABULARY.split())
 
 
 def path_for(kind: str, rows: int) -> Path:
-    suffix = "" if kind == "images" else ".parquet"  # the images are a folder of files
-    return DATA_DIR / f"{kind}_{rows}_v{VERSION}{suffix}"
+    if kind in FOLDERS:
+        return DATA_DIR / f"{kind}_{rows}_v{VERSION}"
+    return DATA_DIR / f"{kind}_{rows}_v{VERSION}.parquet"
 
 
 def ensure(kind: str, rows: int) -> Path:
@@ -60,11 +65,21 @@ def ensure(kind: str, rows: int) -> Path:
             "overhead": _overhead,
             "overhead_small_groups": _overhead_small_groups,
             "sentences": _sentences,
+            "files": _files,
             "images": _images,
         }
         makers[kind](partial, rows)
         os.replace(partial, path)  # a killed run never leaves a half file under the real name
     return path
+
+
+def _files(path: Path, count: int) -> None:
+    if path.exists():  # what a killed run left
+        shutil.rmtree(path)
+    path.mkdir()
+    for i in range(count):
+        table = pa.table({"id": pa.array([2 * i, 2 * i + 1], pa.int64()), "text": ["a", "b"]})
+        pq.write_table(table, path / f"part-{i:05d}.parquet")
 
 
 def _phrases(rng: np.random.Generator, count: int, words: int) -> pa.Array:

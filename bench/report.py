@@ -44,6 +44,27 @@ ABOUT = {
         "first row of a 10-row Parquet file passed through a trivial UDF, imports and engine "
         "start included. `process wall` is the whole process as the driver saw it, exit included."
     ),
+    "planning": (
+        "Planning: seconds to build and optimize a plan, nothing run, median of five builds in "
+        "one process after a first, untimed one (imports, DuckDB's start). `vane-steps` is a "
+        "30-step pipeline (with_column, filter, select, map_batches); `vane-folder` reads a "
+        "folder of that many two-row Parquet files, then filters and projects: listing the "
+        "files and reading their footers."
+    ),
+    "store": (
+        "Object store: the overhead pipeline between objects on a local S3 server (moto, on "
+        "127.0.0.1, objects in its memory): one Parquet object in, a batch UDF, Parquet out "
+        "under a prefix, every engine with its own S3 client (vane: pyarrow's, through its "
+        "storage layer; Daft: its own; Ray Data and the hand loop: pyarrow's S3 filesystem). "
+        "The hand loop streams row groups in and a multipart upload out."
+    ),
+    "serve": (
+        "A server per node: the embed pipeline (all-MiniLM-L6-v2, batches of 64) with four "
+        "CPU-side actors, the model either inside each of them (`vane-actors`: subprocess "
+        "actors, four copies) or in one server they share (`vane-server`: `vane.ai.serve` "
+        "running a function that serves `/v1/embeddings`, one copy). Each model's load is in "
+        "the timed part. Peak tree RSS counts the model copies."
+    ),
     "prompt": (
         "Prompting a server: one chat completion per row against an OpenAI-compatible server on "
         "127.0.0.1 that answers each request after {latency} s, {in_flight} requests in flight "
@@ -62,7 +83,12 @@ ABOUT = {
 # A peak that grows by less than this when the input grows 3x more has levelled off.
 LEVELLED_OFF = 1.05
 
-BASELINES = {"overhead": "hand-loop", "embed": "hand-loop", "prompt": "aiohttp-loop"}
+BASELINES = {
+    "overhead": "hand-loop",
+    "embed": "hand-loop",
+    "prompt": "aiohttp-loop",
+    "store": "hand-loop",
+}
 
 
 @dataclass(frozen=True)
@@ -71,8 +97,8 @@ class Target:
     any) must be ``op`` ``limit``.
 
     kind: ``throughput`` (rows/s over the baseline's), ``time`` (seconds over the baseline's),
-    ``memory`` (peak at the second input size, 10x the first, over the peak at the first) or
-    ``seconds``.
+    ``memory`` (peak at the second input size, 10x the first, over the peak at the first),
+    ``peak`` (peak memory over the baseline's) or ``seconds``.
     """
 
     workload: str
@@ -162,6 +188,60 @@ FIRST_RESULT = Target(
     limit=1.0,
     words="first_result: vane seconds to first row",
 )
+# Issue 27: on the object store, vane at the hand loop (>= 0.9x) and ahead of the fastest peer.
+STORE = [
+    Target(
+        workload="store",
+        variant=backend,
+        kind="throughput",
+        op=">=",
+        limit=0.9,
+        words=f"store: {backend} throughput, over the hand loop's",
+        baseline="hand-loop",
+    )
+    for backend in ("vane-thread", "vane-subprocess_actor")
+]
+# Issue 29: one server shared by four actors holds one model copy (peak memory below half of
+# four in-actor copies) at >= 0.9x their throughput.
+SERVE = [
+    Target(
+        workload="serve",
+        variant="vane-server",
+        kind="throughput",
+        op=">=",
+        limit=0.9,
+        words="serve: one shared server's throughput, over four in-actor models'",
+        baseline="vane-actors",
+    ),
+    Target(
+        workload="serve",
+        variant="vane-server",
+        kind="peak",
+        op="<",
+        limit=0.5,
+        words="serve: one shared server's peak memory, over four in-actor models'",
+        baseline="vane-actors",
+    ),
+]
+# Issue 31: planning a 30-step pipeline, and a 10,000-file folder (the largest size run).
+PLANNING = [
+    Target(
+        workload="planning",
+        variant="vane-steps",
+        kind="seconds",
+        op="<",
+        limit=0.2,
+        words="planning: a 30-step plan, built and optimized",
+    ),
+    Target(
+        workload="planning",
+        variant="vane-folder",
+        kind="seconds",
+        op="<",
+        limit=1.0,
+        words="planning: a folder of many files, read, filtered and optimized",
+    ),
+]
 OPS = {">=": operator.ge, "<=": operator.le, "<": operator.lt}
 
 # Why vane falls short of a target: the mechanism only, never a measured number (the table
@@ -402,11 +482,14 @@ def memory_section(variants: list[Variant]) -> list[str]:
     return table(header, rows)
 
 
-def first_section(variants: list[Variant]) -> list[str]:
+def first_section(
+    variants: list[Variant], what: str = "median s to first row", sized: bool = False
+) -> list[str]:
+    """A table of seconds per variant (``sized``: per variant and input size, as name@size)."""
     header = [
         "engine",
         "runs",
-        "median s to first row",
+        what,
         "min-max s",
         "process wall s",
         "peak tree RSS",
@@ -419,7 +502,7 @@ def first_section(variants: list[Variant]) -> list[str]:
             continue
         rows.append(
             [
-                v.name,
+                v.label if sized else v.name,
                 str(len(v.ok)),
                 f"{v.seconds:.2f}",
                 spread(v.values("seconds")),
@@ -467,7 +550,8 @@ def memory_targets(variants: list[Variant]) -> list[Target]:
 
 
 def all_targets(workloads: dict[str, list[Variant]]) -> list[Target]:
-    return [*TARGETS, *memory_targets(workloads.get("memory", [])), FIRST_RESULT]
+    memory = memory_targets(workloads.get("memory", []))
+    return [*TARGETS, *memory, FIRST_RESULT, *PLANNING, *STORE, *SERVE]
 
 
 @dataclass(frozen=True)
@@ -509,6 +593,8 @@ def figure(target: Target, found: list[Variant], base: Variant | None) -> tuple[
     if target.kind == "throughput":
         rates = f"{per_second(variant.rate)} / {per_second(base.rate)}"
         return variant.rate / base.rate, f"medians {rates} rows/s"
+    if target.kind == "peak":
+        return peak(variant) / peak(base), f"median peaks {mib(peak(variant))} / {mib(peak(base))}"
     return variant.seconds / base.seconds, f"medians {variant.seconds:.2f} / {base.seconds:.2f} s"
 
 
@@ -690,13 +776,15 @@ def render(results: dict[str, Any]) -> str:
             latency=settings["prompt_latency_s"], in_flight=settings["in_flight"]
         )
         rows_note = ""
-        if name not in ("memory", "first_result"):
+        if name not in ("memory", "first_result", "planning"):
             rows_note = f" {int(variants[0].runs[0]['input_rows']):,} rows."
         lines += [f"## {name}", "", about + rows_note, ""]
         if name == "memory":
             lines += memory_section(variants)
         elif name == "first_result":
             lines += first_section(variants)
+        elif name == "planning":
+            lines += first_section(variants, "median s to plan", sized=True)
         else:
             lines += throughput_section(name, variants)
         lines.append("")

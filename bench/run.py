@@ -88,6 +88,7 @@ class Workload:
     name: str
     cases: list[Case]
     needs_server: bool = False  # the prompt server runs for the whole workload
+    needs_store: bool = False  # the local S3 server runs, with every case's input uploaded
 
 
 def vane_variants(workload: str) -> list[Variant]:
@@ -176,8 +177,50 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
     )
     memory_inputs = [*((v, "overhead") for v in memory), (small_groups, "overhead_small_groups")]
     memory_cases = [Case(v, kind, rows, batch) for rows in memory_rows for v, kind in memory_inputs]
+    # Planning: nothing runs. A 30-step pipeline (its input is not read: the 10-row file is a
+    # formality of the driver's), and a folder of many small files at two sizes.
+    folder_files = (200, 2_000) if quick else (2_000, 10_000)
+    planning = [
+        Case(
+            Variant("vane-steps", "planning_vane.py", "vane", ("--what", "steps")),
+            "overhead",
+            10,
+            writes=False,
+        ),
+        *(
+            Case(
+                Variant("vane-folder", "planning_vane.py", "vane", ("--what", "folder")),
+                "files",
+                files,
+                writes=False,
+            )
+            for files in folder_files
+        ),
+    ]
+    # The overhead pipeline between objects on the local S3 server (moto), every engine reading
+    # and writing the same bucket with its own S3 client; the runs check what they wrote.
+    store = [
+        Variant("hand-loop", "store_handloop.py", "vane"),
+        *vane_variants("store"),
+        *peer_variants("store"),
+    ]
+    # Four CPU-side actors, the model in each of them or in one server they share (issue 29).
+    serve = [
+        Variant("vane-actors", "serve_vane.py", "vane", ("--mode", "actors")),
+        Variant("vane-server", "serve_vane.py", "vane", ("--mode", "server")),
+    ]
+    serve_rows = rows or (1_000 if quick else 5_000)
     return [
         Workload("overhead", [Case(v, "overhead", overhead_rows, batch) for v in overhead]),
+        Workload("planning", planning),
+        Workload(
+            "serve", [Case(v, "sentences", serve_rows, ("--batch-size", "64")) for v in serve]
+        ),
+        Workload(
+            "store",
+            [Case(v, "overhead", overhead_rows, batch, writes=False) for v in store],
+            needs_store=True,
+        ),
         Workload("memory", memory_cases),
         Workload("first_result", [Case(v, "overhead", 10, writes=False) for v in first]),
         Workload(
@@ -373,6 +416,63 @@ def prompt_server() -> Iterator[str]:
         log.close()
 
 
+STORE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@contextlib.contextmanager
+def object_store(inputs: list[Path]) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 in its own process (objects in its memory), a bucket
+    ``bench`` holding ``inputs`` under ``inputs/``, and the variables every S3 client reads
+    (AWS_ENDPOINT_URL and test credentials) set for the variants while it runs."""
+    import pyarrow.fs as pafs
+
+    port = free_port()
+    log = open(WORK / "object_store.log", "wb")  # noqa: SIM115 -- closed in finally
+    server = subprocess.Popen(
+        [str(INTERPRETERS["vane"].parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in [*STORE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    try:
+        for _ in range(300):  # up to a minute for the server to answer
+            try:
+                urllib.request.urlopen(endpoint, timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None:
+                    raise RuntimeError(f"the S3 server exited, see {log.name}") from None
+                time.sleep(0.2)
+        os.environ.update(STORE_CREDENTIALS, AWS_ENDPOINT_URL=endpoint)
+        fs = pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key=STORE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            secret_key=STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region=STORE_CREDENTIALS["AWS_DEFAULT_REGION"],
+            allow_bucket_creation=True,
+        )
+        fs.create_dir("bench")
+        for path in dict.fromkeys(inputs):
+            pafs.copy_files(str(path), f"bench/inputs/{path.name}", destination_filesystem=fs)
+        yield endpoint
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
 def server_stats(base_url: str) -> dict[str, Any]:
     """Requests answered and the most in flight since the last call (which this resets)."""
     url = base_url.removesuffix("/v1") + "/bench/stats"
@@ -497,7 +597,9 @@ def main() -> None:
         for case in workload.cases:  # generate every input before the first timed run
             data.ensure(case.kind, case.rows)
         server = prompt_server() if workload.needs_server else contextlib.nullcontext(None)
-        with server as base_url:
+        inputs = [data.ensure(case.kind, case.rows) for case in workload.cases]
+        store = object_store(inputs) if workload.needs_store else contextlib.nullcontext(None)
+        with server as base_url, store:
             extra = ("--base-url", base_url) if base_url else ()
             for repetition in range(repetitions):
                 for case in workload.cases:

@@ -16,6 +16,8 @@ from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
 from vane.io.files import FileFormat, Paths, is_uri, resolve_files
 from vane.io.readers import duckdb_options
+from vane.io.tables.base import TableSource
+from vane.ir.expr import Expr
 from vane.plan import nodes
 from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
@@ -349,3 +351,103 @@ def read_images(
         image = functions.decode_image("path", mode=mode, on_error=on_error)
     rel = Relation(nodes.ArrowScan(storable_table(pa.table({"path": pa.array(files)}))))
     return rel.select(image.alias("image"), *(["path"] if include_paths else []))
+
+
+# ---- table formats (vane.io.tables) --------------------------------------------------------
+
+
+def _table(source: TableSource, columns: Sequence[str] | str | None, caller: str) -> Relation:
+    """A table format's source as a relation: ``columns`` kept by a projection that DuckDB
+    pushes into the format's scanner."""
+    rel = Relation(nodes.TableScan(source))
+    keep = _keep(columns, caller)
+    if keep is None:
+        return rel
+    missing = [c for c in keep if c not in rel.columns]
+    if missing:
+        raise ConfigurationError(
+            f"{caller}(): `{source.describe()}` has no column {', '.join(map(repr, missing))}; "
+            f"its columns are {', '.join(rel.columns)}"
+        )
+    return rel.select(*keep)
+
+
+@checked
+def read_lance(
+    uri: str,
+    *,
+    version: int | str | None = None,
+    columns: Sequence[str] | None = None,
+    filter: str | Expr | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Relation:
+    """A Lance dataset (a directory such as ``"embeddings.lance"``, or an object-store URI), at
+    its latest version when this is called (every action reads that version) or ``version``.
+
+    ``columns`` and ``filter`` (a predicate in vane's SQL, like ``"label = 2 AND text IS NOT
+    NULL"``, or an expression) are pushed into Lance's scanner, as are the projections and
+    filters of later steps: DuckDB hands Lance the parts it can evaluate (comparisons, ``IN``,
+    ``IS NULL``, ``AND``/``OR`` of them) and applies the rest itself.
+
+    >>> import vane
+    >>> vane.read_lance("embeddings.lance", filter="id < 10")  # doctest: +SKIP
+    """
+    from vane.io.tables.lance import LanceSource
+
+    rel = _table(LanceSource.at(uri, version, storage_options), columns, "read_lance")
+    return rel if filter is None else rel.filter(filter)
+
+
+@checked
+def read_deltalake(
+    table_uri: str,
+    *,
+    version: int | None = None,
+    columns: Sequence[str] | None = None,
+    filter: str | Expr | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Relation:
+    """A Delta Lake table (the directory holding ``_delta_log/``, or an object-store URI), at
+    its latest version when this is called (every action reads that version) or ``version``.
+
+    ``columns`` and ``filter`` (a SQL predicate) are pushed into the table's Parquet scan,
+    which skips files and row groups by their statistics, as are later steps' projections and
+    filters.
+    """
+    from vane.io.tables.delta import DeltaSource
+
+    rel = _table(DeltaSource.at(table_uri, version, storage_options), columns, "read_deltalake")
+    return rel if filter is None else rel.filter(filter)
+
+
+@checked
+def read_iceberg(
+    table: Any,
+    *,
+    columns: Sequence[str] | None = None,
+    row_filter: Any = None,
+    snapshot_id: int | None = None,
+    catalog_kwargs: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Relation:
+    """An Iceberg table: an identifier (``"namespace.table"``) in the catalog that
+    ``catalog_kwargs`` describe (as ``pyiceberg.catalog.load_catalog`` takes them:
+    ``{"name": "default", "type": "sql", "uri": "sqlite:///catalog.db", "warehouse": ...}``),
+    or a ``pyiceberg.table.Table``; at its current snapshot when this is called, or
+    ``snapshot_id``.
+
+    ``columns`` and ``row_filter`` (pyiceberg's filter: a string such as ``"id > 5 AND kind =
+    'a'"`` or an expression) go to pyiceberg's scan, which reads only those columns and skips
+    files and row groups the filter rules out.
+    """
+    from vane.io.tables.iceberg import IcebergSource
+
+    source = IcebergSource.at(
+        table,
+        catalog_kwargs=catalog_kwargs,
+        storage_options=storage_options,
+        snapshot_id=snapshot_id,
+        columns=_keep(columns, "read_iceberg"),
+        row_filter=row_filter,
+    )
+    return Relation(nodes.TableScan(source))

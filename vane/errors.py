@@ -16,13 +16,17 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── SourceError               (OSError)     input that cannot be read
     │   └── SourceNotFoundError   (FileNotFoundError)  a path or glob that matches no file
     ├── SinkError                 (OSError)     output that cannot be written or committed
+    │   └── ResumeError                         a resumable write whose saved work belongs to
+    │                                           another pipeline (says what changed)
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
     │   ├── ResourceWaitError                   an action on Ray waited longer than
     │   │                                       resource_wait_timeout_s for resources
-    │   └── ProviderError                       a model provider (an HTTP server, a local model)
-    │                                           failed a request, after its retries
+    │   ├── ProviderError                       a model provider (an HTTP server, a local model)
+    │   │                                       failed a request, after its retries
+    │   └── ServerError                         a server vane started (``vane.ai.serve``) did
+    │                                           not become healthy, or kept dying
     └── MissingDependencyError    (ImportError) an optional package that is not installed
 """
 
@@ -37,8 +41,10 @@ __all__ = [
     "PlanError",
     "ProviderError",
     "ResourceWaitError",
+    "ResumeError",
     "SchemaError",
     "SchemaMismatchError",
+    "ServerError",
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
@@ -84,6 +90,11 @@ class SinkError(VaneError, OSError):
     """Output cannot be written or committed; the destination is left as it was."""
 
 
+class ResumeError(SinkError):
+    """A ``resume=True`` write found saved work it cannot continue: another pipeline's, or
+    unreadable. It says what changed; ``resume="restart"`` starts over."""
+
+
 class ExecutionError(VaneError, RuntimeError):
     """A failure while the plan runs; the original error is the ``__cause__``."""
 
@@ -111,3 +122,9 @@ class ResourceWaitError(ExecutionError):
 class ProviderError(ExecutionError):
     """A model provider failed a request after its retries (an HTTP error, a timeout, an answer
     that is not what was asked for); the message names the server and what it said."""
+
+
+class ServerError(ExecutionError):
+    """A server that ``vane.ai.serve`` started did not answer its health check in time, exited
+    before it did, or kept dying after restarts; the message ends with the tail of its log. It
+    fails the action whatever ``on_error`` says: no row is to blame."""

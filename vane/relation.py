@@ -8,9 +8,10 @@ iteration) hands the plan to the runner.
 from __future__ import annotations
 
 import difflib
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -19,6 +20,7 @@ from vane.config import get_config
 from vane.errors import ConfigurationError, PlanError
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
+from vane.io.resume import Resume
 from vane.io.sinks import FileSink, WriteResult
 from vane.ir.expr import Alias, Column, Expr, UdfErrorText, as_expr, col, udf_error_columns
 from vane.ir.parse import parse_sort_key
@@ -45,6 +47,21 @@ def _as_tuple(value: str | Sequence[str] | None, what: str) -> tuple[str, ...]:
     if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise PlanError(f"{what} must be a string or a list of strings, got {value!r}")
+
+
+def _keys(
+    value: str | Expr | Sequence[str | Expr] | None, what: str, columns: Sequence[str]
+) -> tuple[Expr, ...]:
+    """A join's key expressions on one side: a name of that side's columns is that column."""
+    if value is None:
+        return ()
+    values = [value] if isinstance(value, (str, Expr)) else value
+    if not isinstance(values, Sequence) or not all(isinstance(v, (str, Expr)) for v in values):
+        raise PlanError(
+            f"join(): {what} must be a column name, a SQL string, a vane expression or a list "
+            f"of those, got {value!r}"
+        )
+    return tuple(as_expr(v, columns, "join") for v in values)
 
 
 def _error_columns(exprs: Sequence[Expr], taken: Sequence[str], where: str) -> list[str]:
@@ -83,6 +100,15 @@ def _no_error_columns(exprs: Sequence[Expr], where: str) -> None:
             f"{where}(): a UDF with error_column={names[0]!r} adds a column, which {where} "
             "cannot; compute the UDF's column with with_column() first, then use it here"
         )
+
+
+def _with_servers(text: str) -> str:
+    """The plan's text, then the servers (``vane.ai.serve``) its steps send requests to: the
+    steps name theirs (``via <server>``), and each server's nodes, GPUs, ports and command
+    follow. No server can run before ``vane.ai.servers`` is imported: then there is nothing to
+    add, and nothing is imported for it."""
+    servers = sys.modules.get("vane.ai.servers")
+    return text if servers is None else text + servers.describe_used(text)
 
 
 class Relation:
@@ -129,7 +155,7 @@ class Relation:
         if analyze:
             return self._analyzed()
         plan = optimize(self._plan) if optimized else self._plan
-        return explain_plan(plan, current_runner().placement(plan))
+        return _with_servers(explain_plan(plan, current_runner().placement(plan)))
 
     def _analyzed(self) -> str:
         from vane.observe.events import StageFinished, subscribe
@@ -154,7 +180,7 @@ class Relation:
             for node in walk(plan)
             if isinstance(node, UdfStep) and node.step_id in summaries
         }
-        text = explain_plan(plan, current_runner().placement(plan), notes)
+        text = _with_servers(explain_plan(plan, current_runner().placement(plan), notes))
         return f"{text}\n-- ran in {seconds:.2f} s, {rows:,} row{'s' * (rows != 1)}"
 
     def __repr__(self) -> str:
@@ -257,16 +283,17 @@ class Relation:
         on: str | Sequence[str] | None = None,
         how: JoinHow = "inner",
         *,
-        left_on: str | Sequence[str] | None = None,
-        right_on: str | Sequence[str] | None = None,
+        left_on: str | Expr | Sequence[str | Expr] | None = None,
+        right_on: str | Expr | Sequence[str | Expr] | None = None,
     ) -> Relation:
         """Join with another relation.
 
         ``on`` names key columns that both sides have (each appears once in the output);
-        ``left_on``/``right_on`` pair SQL expressions on each side instead, in which the sides
-        are the tables ``l`` and ``r`` (write ``l.id`` when both sides have ``id``). Other
-        columns that both sides have keep the left's name and get ``_right`` on the right's
-        copy.
+        ``left_on``/``right_on`` pair key expressions instead, each evaluated on its own side: a
+        column name or ``vane.col`` is that side's column (``left_on="id", right_on="id"`` works
+        when both sides have ``id``), other SQL text may name the sides as the tables ``l`` and
+        ``r``. Other columns that both sides have keep the left's name and get ``_right`` on the
+        right's copy.
         ``how`` is one of inner, left, right, outer, semi, anti.
         """
         if not isinstance(other, Relation):
@@ -277,8 +304,8 @@ class Relation:
                 other._plan,
                 how,
                 _as_tuple(on, "on"),
-                _as_tuple(left_on, "left_on"),
-                _as_tuple(right_on, "right_on"),
+                _keys(left_on, "left_on", self.columns),
+                _keys(right_on, "right_on", other.columns),
             )
         )
 
@@ -499,11 +526,13 @@ class Relation:
         column: str | Expr,
         *,
         output_column: str = "embedding",
-        provider: str = "sentence_transformers",
+        provider: str | None = None,
         model: str | None = None,
         **options: Any,
     ) -> Relation:
-        """Add an embedding of each row's text as ``output_column``."""
+        """Add an embedding of each row's text as ``output_column`` (``sentence_transformers``
+        unless ``provider`` says, or ``server=`` names a server that ``vane.ai.serve``
+        started)."""
         from vane.ai import embed_text
 
         call = embed_text(column, provider=provider, model=model, **options)
@@ -530,7 +559,7 @@ class Relation:
         labels: Sequence[str],
         *,
         output_column: str = "label",
-        provider: str = "sentence_transformers",
+        provider: str | None = None,
         model: str | None = None,
         **options: Any,
     ) -> Relation:
@@ -635,10 +664,102 @@ class Relation:
         mode: WriteMode,
         partition_by: str | Sequence[str] | None,
         rows_per_file: int | None,
+        *,
+        resume: Resume = False,
     ) -> WriteResult:
         sink = FileSink(
             fmt, str(path), mode, _as_tuple(partition_by, "partition_by"), rows_per_file
         )
+        if resume not in (False, True, "restart"):
+            raise ConfigurationError(
+                f"write_{fmt}(): resume must be True, False or 'restart', got {resume!r}"
+            )
+        return current_runner().write(self._plan, sink, resume=resume or None)
+
+    @checked
+    def write_lance(
+        self,
+        uri: str,
+        *,
+        mode: Literal["create", "append", "overwrite"] = "create",
+        max_rows_per_file: int | None = None,
+        data_storage_version: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        vector_index: Mapping[str, Any] | None = None,
+    ) -> WriteResult:
+        """Stream the rows into a Lance dataset, committed as one new version: on failure the
+        dataset stays at its previous version.
+
+        ``mode``: ``"create"`` (the default; an existing dataset is an error), ``"append"``
+        (adds a version; creates the dataset if there is none) or ``"overwrite"`` (a version
+        holding only these rows). ``vector_index={"column": "embedding", "metric": "cosine",
+        ...}`` builds Lance's vector index on a fixed-size float column after the rows commit
+        (``index_type`` defaults to ``"IVF_PQ"``; other keys such as ``num_partitions`` and
+        ``num_sub_vectors`` go to ``LanceDataset.create_index``).
+        """
+        from vane.io.tables.lance import LanceSink, VectorIndex
+
+        sink = LanceSink(
+            uri,
+            mode,
+            max_rows_per_file,
+            data_storage_version,
+            storage_options,
+            VectorIndex.parse(vector_index),
+        )
+        return current_runner().write(self._plan, sink)
+
+    @checked
+    def write_deltalake(
+        self,
+        table_uri: str,
+        *,
+        mode: Literal["error", "append", "overwrite"] = "error",
+        partition_by: str | Sequence[str] | None = None,
+        schema_mode: Literal["merge", "overwrite"] | None = None,
+        target_file_size: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Stream the rows into a Delta Lake table (delta-rs), committed as one new version:
+        on failure the table stays at its previous version.
+
+        ``mode``: ``"error"`` (the default; an existing table is an error), ``"append"`` or
+        ``"overwrite"``; ``schema_mode="merge"`` or ``"overwrite"`` lets the table's columns
+        change; ``partition_by`` writes hive-style partitions.
+        """
+        from vane.io.tables.delta import DeltaSink
+
+        sink = DeltaSink(
+            table_uri,
+            mode,
+            _as_tuple(partition_by, "partition_by"),
+            schema_mode,
+            storage_options,
+            target_file_size,
+        )
+        return current_runner().write(self._plan, sink)
+
+    @checked
+    def write_iceberg(
+        self,
+        table: Any,
+        *,
+        mode: Literal["append", "overwrite"] = "append",
+        catalog_kwargs: Mapping[str, Any] | None = None,
+        snapshot_properties: Mapping[str, str] | None = None,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Stream the rows into an Iceberg table (pyiceberg), committed as one new snapshot:
+        on failure the table stays at its previous snapshot.
+
+        ``table``: a ``pyiceberg.table.Table``, or an identifier (``"namespace.table"``) in
+        the catalog ``catalog_kwargs`` describe (as for ``vane.read_iceberg``); an identifier
+        that names no table yet is created with the relation's columns. ``mode``: ``"append"``
+        (the default) or ``"overwrite"``.
+        """
+        from vane.io.tables.iceberg import IcebergSink
+
+        sink = IcebergSink(table, mode, catalog_kwargs, snapshot_properties, storage_options)
         return current_runner().write(self._plan, sink)
 
     @checked
@@ -649,6 +770,7 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Stream the rows into Parquet files under ``path`` (or one file if ``path`` ends in
         ``.parquet``), committed atomically: on failure ``path`` is left as it was.
@@ -656,8 +778,13 @@ class Relation:
         ``mode``: ``"error"`` if ``path`` exists, ``"overwrite"`` replaces it on success,
         ``"append"`` adds files on success. ``partition_by`` writes hive-style ``key=value``
         directories; ``rows_per_file`` caps each file's rows.
+
+        ``resume=True`` keeps each UDF step's answers as they come (beside ``path``), so a rerun
+        of the same pipeline after a crash, Ctrl-C or ``kill -9`` pays only for the batches no
+        run had answered, and the output still holds every row once (docs/resume.md).
+        ``resume="restart"`` drops work saved for another pipeline and starts over.
         """
-        return self._write("parquet", path, mode, partition_by, rows_per_file)
+        return self._write("parquet", path, mode, partition_by, rows_per_file, resume=resume)
 
     @checked
     def write_csv(
@@ -667,9 +794,10 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as CSV files with a header row."""
-        return self._write("csv", path, mode, partition_by, rows_per_file)
+        return self._write("csv", path, mode, partition_by, rows_per_file, resume=resume)
 
     @checked
     def write_json(
@@ -679,6 +807,7 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        resume: Resume = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as newline-delimited JSON files (one object per row)."""
-        return self._write("json", path, mode, partition_by, rows_per_file)
+        return self._write("json", path, mode, partition_by, rows_per_file, resume=resume)

@@ -269,6 +269,28 @@ def image_parser(description: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def embedding_server(port: int) -> None:
+    """all-MiniLM-L6-v2 loaded once (as ``load_embedder``) behind OpenAI's ``/v1/embeddings``
+    on ``port``: the server that ``vane.ai.serve(function=...)`` runs for the serve workload."""
+    from aiohttp import web
+
+    model = load_embedder()
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        vectors = embed_texts(model, body["input"], len(body["input"]))
+        data = [{"index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)]
+        return web.json_response({"data": data, "model": body.get("model", "m")})
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app = web.Application(client_max_size=64 * 2**20)
+    app.router.add_post("/v1/embeddings", embeddings)
+    app.router.add_get("/health", health)
+    web.run_app(app, host=os.environ.get("HOST", "127.0.0.1"), port=port, print=None)
+
+
 # ---- prompt: the same requests, the same answers file --------------------------------------------
 
 MODEL = "m"  # the benchmark server answers any model name
@@ -310,3 +332,63 @@ def start_ray() -> float:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
     return watch.seconds
+
+
+# ---- object store: the same bucket on the local S3 server for every engine ---------------------
+
+BUCKET = "bench"
+
+
+def store_endpoint() -> str:
+    """The local S3 server's address, which the driver puts in AWS_ENDPOINT_URL (with test
+    credentials in the standard variables) for the object-store workload."""
+    return os.environ["AWS_ENDPOINT_URL"]
+
+
+def store_urls(args: argparse.Namespace) -> tuple[str, str]:
+    """The input object the driver uploaded for ``--data``, and this run's output prefix."""
+    return (
+        f"s3://{BUCKET}/inputs/{os.path.basename(args.data)}",
+        f"s3://{BUCKET}/outputs/{os.path.basename(args.out.rstrip('/'))}/",
+    )
+
+
+def store_filesystem() -> Any:
+    """pyarrow's S3 filesystem on the local server (what the hand loop and Ray Data use)."""
+    from urllib.parse import urlparse
+
+    import pyarrow.fs as pafs
+
+    endpoint = urlparse(store_endpoint())
+    return pafs.S3FileSystem(
+        endpoint_override=endpoint.netloc,
+        scheme=endpoint.scheme,
+        access_key=os.environ["AWS_ACCESS_KEY_ID"],
+        secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+    )
+
+
+def store_rows(url: str) -> int:
+    """Rows in the Parquet files under ``url`` (an output prefix), read from their footers after
+    the clock stops: each variant checks what it wrote, since the driver's count reads local
+    folders only."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    fs = store_filesystem()
+    prefix = url.removeprefix("s3://")
+    rows = 0
+    for info in fs.get_file_info(pafs.FileSelector(prefix, recursive=True)):
+        name = info.path.rsplit("/", 1)[-1]
+        if info.type == pafs.FileType.File and name.endswith(".parquet") and name[0] not in "._":
+            with fs.open_input_file(info.path) as source:
+                rows += pq.ParquetFile(source).metadata.num_rows
+    return rows
+
+
+def checked_store_rows(url: str, expected: int) -> int:
+    rows = store_rows(url)
+    if rows != expected:
+        raise RuntimeError(f"wrote {rows} rows to {url}, expected {expected}")
+    return rows

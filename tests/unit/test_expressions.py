@@ -233,3 +233,55 @@ def test_binder_messages_drop_the_list_of_candidate_overloads():
         vane.range(3).select(col("id") + pa.scalar(1).as_py() + sql_expr("'x'::BLOB"))
     assert "candidate functions omitted" in str(info.value)
     assert len(str(info.value)) < 700
+
+
+def _every_node(expr):
+    return list(expr.walk())
+
+
+def test_the_ir_holds_plain_data_not_duckdb_text(people):
+    # Operators are enums and casts hold Arrow types: a backend other than DuckDB could compile
+    # them, and nothing of DuckDB's spelling reaches the plan but raw SQL the user wrote.
+    from vane.ir.expr import BinaryOp, BinaryOperator, Cast, UnaryOp, UnaryOperator
+
+    built = [
+        (col("id") + 1) * 2 - col("score") / 4 // 1 % 3,
+        col("id") ** 2,
+        (col("name") + "!").alias("loud"),
+        (col("id") > 1) & ~(col("score") <= 0.5) | (col("id") == 2) | (col("id") != 3),
+        col("id") >= 1,
+        col("id") < 9,
+        -col("id"),
+        col("name").is_null(),
+        col("name").is_not_null(),
+        col("id").cast("SMALLINT"),
+        col("id").cast(pa.float32()),
+    ]
+    for expr in built:
+        for node in _every_node(expr):
+            if isinstance(node, BinaryOp):
+                assert isinstance(node.op, BinaryOperator)
+            if isinstance(node, UnaryOp):
+                assert isinstance(node.op, UnaryOperator)
+            if isinstance(node, Cast):
+                assert isinstance(node.to, pa.DataType)
+    assert people.select(col("id").cast("SMALLINT").alias("s")).schema.field("s").type == pa.int16()
+    assert str(col("id").cast(pa.float32())) == "CAST(id AS FLOAT)"
+
+
+def test_join_keys_are_expressions_each_on_its_own_side():
+    users = vane.from_pydict({"id": [1, 2, 3], "name": ["ann", "bob", "cy"]})
+    orders = vane.from_pydict({"id": [1, 1, 4], "amount": [10, 20, 30]})
+    # A bare name that both sides have is each side's own column, not an ambiguous reference.
+    same = users.join(orders, left_on="id", right_on="id").order_by("amount")
+    assert same.select("name", "amount").to_pylist() == [
+        {"name": "ann", "amount": 10},
+        {"name": "ann", "amount": 20},
+    ]
+    shifted = users.join(orders, left_on=col("id") + 3, right_on=[col("id")], how="inner")
+    assert shifted.select("name", "amount").to_pylist() == [{"name": "ann", "amount": 30}]
+    assert "Join inner on (id + 3) = id" in shifted.explain()
+    # Raw SQL that names the sides, as before
+    assert users.join(orders, left_on="l.id", right_on="r.id").count() == 2
+    with pytest.raises(PlanError, match="join"):
+        users.join(orders, left_on=[1], right_on="id")  # type: ignore[list-item]

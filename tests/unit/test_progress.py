@@ -53,6 +53,17 @@ def test_a_line_without_a_total_has_no_time_left():
     assert line.text(9.0) == "4 rows in, 4 out, 0.5 rows/s, done in 8.0 s, 3 failed as nulls"
 
 
+def test_a_resumed_stage_says_what_the_saved_run_answered_and_times_only_the_rest():
+    line = StageLine(StageStarted("embed", 1, 0, 10_000), now=0.0)
+    # 6,000 rows come from the saved work at once, then the model starts on the rest
+    line.batch(BatchDone("embed", 1, 6000, 6000, 0, 0, rows_resumed=6000), now=0.5)
+    assert line.text(0.5).startswith("6,000 of 10,000 rows in, 6,000 out, 6,000 answered by")
+    line.batch(BatchDone("embed", 1, 1000, 1000, 1, 1), now=20.5)
+    line.batch(BatchDone("embed", 1, 1000, 1000, 1, 1), now=30.5)
+    assert line.rate() == 100.0  # the model's own pace, not the saved rows' instant
+    assert line.seconds_left(30.5) == 20.0
+
+
 @pytest.mark.parametrize(
     ("seconds", "said"),
     [(0.2, "0s"), (42.4, "42s"), (59.6, "1m 00s"), (185, "3m 05s"), (7380, "2h 03m")],

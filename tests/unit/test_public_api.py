@@ -29,8 +29,11 @@ PUBLIC = [
     "method",
     "range",
     "read_csv",
+    "read_deltalake",
+    "read_iceberg",
     "read_images",
     "read_json",
+    "read_lance",
     "read_parquet",
     "sql",
     "sql_expr",
@@ -55,6 +58,9 @@ HEAVY = [
     "PIL",
     "typer",
     "rich",
+    "lance",
+    "pyiceberg",
+    "deltalake",
 ]
 
 

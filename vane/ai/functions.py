@@ -63,7 +63,19 @@ def _attachments(given: Expr | str | Sequence[Expr | str] | None) -> list[Expr]:
     return [_column(value, "prompt") for value in listed]
 
 
+def _default_provider(options: Mapping[str, Any], otherwise: str) -> str:
+    """The OpenAI-compatible provider for a server vane started (``server=``), else
+    ``otherwise``."""
+    return "openai" if options.get("server") is not None else otherwise
+
+
 def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    if options.get("server") is not None and options.get("gpus_per_actor"):
+        raise ConfigurationError(
+            "gpus_per_actor goes to vane.ai.serve(...), not to a step that uses its server: the "
+            "server holds the GPUs, and the step's actors need none (set their concurrency for "
+            "the CPU work alone)"
+        )
     execution = {k: v for k, v in options.items() if k in _EXECUTION}
     provider = {k: v for k, v in options.items() if k not in _EXECUTION}
     return execution, provider
@@ -81,6 +93,8 @@ def _call(
 ) -> Expr:
     """A column UDF call of ``runner``'s batch method ``run`` on ``args``."""
     gpus = execution.get("gpus_per_actor") or descriptor.resources().get("gpus", 0)
+    route = getattr(getattr(descriptor, "settings", None), "route", None)
+    via = f" via {route.name}" if route is not None else ""  # a server per node (server=)
     options = UdfOptions(
         batch_size=execution.get("batch_size") or DEFAULT_BATCH_SIZE[task],
         max_concurrency=execution.get("concurrency") or 1,
@@ -93,7 +107,7 @@ def _call(
     instance = ClassInstance(ClassUdf(runner, options), (descriptor,), dict(runner_options))
     udf = make_column_udf(
         runner.run,  # type: ignore[attr-defined]
-        name=f"{task}[{descriptor.provider} {descriptor.model}]",
+        name=f"{task}[{descriptor.provider} {descriptor.model}{via}]",
         return_dtype=return_type,
         batch=True,
         options=options,
@@ -167,14 +181,16 @@ def prompt(
 def embed_text(
     expr: Expr | str,
     *,
-    provider: str = "sentence_transformers",
+    provider: str | None = None,
     model: str | None = None,
     dimensions: int | None = None,
     normalize: bool = False,
     **options: Any,
 ) -> Expr:
     """An embedding of each row's text: ``FLOAT[n]`` when the model's size is known when the
-    plan is built, else ``FLOAT[]``."""
+    plan is built, else ``FLOAT[]``. The provider is ``sentence_transformers`` unless said, or
+    the OpenAI-compatible one with ``server=`` (a ``vane.ai.serve`` handle)."""
+    provider = provider or _default_provider(options, "sentence_transformers")
     execution, provider_options = _split(options)
     if dimensions is not None:
         provider_options["dimensions"] = dimensions
@@ -225,7 +241,7 @@ def classify_text(
     expr: Expr | str,
     labels: Sequence[str],
     *,
-    provider: str = "sentence_transformers",
+    provider: str | None = None,
     model: str | None = None,
     method: str | None = None,
     **options: Any,
@@ -237,6 +253,7 @@ def classify_text(
     if isinstance(labels, str) or not labels or not all(isinstance(x, str) for x in labels):
         raise ConfigurationError(f"classify_text() takes a list of label strings, got {labels!r}")
     labels = list(dict.fromkeys(labels))
+    provider = provider or _default_provider(options, "sentence_transformers")
     local = provider in ("sentence_transformers", "transformers")
     method = method or ("embedding" if local else "prompt")
     if method == "prompt":

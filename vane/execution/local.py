@@ -30,10 +30,12 @@ from vane.errors import ExecutionError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.lowering import lower, row_caps
+from vane.execution.resume import Checkpoint, fingerprint, step_key
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
-from vane.io.sinks import FileSink, WriteResult, write_to
+from vane.io.resume import Resume, ResumeStore
+from vane.io.sinks import Sink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished
 from vane.plan.explain import explain
@@ -75,6 +77,8 @@ class Execution:
         self._stages: list[tuple[UdfStage, Generator[pa.RecordBatch, None, None]]] = []
         # Where the action's warnings are shown: the user's line that started it.
         self.caller = Caller()
+        # A resumable write's saved work, which its UDF stages answer batches from.
+        self.resume: ResumeStore | None = None
 
     def _summary(self, event: object) -> None:
         if isinstance(event, StageFinished):
@@ -200,6 +204,7 @@ class Execution:
             warn=self.caller.warn,
             limit=self._caps.get(id(node)),
             total_rows=self._totals.get(id(node)),
+            checkpoint=None if self.resume is None else Checkpoint(self.resume, step_key(node)),
         )
         stream = self._guard(stage.batches())
         self._stages.append((stage, stream))
@@ -346,15 +351,22 @@ class LocalRunner:
         with _action(plan) as execution:  # every row is read: DuckDB may run ahead
             yield from exact_batches(execution.reader(plan, size), size)
 
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult:
         # Timed from the call to the action's end: the rows are computed as they are read,
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
         started = time.perf_counter()
         sink.check_schema(plan.schema)
         plan = optimize(plan)
+        store = None
+        if resume:
+            store = ResumeStore(sink.path, f"write_{getattr(sink, 'format', 'table')}")
+            store.open(fingerprint(plan), restart=resume == "restart")
         with _action(plan) as execution:
+            execution.resume = store
             committed = write_to(sink, execution.reader(plan, get_config().batch_size))
+        if store is not None:
+            store.finish()  # the output holds every row: the saved work has served
         # After the action's end, where a stage that a `limit` left unfinished says its summary.
         return committed.result(time.perf_counter() - started, tuple(execution.finished))
 

@@ -15,7 +15,8 @@ from vane.observe.events import EventBus, global_subscribers
 from vane.observe.progress import ProgressDisplay, wants_progress
 
 if TYPE_CHECKING:
-    from vane.io.sinks import FileSink, WriteResult
+    from vane.io.resume import Resume
+    from vane.io.sinks import Sink, WriteResult
     from vane.plan.nodes import MaterializedScan, PlanNode
 
 
@@ -32,7 +33,7 @@ class Runner(Protocol):
     def count(self, plan: PlanNode) -> int: ...
     def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]: ...
     def materialize(self, plan: PlanNode) -> MaterializedScan: ...
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult: ...
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult: ...
 
 
 # name -> (module, class); imported the first time the runner is used.

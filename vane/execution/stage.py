@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -34,6 +35,9 @@ from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
+
+if TYPE_CHECKING:
+    from vane.execution.resume import Checkpoint
 
 # An autoscaling pool adds an actor once every actor has been busy, with batches waiting, for
 # this long.
@@ -64,13 +68,16 @@ class UdfStage:
         warn: Callable[[str], None] | None = None,
         limit: int | None = None,
         total_rows: int | None = None,
+        checkpoint: Checkpoint | None = None,
     ) -> None:
         """``udf_schema`` is what the actors return; ``schema`` what the stage yields (the same,
         or for a pass-through step the input columns followed by it). ``cancellation`` stops
         the stage at once (Ctrl-C); ``warn`` reports rows that ``on_error`` handled, at the
         user's line of code; ``limit``, when the action needs at most that many rows of this
         step, ends the stage once it has them; ``total_rows`` is the rows it will read, when
-        that is certain (``totals.py``)."""
+        that is certain (``totals.py``). ``checkpoint`` (a resumable write's) answers each
+        batch whose answer a killed run kept, and keeps each new one before handing it on; the
+        actors start only for a batch it cannot answer."""
         self.spec = spec
         self.udf_schema = udf_schema
         self.schema = schema
@@ -92,6 +99,11 @@ class UdfStage:
         self.abandoned = False
         # Whether the stream's next batch is already in hand (see ``in_hand``).
         self._in_hand = False
+        self.checkpoint = checkpoint
+        self.rows_resumed = 0  # rows whose answers came from a killed run's saved work
+        self._digests: dict[Future[BatchOutcome], str] = {}
+        self._pool_started = False
+        self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -148,8 +160,10 @@ class UdfStage:
         inflight: dict[Future[BatchOutcome], pa.Table] = {}
         reads = self.spec.reads
         ending = "failed"
+        self._pool_started = self.checkpoint is None  # else: at the first batch it lacks
         try:
-            pool.start()
+            if self._pool_started:
+                pool.start()
             self.events.emit(
                 StageStarted(self.step, self.step_id, len(pool.actors), self.total_rows)
             )
@@ -158,7 +172,7 @@ class UdfStage:
             for seq, chunk in enumerate(self._chunks()):
                 shipped = chunk.select(list(reads)) if reads is not None else chunk
                 task = Task(seq, offset, shipped, call_rows=self.batch_size)
-                inflight[pool.submit(task)] = chunk
+                inflight[self._submit(pool, task)] = chunk
                 offset += chunk.num_rows
                 # Hand on whatever is finished, so in-flight counts only real backlog.
                 while inflight and self._next_is_ready(inflight):
@@ -191,6 +205,25 @@ class UdfStage:
             if ending != "failed":
                 self._finish(time.perf_counter() - started)
 
+    def _submit(self, pool: ActorPool, task: Task) -> Future[BatchOutcome]:
+        """The batch's outcome: the saved answer of a resumable write, or the pool's (started
+        now if the saved work has answered every batch so far)."""
+        digest = None
+        if self.checkpoint is not None:
+            digest, outcome = self.checkpoint.get(task.table)
+            if outcome is not None:
+                saved: Future[BatchOutcome] = Future()
+                saved.set_result(outcome)
+                self._saved.add(saved)
+                return saved
+        if not self._pool_started:
+            pool.start()
+            self._pool_started = True
+        future = pool.submit(task)
+        if digest is not None:
+            self._digests[future] = digest
+        return future
+
     def _next_is_ready(self, inflight: dict[Future[BatchOutcome], pa.Table]) -> bool:
         if self.spec.preserve_order:
             return next(iter(inflight)).done()
@@ -207,6 +240,12 @@ class UdfStage:
         chunk = inflight.pop(future)
         rows_in = chunk.num_rows
         outcome = future.result()  # a UDF error raises here, with its cause
+        digest = self._digests.pop(future, None)
+        if digest is not None and self.checkpoint is not None:
+            self.checkpoint.put(digest, outcome)  # kept before its rows go on
+        resumed = rows_in if future in self._saved else 0
+        self._saved.discard(future)
+        self.rows_resumed += resumed
         self._size_units(outcome, chunk)
         self.rows_skipped += outcome.rows_skipped
         self.rows_nulled += outcome.rows_nulled
@@ -224,6 +263,7 @@ class UdfStage:
                 pool.busy_actors(),
                 len(pool.actors),
                 outcome.usage,
+                resumed,
             )
         )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
@@ -244,7 +284,10 @@ class UdfStage:
         return min(pool.capacity, per_actor * max(1, len(pool.actors)))
 
     def _size_units(self, outcome: BatchOutcome, chunk: pa.Table) -> None:
-        """Size the next units from the last one: its calls' time and its input's bytes."""
+        """Size the next units from the last one: its calls' time and its input's bytes. A
+        resumable write keeps answers batch by batch, so its batches travel one by one."""
+        if self.checkpoint is not None:
+            return
         if self.spec.is_async or outcome.calls < 1 or not chunk.num_rows:
             return
         if self.spec.batch_bytes is not None:
@@ -276,6 +319,7 @@ class UdfStage:
                 self.rows_nulled,
                 seconds,
                 self.usage,
+                self.rows_resumed,
             )
         )
         message = on_error_warning(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -88,6 +88,34 @@ class WriteResult:
         )
         steps = [f"{name}: {describe_usage(usage)}" for name, usage in self.usage.items()]
         return text + (f" ({'; '.join(steps)})" if steps else "")
+
+
+class Write(Protocol):
+    """One write in progress, held by the driver: its ``writer`` (picklable) writes rows and
+    returns parts, wherever it runs; ``commit`` makes them all visible at once, ``abort``
+    leaves the destination as it was."""
+
+    @property
+    def writer(self) -> Any: ...
+
+    def commit(self, parts: list[Any]) -> Committed: ...
+
+    def abort(self) -> None: ...
+
+
+class Sink(Protocol):
+    """Where a write goes: files (``FileSink``) or a table format's table
+    (``vane.io.tables``). ``single_file``: one writer on the driver takes the whole stream."""
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def single_file(self) -> bool: ...
+
+    def check_schema(self, schema: pa.Schema) -> None: ...
+
+    def start(self) -> Write: ...
 
 
 def check_columns(fmt: FileFormat, schema: pa.Schema) -> None:
@@ -380,7 +408,7 @@ def _write_file(
     return rows
 
 
-def write_to(sink: FileSink, reader: pa.RecordBatchReader) -> Committed:
+def write_to(sink: Sink, reader: pa.RecordBatchReader) -> Committed:
     """Start a write, write ``reader``'s batches, commit; on any failure abort, so the
     destination is as it was."""
     write = sink.start()

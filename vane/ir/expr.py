@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import enum
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
+
+import pyarrow as pa
 
 from vane._arguments import CallArgument
 from vane._sql import quote_ident, sql_list
@@ -32,25 +35,41 @@ from vane.errors import PlanError
 from vane.ir.literals import check_literal, literal_sql
 from vane.ir.parse import ParsedExpression, check_text, is_aggregate, parse_expression
 
-# Python operator -> SQL operator.
-_BINARY = {
-    "add": "+",
-    "concat": "||",
-    "sub": "-",
-    "mul": "*",
-    "truediv": "/",
-    "floordiv": "//",
-    "mod": "%",
-    "pow": "**",
-    "eq": "=",
-    "ne": "<>",
-    "lt": "<",
-    "le": "<=",
-    "gt": ">",
-    "ge": ">=",
-    "and": "AND",
-    "or": "OR",
-}
+
+class BinaryOperator(enum.Enum):
+    """An operator of two operands; its value is how ``explain()`` writes it (a backend has its
+    own spelling: ``plan/sql.py`` for DuckDB)."""
+
+    ADD = "+"
+    CONCAT = "||"
+    SUB = "-"
+    MUL = "*"
+    TRUEDIV = "/"
+    FLOORDIV = "//"
+    MOD = "%"
+    POW = "**"
+    EQ = "="
+    NE = "<>"
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+    AND = "AND"
+    OR = "OR"
+
+
+class UnaryOperator(enum.Enum):
+    """An operator of one operand, and how ``explain()`` writes it."""
+
+    NOT = "NOT"
+    NEG = "-"
+    IS_NULL = "IS NULL"
+    IS_NOT_NULL = "IS NOT NULL"
+
+    @property
+    def postfix(self) -> bool:
+        return self in (UnaryOperator.IS_NULL, UnaryOperator.IS_NOT_NULL)
+
 
 LiteralValue = (
     None | bool | int | float | str | bytes | decimal.Decimal | dt.date | dt.datetime | dt.time
@@ -163,15 +182,15 @@ class Expr:
     def cast(self, dtype: Any) -> Expr:
         """The values as another type: a DuckDB type name (``"BIGINT"``) or a pyarrow type.
         A value that does not convert is an error when the plan runs."""
-        from vane.types import arrow_to_duckdb, to_arrow_type
+        from vane.types import to_arrow_type
 
-        return Cast(self, arrow_to_duckdb(to_arrow_type(dtype)))
+        return Cast(self, to_arrow_type(dtype))
 
     def is_null(self) -> Expr:
-        return UnaryOp("IS NULL", self)
+        return UnaryOp(UnaryOperator.IS_NULL, self)
 
     def is_not_null(self) -> Expr:
-        return UnaryOp("IS NOT NULL", self)
+        return UnaryOp(UnaryOperator.IS_NOT_NULL, self)
 
     def isin(self, values: Sequence[Any]) -> Expr:
         """True where the value is one of ``values``."""
@@ -208,9 +227,8 @@ class Expr:
         right = _wrap(other)
         if op == "add" and isinstance(other, str):
             op = "concat"  # col("name") + "!" joins text, as in Polars and Daft
-        return (
-            BinaryOp(_BINARY[op], right, self) if reflected else BinaryOp(_BINARY[op], self, right)
-        )
+        operator = BinaryOperator[op.upper()]
+        return BinaryOp(operator, right, self) if reflected else BinaryOp(operator, self, right)
 
     def __add__(self, other: Any) -> Expr:
         return self._binary("add", other)
@@ -255,7 +273,7 @@ class Expr:
         return self._binary("pow", other, reflected=True)
 
     def __neg__(self) -> Expr:
-        return UnaryOp("-", self)
+        return UnaryOp(UnaryOperator.NEG, self)
 
     def __pos__(self) -> Expr:
         return self
@@ -291,7 +309,7 @@ class Expr:
         return self._binary("or", other, reflected=True)
 
     def __invert__(self) -> Expr:
-        return UnaryOp("NOT", self)
+        return UnaryOp(UnaryOperator.NOT, self)
 
     __hash__ = object.__hash__
 
@@ -335,20 +353,21 @@ class Literal(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class BinaryOp(Expr):
-    op: str
+    op: BinaryOperator
     left: Expr
     right: Expr
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class UnaryOp(Expr):
-    op: str  # "NOT", "-", "IS NULL", "IS NOT NULL"
+    op: UnaryOperator
     operand: Expr
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FunctionCall(Expr):
-    """A DuckDB function applied to argument expressions."""
+    """A function, by the name a backend resolves (DuckDB's function names), applied to
+    argument expressions."""
 
     name: str
     args: tuple[Expr, ...]
@@ -357,7 +376,7 @@ class FunctionCall(Expr):
 @dataclass(frozen=True, eq=False, repr=False)
 class Cast(Expr):
     operand: Expr
-    type_name: str  # a DuckDB type name
+    to: pa.DataType
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -391,8 +410,8 @@ class ColumnFunction(Protocol):
     def name(self) -> str: ...
 
     @property
-    def type_name(self) -> str:
-        """The DuckDB type of its values."""
+    def return_type(self) -> pa.DataType:
+        """The type of its values."""
         ...
 
     @property
@@ -448,7 +467,7 @@ def display(expr: Expr) -> str:
         if isinstance(expr.value, float):
             return repr(float(expr.value))
         return literal_sql(expr.value) if len(repr(expr.value)) <= 40 else "<literal>"
-    composite = operation_text(expr, display)
+    composite = _operation_text(expr, display)
     if composite is not None:
         return composite
     if isinstance(expr, Alias):
@@ -462,18 +481,21 @@ def display(expr: Expr) -> str:
     raise TypeError(f"cannot display {type(expr).__name__}")
 
 
-def operation_text(expr: Expr, render: Callable[[Expr], str]) -> str | None:
-    """Operators, functions and casts look the same in SQL and in explain(); only their
-    leaves differ, so each caller passes how to render a child."""
+def _operation_text(expr: Expr, render: Callable[[Expr], str]) -> str | None:
+    """Operators, functions and casts as ``explain()`` shows them (in DuckDB's spelling, which
+    is how users write SQL here); each caller passes how to render a child."""
+    from vane.types import arrow_to_duckdb
+
     if isinstance(expr, BinaryOp):
-        return f"({render(expr.left)} {expr.op} {render(expr.right)})"
+        return f"({render(expr.left)} {expr.op.value} {render(expr.right)})"
     if isinstance(expr, UnaryOp):
         inner = render(expr.operand)
-        return f"({inner} {expr.op})" if expr.op.startswith("IS") else f"({expr.op} {inner})"
+        op = expr.op.value
+        return f"({inner} {op})" if expr.op.postfix else f"({op} {inner})"
     if isinstance(expr, FunctionCall):
         return f"{expr.name}({sql_list(render(a) for a in expr.args)})"
     if isinstance(expr, Cast):
-        return f"CAST({render(expr.operand)} AS {expr.type_name})"
+        return f"CAST({render(expr.operand)} AS {arrow_to_duckdb(expr.to)})"
     return None
 
 

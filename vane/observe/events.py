@@ -44,6 +44,8 @@ class BatchDone:
     # What the UDF counted for these rows (an AI function: requests, prompt_tokens,
     # completion_tokens, retries, cache_hits, failures); empty when it counts nothing.
     usage: Mapping[str, int] = field(default_factory=dict)
+    # Of rows_in, those a resumable write answered from a killed run's saved work.
+    rows_resumed: int = 0
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class StageFinished:
     rows_nulled: int
     seconds: float
     usage: Mapping[str, int] = field(default_factory=dict)
+    # Rows whose answers a resumable write took from the work a killed run had saved.
+    rows_resumed: int = 0
 
     def __str__(self) -> str:
         return f"{self.step}: {self.summary()}"
@@ -80,6 +84,8 @@ class StageFinished:
             text += f", {self.rows_skipped:,} skipped"
         if self.rows_nulled:
             text += f", {self.rows_nulled:,} failed as nulls"
+        if self.rows_resumed:
+            text += f", {self.rows_resumed:,} answered by the saved run"
         text += f", {self.seconds:.2f} s"
         if self.usage:
             text += "; " + describe_usage(self.usage)

@@ -43,6 +43,7 @@ class StageLine:
         self.busy = 0
         self.started = now
         self.rows_in = self.rows_out = 0
+        self.resumed = 0  # rows a resumable write answered from saved work: no rate of theirs
         self.usage: dict[str, int] = {}
         self._first: tuple[float, int] | None = None  # when the first batch came, its rows
         self._last = now  # when the latest batch came
@@ -52,11 +53,12 @@ class StageLine:
     def batch(self, event: BatchDone, now: float) -> None:
         self.rows_in += event.rows_in
         self.rows_out += event.rows_out
+        self.resumed += event.rows_resumed
         self.busy, self.actors = event.busy_actors, event.actors
         self.usage = add_counts(self.usage, event.usage)
         self._last = now
         self.waiting = None
-        if self._first is None:
+        if self._first is None and event.rows_resumed < event.rows_in:
             self._first = (now, self.rows_in)
 
     def finish(self, event: StageFinished) -> None:
@@ -74,7 +76,8 @@ class StageLine:
             if self.rows_in > rows and self._last > since:
                 return (self.rows_in - rows) / (self._last - since)
         seconds = self._last - self.started
-        return self.rows_in / seconds if self.rows_in and seconds > 0 else None
+        computed = self.rows_in - self.resumed
+        return computed / seconds if computed and seconds > 0 else None
 
     def seconds_left(self, now: float) -> float | None:
         """The time left at ``now``: the rows still to read at the rate so far, less the time
@@ -95,6 +98,8 @@ class StageLine:
         else:
             parts = [f"{self.rows_in:,} {rows} in"]
         parts.append(f"{self.rows_out:,} out")
+        if self.resumed:
+            parts.append(f"{self.resumed:,} answered by the saved run")
         rate = self.rate()
         if rate is not None:
             parts.append(f"{rate:,.{1 if rate < 10 else 0}f} rows/s")

@@ -9,33 +9,74 @@ argument column fails when the step is written.
 
 from __future__ import annotations
 
-from vane._sql import quote_ident
+from vane._sql import quote_ident, sql_list
 from vane.errors import PlanError
 from vane.ir.expr import (
     Alias,
+    BinaryOp,
+    BinaryOperator,
+    Cast,
     Column,
     Expr,
+    FunctionCall,
     Literal,
     SqlText,
     UdfCall,
     UdfErrorText,
+    UnaryOp,
+    UnaryOperator,
     display,
-    operation_text,
 )
 from vane.ir.literals import literal_sql
+from vane.types import arrow_to_duckdb
+
+# DuckDB's spelling of each operator.
+_BINARY = {
+    BinaryOperator.ADD: "+",
+    BinaryOperator.CONCAT: "||",
+    BinaryOperator.SUB: "-",
+    BinaryOperator.MUL: "*",
+    BinaryOperator.TRUEDIV: "/",
+    BinaryOperator.FLOORDIV: "//",
+    BinaryOperator.MOD: "%",
+    BinaryOperator.POW: "**",
+    BinaryOperator.EQ: "=",
+    BinaryOperator.NE: "<>",
+    BinaryOperator.LT: "<",
+    BinaryOperator.LE: "<=",
+    BinaryOperator.GT: ">",
+    BinaryOperator.GE: ">=",
+    BinaryOperator.AND: "AND",
+    BinaryOperator.OR: "OR",
+}
+_PREFIX = {UnaryOperator.NOT: "NOT", UnaryOperator.NEG: "-"}
+_POSTFIX = {UnaryOperator.IS_NULL: "IS NULL", UnaryOperator.IS_NOT_NULL: "IS NOT NULL"}
 
 
-def to_sql(expr: Expr, *, probe: bool = False) -> str:
-    """The expression as DuckDB SQL (without its alias; see ``select_item``)."""
+def to_sql(expr: Expr, *, probe: bool = False, table: str | None = None) -> str:
+    """The expression as DuckDB SQL (without its alias; see ``select_item``). ``table``
+    qualifies its column references (a join's key, evaluated on one side); raw SQL text is
+    left as the user wrote it."""
+
+    def child(node: Expr) -> str:
+        return to_sql(node, probe=probe, table=table)
+
     if isinstance(expr, Column):
-        return quote_ident(expr.name)
+        return quote_ident(expr.name) if table is None else f"{table}.{quote_ident(expr.name)}"
     if isinstance(expr, Literal):
         return literal_sql(expr.value)
-    composite = operation_text(expr, lambda child: to_sql(child, probe=probe))
-    if composite is not None:
-        return composite
+    if isinstance(expr, BinaryOp):
+        return f"({child(expr.left)} {_BINARY[expr.op]} {child(expr.right)})"
+    if isinstance(expr, UnaryOp):
+        if expr.op in _POSTFIX:
+            return f"({child(expr.operand)} {_POSTFIX[expr.op]})"
+        return f"({_PREFIX[expr.op]} {child(expr.operand)})"
+    if isinstance(expr, FunctionCall):
+        return f"{expr.name}({sql_list(child(a) for a in expr.args)})"
+    if isinstance(expr, Cast):
+        return f"CAST({child(expr.operand)} AS {arrow_to_duckdb(expr.to)})"
     if isinstance(expr, Alias):
-        return to_sql(expr.operand, probe=probe)
+        return child(expr.operand)
     if isinstance(expr, SqlText):
         return f"({expr.parsed.text})"
     if isinstance(expr, UdfCall):
@@ -44,10 +85,10 @@ def to_sql(expr: Expr, *, probe: bool = False) -> str:
                 f"the UDF call {display(expr)} reached SQL without being lifted into a UDF step; "
                 "this is a bug in vane's optimizer, please report it"
             )
-        typed_null = f"CAST(NULL AS {expr.udf.type_name})"
+        typed_null = f"CAST(NULL AS {arrow_to_duckdb(expr.udf.return_type)})"
         if not expr.args:
             return typed_null
-        checks = " AND ".join(f"({to_sql(a, probe=True)}) IS NULL" for a in expr.args)
+        checks = " AND ".join(f"({child(a)}) IS NULL" for a in expr.args)
         return f"(CASE WHEN {checks} THEN {typed_null} ELSE {typed_null} END)"
     if isinstance(expr, UdfErrorText):
         if not probe:

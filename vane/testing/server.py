@@ -18,8 +18,13 @@ In a test::
     rel.prompt("question", base_url=server.base_url, api_key="any", model="any")
     server.stop()
 
-or as a command: ``python -m vane.testing.server --port 8000 --latency 0.05``. It needs the
-``openai`` extra (``aiohttp``).
+or as a command: ``python -m vane.testing.server --port 8000 --latency 0.05`` (what
+``vane.ai.serve`` tests start; ``--exit-after n`` makes it die after n requests, and
+``--hang-after n`` hang, alive and silent), or as a
+server function: ``vane.ai.serve(function=vane.testing.server.run)``. Besides the API it
+answers ``GET /health`` and ``GET /v1/models`` (200 once serving) and ``GET /stats`` (its
+request counts, by prompt, text and client (User-Agent), its process id and
+``CUDA_VISIBLE_DEVICES``, as JSON). It needs the ``openai`` extra (``aiohttp``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -58,6 +64,8 @@ class Behaviour:
     embedding_size: int = 8
     # prompt (or, for /embeddings, any text of the request) -> the reply to send instead
     scripted: dict[str, Scripted] = field(default_factory=dict)
+    exit_after: int = 0  # the process exits (code 3) on request n+1, unanswered (0: never)
+    hang_after: int = 0  # the server stops answering anything, health included, on request n+1
 
 
 @dataclass
@@ -84,14 +92,18 @@ def vector_for(text: str, size: int) -> list[float]:
 class OpenAIServer:
     """The server; ``start()`` runs it on a thread of this process, ``stop()`` ends it."""
 
-    def __init__(self, behaviour: Behaviour | None = None, port: int = 0) -> None:
+    def __init__(
+        self, behaviour: Behaviour | None = None, port: int = 0, host: str = "127.0.0.1"
+    ) -> None:
         self.behaviour = behaviour or Behaviour()
         self.port = port
+        self.host = host
         self.requests = 0
         self.by_prompt: Counter[str] = Counter()
         self.by_text: Counter[str] = Counter()  # texts sent to /embeddings, each time sent
         self.image_urls: list[str] = []  # the image_url parts of chat messages, as sent
         self.files: list[dict[str, Any]] = []  # their file parts' "file" objects, as sent
+        self.by_client: Counter[str] = Counter()  # requests by the client's User-Agent
         self.arrivals: list[float] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -109,12 +121,13 @@ class OpenAIServer:
             self.by_text.clear()
             self.image_urls.clear()
             self.files.clear()
+            self.by_client.clear()
             self.arrivals.clear()
             self.max_in_flight = self.in_flight
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     # ---- behaviour ---------------------------------------------------------------------------
 
@@ -150,8 +163,13 @@ class OpenAIServer:
             return web.Response(body=body, status=scripted.status, headers=headers)
         return None
 
-    def _count(self, prompt: str | None) -> int:
+    def _count(self, prompt: str | None, request: web.Request) -> int:
         with self._lock:
+            self.by_client[request.headers.get("User-Agent", "")] += 1
+            if self.behaviour.exit_after and self.requests >= self.behaviour.exit_after:
+                os._exit(3)  # a server that dies with requests in flight
+            if self.behaviour.hang_after and self.requests >= self.behaviour.hang_after:
+                time.sleep(10**6)  # the event loop stops: alive, answering nothing
             self.requests += 1
             self.arrivals.append(time.monotonic())
             if prompt is not None:
@@ -168,7 +186,7 @@ class OpenAIServer:
         body = await request.json()
         prompt = _text(body["messages"][-1]["content"])
         images = _image_urls(body["messages"][-1]["content"])
-        number = self._count(prompt)
+        number = self._count(prompt, request)
         files = _file_parts(body["messages"][-1]["content"])
         with self._lock:
             self.image_urls.extend(images)
@@ -208,7 +226,7 @@ class OpenAIServer:
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        number = self._count(None)
+        number = self._count(None, request)
         with self._lock:
             self.by_text.update(t for t in texts if isinstance(t, str))
         try:
@@ -225,12 +243,36 @@ class OpenAIServer:
         finally:
             self._done()
 
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "test", "object": "model"}]})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        """What this process received: a test that runs the server as a command reads it."""
+        with self._lock:
+            body = {
+                "pid": os.getpid(),
+                "requests": self.requests,
+                "by_prompt": dict(self.by_prompt),
+                "by_text": dict(self.by_text),
+                "by_client": dict(self.by_client),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+            }
+        return web.json_response(body)
+
     # ---- running -------------------------------------------------------------------------------
 
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/stats", self.stats)
         return app
 
     def start(self) -> OpenAIServer:
@@ -247,7 +289,7 @@ class OpenAIServer:
         asyncio.set_event_loop(self._loop)
         runner = web.AppRunner(self._app(), access_log=None)
         self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", self.port, backlog=1024)
+        site = web.TCPSite(runner, self.host, self.port, backlog=1024)
         self._loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()
@@ -306,17 +348,40 @@ def _fill(schema: dict[str, Any], prompt: str) -> Any:
     return prompt
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--latency", type=float, default=0.05)
-    args = parser.parse_args()
-    server = OpenAIServer(Behaviour(latency=args.latency), port=args.port).start()
-    print(f"serving {server.base_url}", flush=True)
+def run(
+    port: int,
+    *,
+    latency: float = 0.0,
+    host: str = "127.0.0.1",
+    exit_after: int = 0,
+    hang_after: int = 0,
+) -> None:
+    """Serve on ``port`` until the process is ended: the server as a command does, and as a
+    server function (``vane.ai.serve(function=run)``) in a process of its own."""
+    behaviour = Behaviour(latency=latency, exit_after=exit_after, hang_after=hang_after)
+    server = OpenAIServer(behaviour, port=port, host=host).start()
+    print(f"serving {server.base_url} (pid {os.getpid()})", flush=True)
     try:
         threading.Event().wait()
     finally:
         server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--exit-after", type=int, default=0, help="die on request n+1")
+    parser.add_argument("--hang-after", type=int, default=0, help="hang on request n+1")
+    args = parser.parse_args()
+    run(
+        args.port,
+        latency=args.latency,
+        host=args.host,
+        exit_after=args.exit_after,
+        hang_after=args.hang_after,
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import pyarrow as pa
 from vane._arguments import CallArgument, Const
 from vane.errors import ConfigurationError, PlanError, SchemaError
 from vane.ir.expr import Expr, UdfCall
-from vane.types import arrow_to_duckdb, to_arrow_type
+from vane.types import to_arrow_type
 from vane.types.python import python_to_arrow
 from vane.udf.build import check_error_column
 
@@ -84,10 +84,6 @@ class ColumnUdf:
     is_generator: bool
     options: UdfOptions = field(default_factory=UdfOptions)
     owner: ClassInstance | None = None
-
-    @property
-    def type_name(self) -> str:
-        return arrow_to_duckdb(self.return_type)
 
     @property
     def error_column(self) -> str | None:

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from vane._text import counted
-from vane.errors import UDFError
+from vane.errors import ServerError, UDFError
 from vane.observe.events import add_counts
 from vane.udf.batch_contract import ContractError, conform, shorten
 from vane.udf.batch_format import python_rows, to_format
@@ -421,7 +421,7 @@ class UdfRuntime:
                 return await self._attempt(task.table, number, watch)
             except RowFailures as failures:  # answered, with some rows failed on their own
                 return self._some_rows_failed(task, failures)
-            except RowCountError:
+            except (RowCountError, ServerError):  # no row is to blame: nothing to salvage
                 raise
             except ContractError as exc:
                 if self.spec.passthrough and exc.row is not None:
@@ -511,7 +511,7 @@ class UdfRuntime:
                 piece = await self._attempt(part, number, watch)
             except RowFailures as failures:  # answered: only its own failed rows need on_error
                 piece = self._some_rows_failed(Task(0, 0, part), failures)
-            except RowCountError:
+            except (RowCountError, ServerError):  # no row is to blame: nothing to salvage
                 raise
             except Exception as exc:
                 piece = await self._salvage(part, exc, number, watch)

@@ -18,8 +18,11 @@ that is not a count is taken as not reported. What fails is never cached.
 Options: ``base_url`` (else ``OPENAI_BASE_URL``, else OpenAI's), ``api_key`` (else
 ``OPENAI_API_KEY``), ``max_concurrent_requests`` (64, per actor), ``requests_per_minute``,
 ``tokens_per_minute``, ``max_retries``, ``timeout`` (seconds per request, 600), ``cache`` (a
-directory; see ``cache.py``); anything else (``temperature``, ``max_tokens``, ``top_p``,
-``seed``, ``stop``, ...) is sent with each request.
+directory; see ``cache.py``), ``server`` (a ``vane.ai.serve`` handle instead of ``base_url``:
+each actor asks its own node's server, and a request lost with a server that died waits for
+its restart and is sent again, a retry that spends none of ``max_retries``); anything else
+(``temperature``, ``max_tokens``, ``top_p``, ``seed``, ``stop``, ...) is sent with each
+request.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any
 from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
+from vane.ai.node_server import NODE_ID_ENV, NodeEntry, ServerRoute, read_state
 from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
@@ -51,6 +55,7 @@ _CLIENT_OPTIONS = {
     "max_retries",
     "timeout",
     "cache",
+    "server",
 }
 # Final statuses that may be caused by what the request carried (one text too long, say).
 _REFUSED_FOR_CONTENT = frozenset({400, 413, 422})
@@ -68,17 +73,39 @@ class ClientSettings:
     max_retries: int = 5
     timeout: float = 600.0
     cache: str | None = None
+    route: ServerRoute | None = None  # a server per node (``server=``): each actor asks its own
+
+
+def _server_route(provider: str, server: Any) -> ServerRoute:
+    if isinstance(server, ServerRoute):
+        return server
+    route = getattr(server, "route", None)  # a vane.ai.serve handle; raises when not running
+    if not isinstance(route, ServerRoute):
+        raise ConfigurationError(
+            f"provider {provider!r}: server= takes the handle of vane.ai.serve(...), got {server!r}"
+        )
+    return route
 
 
 def _settings(provider: str, model: str | None, options: Mapping[str, Any]) -> ClientSettings:
     require_packages(provider, {"aiohttp": "openai"})
+    route = None
+    if options.get("server") is not None:
+        route = _server_route(provider, options["server"])
+        if options.get("base_url"):
+            raise ConfigurationError(
+                f"provider {provider!r}: pass server= or base_url=, not both (server= sends "
+                "each actor's requests to its own node's server)"
+            )
+        model = model or route.model
+        options = {**options, "base_url": route.base_url, "api_key": options.get("api_key")}
     if not model:
         raise ConfigurationError(
             f"provider {provider!r} needs model=, the name the server knows the model by"
         )
     base_url = str(options.get("base_url") or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL)
     api_key = options.get("api_key") or os.environ.get("OPENAI_API_KEY")
-    if api_key is None and base_url.rstrip("/") == OPENAI_URL:
+    if api_key is None and base_url.rstrip("/") == OPENAI_URL and route is None:
         raise ConfigurationError(
             "provider 'openai' needs an API key: set OPENAI_API_KEY or pass api_key=; for "
             "another OpenAI-compatible server pass base_url="
@@ -103,6 +130,7 @@ def _settings(provider: str, model: str | None, options: Mapping[str, Any]) -> C
         max_retries=retries,
         timeout=float(options.get("timeout", 600.0)),
         cache=None if cache is None else str(cache),
+        route=route,
     )
 
 
@@ -175,6 +203,16 @@ class Client:
         self._inflight: dict[str, asyncio.Future[Answer]] = {}
         self._answered_once = False  # the server has sent a reply, of any status
         self._absent: str | None = None  # why no server is there, once a request found out
+        # server=: this node's server, how often it has restarted as far as this actor knows,
+        # and the one wait for it to come back that every failed request shares
+        self._node: NodeEntry | None = settings.route.here() if settings.route else None
+        self.base_url = settings.base_url
+        if self._node is not None:
+            assert settings.route is not None
+            self.base_url = self._node.address + settings.route.api_path
+        state = read_state(self._node) if self._node is not None else None
+        self._restarts = int(state.get("restarts", 0)) if state else 0
+        self._comeback: asyncio.Future[int] | None = None
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
@@ -183,6 +221,9 @@ class Client:
             import aiohttp
 
             headers = {"Content-Type": "application/json"}
+            if self._node is not None:  # a server vane started: say which node asks
+                node = os.environ.get(NODE_ID_ENV, self._node.node)
+                headers["User-Agent"] = f"vane-data (node {node})"
             if self.settings.api_key:
                 headers["Authorization"] = f"Bearer {self.settings.api_key}"
             self._session = aiohttp.ClientSession(
@@ -200,17 +241,19 @@ class Client:
 
         session = self._open()
         assert self._slots is not None
-        url = f"{self.settings.base_url}{path}"
+        url = f"{self.base_url}{path}"
         payload = json.dumps(body)
         last = ""
         async with self._slots:
-            for attempt in range(self.settings.max_retries + 1):
+            attempt, resent = 0, False
+            while attempt <= self.settings.max_retries:
                 if self._absent is not None:
                     raise ProviderError(self._absent)
-                if attempt:
+                if attempt or resent:
                     usage.retries += 1
                 await self._limiter.acquire(tokens)
                 headers: Mapping[str, str] | None = None
+                restarts_before = self._restarts
                 try:
                     usage.requests += 1
                     async with session.post(url, data=payload) as response:
@@ -231,18 +274,45 @@ class Client:
                 except _Retry as retry:
                     last, headers = str(retry), retry.headers
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                    absent = None if self._answered_once else _no_server(exc)
-                    if absent is not None:
-                        self._absent = (
-                            f"cannot reach {self.settings.base_url}: {absent}. Start the server, "
-                            "or pass the base_url= it listens at"
-                        )
-                        raise ProviderError(self._absent) from None
+                    if self._node is not None and await self._server_back() > restarts_before:
+                        # the server died with the request and is back: send it again there,
+                        # as the retry it is, without spending one of its attempts
+                        resent = True
+                        continue
+                    self._check_present(exc)
                     last = f"{type(exc).__name__}: {exc}".rstrip(": ")
                 if attempt < self.settings.max_retries:
                     await asyncio.sleep(backoff_seconds(attempt, headers))
+                attempt += 1
         attempts = counted(self.settings.max_retries + 1, "time")
         raise ProviderError(f"{url} failed {attempts}; last: {last}")
+
+    def _check_present(self, exc: BaseException) -> None:
+        """``ProviderError`` at once when ``exc`` says no server is there at all (nothing has
+        answered yet, and the address refuses or does not resolve): retrying would only delay
+        saying so. A server vane started is there: it was waited for."""
+        if self._answered_once or self._node is not None:
+            return
+        absent = _no_server(exc)
+        if absent is not None:
+            self._absent = (
+                f"cannot reach {self.base_url}: {absent}. Start the server, "
+                "or pass the base_url= it listens at"
+            )
+            raise ProviderError(self._absent) from None
+
+    async def _server_back(self) -> int:
+        """Once this node's server answers its health check again, how many times it has
+        restarted; ``ServerError`` (with its log's tail) when it will not come back. Requests
+        that fail together wait together: one waits, the others share its answer."""
+        assert self._node is not None
+        assert self.settings.route is not None
+        if self._comeback is None or self._comeback.done():
+            wait = asyncio.to_thread(self.settings.route.wait_until_serving, self._node)
+            self._comeback = asyncio.ensure_future(wait)
+        restarts = await asyncio.shield(self._comeback)
+        self._restarts = max(self._restarts, restarts)
+        return restarts
 
     # ---- prompts ------------------------------------------------------------------------------
 
@@ -258,7 +328,9 @@ class Client:
         key = request_key(
             {
                 "provider": self.settings.provider,
-                "url": self.settings.base_url,
+                # a server vane started listens at a new port each run: its name and model
+                # decide the answer
+                "url": self.settings.route.name if self.settings.route else self.base_url,
                 "model": self.settings.model,
                 "messages": request.messages,
                 "options": request.options,
@@ -308,7 +380,7 @@ class Client:
         try:
             text = _chat_text(reply)
         except ValueError as exc:
-            url = f"{self.settings.base_url}/chat/completions"
+            url = f"{self.base_url}/chat/completions"
             return Answer(None, f"{url}: {exc}", prompt_tokens, completion_tokens), None
         return answered(text, read, prompt_tokens, completion_tokens), text
 
@@ -321,7 +393,7 @@ class Client:
         body: dict[str, Any] = {"model": self.settings.model, "input": list(texts)}
         if self.dimensions is not None:
             body["dimensions"] = self.dimensions
-        url = f"{self.settings.base_url}/embeddings"
+        url = f"{self.base_url}/embeddings"
         reply = await self._post("/embeddings", body, sum(len(t) for t in texts) // 4, usage)
         usage.prompt_tokens += _tokens(reply)[0]
         try:

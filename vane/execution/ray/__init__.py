@@ -32,7 +32,8 @@ from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.runner import action_events
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
-from vane.io.sinks import FileSink, Part, WriteResult
+from vane.io.resume import Resume
+from vane.io.sinks import Part, Sink, WriteResult
 from vane.observe.events import (
     BatchDone,
     StageFinished,
@@ -134,9 +135,15 @@ class RayRunner:
         # every row is read: Ray may prefetch
         return materialized(plan, self._stream(plan, get_config().batch_size, streaming=False))
 
-    def write(self, plan: PlanNode, sink: FileSink) -> WriteResult:
+    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
         write's staging directory; the driver commits them all at once (or none)."""
+        if resume:
+            raise ConfigurationError(
+                "write(resume=...): resumable writes run on the local runner in "
+                "this version; on Ray, leave resume out (or run the job with "
+                "vane.configure(runner='local'))"
+            )
         started = time.perf_counter()  # the whole write, as on the local runner
         sink.check_schema(plan.schema)
         plan = optimize(plan)

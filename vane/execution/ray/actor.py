@@ -40,6 +40,8 @@ from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
 
+NODE_ID_ENV = "VANE_RAY_NODE_ID"  # read by vane.ai.node_server, which may not import this
+
 
 class RayUdf:
     """Constructed by Ray Data once per actor, inside the actor's process: starts the worker
@@ -67,6 +69,9 @@ class RayUdf:
         # has noted it before this actor's first call begins. Starting (the model loading) is
         # work, not a wait for resources: the driver's watch must know it from such an actor.
         ray.get(tally.starting.remote(key, self.name))
+        # The worker learns its node from this: a step that uses a server per node
+        # (vane.ai.serve) sends its requests to this node's server (vane/ai/node_server.py).
+        os.environ[NODE_ID_ENV] = ray.get_runtime_context().get_node_id()
         # Ray gave this actor its GPUs (CUDA_VISIBLE_DEVICES): its one worker gets them all.
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
         try:

@@ -1,7 +1,8 @@
 """Lowering a plan onto Ray Data.
 
 - A source becomes a Ray dataset: files are read by parallel Ray tasks (``blocks.py``), a
-  range by ``ray.data.range``, an Arrow table by ``ray.data.from_arrow``.
+  range by ``ray.data.range``, an Arrow table by ``ray.data.from_arrow``, a Lance table by
+  ``ray.data.read_lance`` (other table formats are read on the driver).
 - A chain of row-local SQL steps becomes one ``map_batches`` task per block, running the
   steps with the worker's DuckDB.
 - A UDF step becomes ``map_batches`` on an actor pool hosting vane's actor body, with the
@@ -42,6 +43,7 @@ from vane.plan.nodes import (
     RangeScan,
     Source,
     SqlStep,
+    TableScan,
     UdfStep,
 )
 from vane.plan.rows import answers_row_for_row
@@ -179,6 +181,8 @@ class RayLowering:
         if isinstance(node, ArrowScan):
             tables = _split(node.table)
             return self._built(lambda: self.ray_data.from_arrow(tables))
+        if isinstance(node, TableScan) and hasattr(node.table, "ray_dataset"):
+            return node.table.ray_dataset(self.ray_data)  # a table format Ray reads itself
         return self._from_driver(node)
 
     def _udf(self, node: UdfStep) -> Any:

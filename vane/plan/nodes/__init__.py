@@ -19,6 +19,7 @@ from vane.plan.nodes.sources import (
     MaterializedScan,
     RangeScan,
     Source,
+    TableScan,
 )
 from vane.plan.nodes.steps import (
     Aggregate,
@@ -63,6 +64,7 @@ __all__ = [
     "Source",
     "SqlQuery",
     "SqlStep",
+    "TableScan",
     "UdfStep",
     "Union",
     "WithColumns",

@@ -17,6 +17,7 @@ from vane.io import readers
 from vane.io.combine import check_files
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
+from vane.io.tables.base import TableSource
 from vane.plan.nodes.base import Cursor, PlanNode, Relation
 
 # --------------------------------------------------------------------------------------------
@@ -262,6 +263,31 @@ class ArrowStreamScan(Source):
 
     def describe(self) -> str:
         return "FromArrowStream (readable once)"
+
+
+@dataclass(frozen=True, eq=False)
+class TableScan(Source):
+    """A table format's table at one version (``vane.io.tables``): each action opens it anew, as
+    a dataset DuckDB scans with projection and filter pushdown, or a stream the format's scanner
+    narrowed already."""
+
+    table: TableSource
+
+    def __post_init__(self) -> None:
+        cursor = _engine.cursor()
+        try:  # the schema as DuckDB gives it back, found without reading a row
+            empty = cursor.from_arrow(self.table.schema.empty_table())
+            self._set_schema(empty.limit(0).to_arrow_table().schema)
+        except duckdb.Error as exc:
+            raise SourceError(f"cannot read `{self.describe()}`: {duckdb_message(exc)}") from exc
+        finally:
+            cursor.close()
+
+    def to_duckdb(self, cursor: Cursor) -> Relation:
+        return cursor.from_arrow(self.table.open())
+
+    def describe(self) -> str:
+        return self.table.describe()
 
 
 @dataclass(frozen=True, eq=False)

@@ -411,14 +411,16 @@ class Union(SqlStep):
 @dataclass(frozen=True, eq=False)
 class Join(SqlStep):
     """``on`` names key columns present on both sides (kept once); ``left_on``/``right_on`` pair
-    key expressions. Other columns that exist on both sides get ``_right`` on the right's copy."""
+    key expressions, each evaluated on its own side (a column reference is that side's column;
+    raw SQL text may name the sides ``l`` and ``r``). Other columns that exist on both sides
+    get ``_right`` on the right's copy."""
 
     left: PlanNode
     right: PlanNode
     how: JoinHow
     on: tuple[str, ...] = ()
-    left_on: tuple[str, ...] = ()
-    right_on: tuple[str, ...] = ()
+    left_on: tuple[Expr, ...] = ()
+    right_on: tuple[Expr, ...] = ()
 
     HOWS: ClassVar[tuple[str, ...]] = ("inner", "left", "right", "outer", "semi", "anti")
 
@@ -438,6 +440,17 @@ class Join(SqlStep):
                 f"join(): left_on has {len(self.left_on)} keys and right_on has "
                 f"{len(self.right_on)}; give one right key per left key"
             )
+        else:
+            _no_udf_calls("join", [*self.left_on, *self.right_on])
+            for side, keys, node in (
+                ("left", self.left_on, self.left),
+                ("right", self.right_on, self.right),
+            ):
+                check_columns(
+                    f"join ({side} side)",
+                    [k.name for k in keys if isinstance(k, Column)],
+                    node,
+                )
         self._derive_schema()
 
     @property
@@ -450,7 +463,8 @@ class Join(SqlStep):
             condition = " AND ".join(f"l.{quote_ident(k)} = r.{quote_ident(k)}" for k in self.on)
         else:
             condition = " AND ".join(
-                f"({lk}) = ({rk})" for lk, rk in zip(self.left_on, self.right_on, strict=True)
+                f"{to_sql(lk, probe=probe, table='l')} = {to_sql(rk, probe=probe, table='r')}"
+                for lk, rk in zip(self.left_on, self.right_on, strict=True)
             )
         joined = left.join(right, condition, how=self.how)
         if self.how in ("semi", "anti"):
@@ -476,7 +490,8 @@ class Join(SqlStep):
             keys = sql_list(self.on)
         else:
             keys = " AND ".join(
-                f"{lk} = {rk}" for lk, rk in zip(self.left_on, self.right_on, strict=True)
+                f"{display(lk)} = {display(rk)}"
+                for lk, rk in zip(self.left_on, self.right_on, strict=True)
             )
         return f"Join {self.how} on {keys}"
 

@@ -1,0 +1,36 @@
+"""object store, vane: read_parquet("s3://...") -> map_batches(the overhead UDF) ->
+write_parquet("s3://...") against the local S3 server (AWS_ENDPOINT_URL), on one backend."""
+
+from __future__ import annotations
+
+import argparse
+
+import benchlib
+
+
+def main(args: argparse.Namespace) -> dict[str, object]:
+    vane = benchlib.import_vane()
+    vane.configure(progress=False)
+    source, target = benchlib.store_urls(args)
+    benchlib.warm_overhead_udf()
+    with benchlib.Stopwatch() as watch:
+        result = (
+            vane.read_parquet(source)
+            .map_batches(
+                benchlib.overhead_udf,
+                schema={"x": "BIGINT", "n": "BIGINT"},
+                batch_size=args.batch_size,
+                execution_backend=args.backend,
+            )
+            .write_parquet(target)
+        )
+    rows = benchlib.checked_store_rows(target, args.rows)
+    assert result.rows == rows
+    return {"rows": rows, "seconds": watch.seconds}
+
+
+if __name__ == "__main__":
+    parser = benchlib.parser(__doc__)
+    parser.add_argument("--backend", required=True, choices=["thread", "subprocess_actor"])
+    args = parser.parse_args()
+    benchlib.run("store", f"vane-{args.backend}", lambda: main(args))

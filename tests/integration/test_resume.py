@@ -1,0 +1,224 @@
+"""Resumable writes (``write_*(..., resume=True)``): a job killed at any instant, rerun, pays
+only for the batches no run had kept, and its output holds every row once, in order.
+
+The jobs are real processes killed with SIGKILL once their model has answered a number of
+batches drawn at random (a fixed seed per test, so a failure reproduces); the model writes a
+line per call to a log that survives the kill, which counts what each run paid for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import vane
+from vane.errors import ResumeError
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS, BATCH = 1_200, 40
+BATCHES = ROWS // BATCH
+
+JOB = (
+    textwrap.dedent(
+        """
+    import os, sys, threading
+    import pyarrow as pa, pyarrow.compute as pc
+    import vane
+
+    vane.configure(progress=False)
+    out, calls, backend, fmt, hang_at = sys.argv[1:6]
+    made = []
+
+    def model(batch):
+        # One line per call, on disk before the answer leaves: a kill cannot lose a count.
+        with open(calls, "a") as log:
+            log.write(f"{batch['id'][0].as_py()}\\n")
+            log.flush()
+            os.fsync(log.fileno())
+        made.append(1)
+        if len(made) == int(hang_at):  # this run's call that the kill will find running
+            threading.Event().wait()
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 3)})
+
+    rel = vane.range(ROWS).map_batches(
+        model, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=BATCH,
+        execution_backend=backend,
+    )
+    result = getattr(rel.filter("y % 2 = 0"), "write_" + fmt)(out, resume=True)
+    print("resumed", result.steps[0].rows_resumed)
+    """
+    )
+    .replace("ROWS", str(ROWS))
+    .replace("BATCH", str(BATCH))
+)
+
+
+def _job(out: Path, calls: Path, backend: str, hang_at: int = 0) -> subprocess.Popen[str]:
+    """The job, whose model hangs at its ``hang_at``-th call of this run (0: never)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB, str(out), str(calls), backend, "parquet", str(hang_at)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its worker processes die with it
+    )
+
+
+def _calls(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def _kill_after(job: subprocess.Popen[str], log: Path, calls: int) -> None:
+    """SIGKILL the job (and its workers) once its model has been called ``calls`` times in
+    all: its last call hangs there, so the kill finds it running, however busy the machine."""
+    while _calls(log) < calls:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.wait(timeout=0.05)
+        assert job.poll() is None, job.communicate()[1]  # it cannot end: one call never does
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+
+
+def _saved(out: Path) -> int:
+    store = out.parent / f".{out.name}.vane-resume"
+    return sum(1 for _ in store.rglob("*.arrow")) if store.exists() else 0
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("backend", "seed"), [("thread", 1), ("subprocess_actor", 2)])
+def test_a_job_killed_again_and_again_pays_once_per_batch_and_writes_each_row_once(
+    tmp_path, backend, seed
+):
+    draw = random.Random(seed)
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    for _ in range(4):  # four kills, each at a random point of what is left
+        left = BATCHES - _saved(out)
+        hang_at = draw.randint(1, min(BATCHES // 5, left - 1))
+        _kill_after(_job(out, log, backend, hang_at), log, _calls(log) + hang_at)
+        assert not out.exists()  # a killed job leaves no output
+    saved = _saved(out)
+    before = _calls(log)
+    done = _job(out, log, backend)
+    stdout, stderr = done.communicate(timeout=300)
+    assert done.returncode == 0, stderr
+    # The last run paid for exactly the batches no killed run had kept, and said so.
+    assert _calls(log) - before == BATCHES - saved
+    assert f"resumed {saved * BATCH}" in stdout
+    rows = vane.read_parquet(str(out)).to_arrow()
+    assert rows["id"].to_pylist() == [i for i in range(ROWS) if (i * 3) % 2 == 0]  # once, in order
+    assert not (tmp_path / ".out.vane-resume").exists()  # committed: the saved work is gone
+
+
+def test_a_changed_pipeline_is_refused_saying_what_changed_and_restart_starts_over(tmp_path):
+    calls: list[int] = []
+    broken = [True]
+
+    def score(batch: pa.Table) -> pa.Table:
+        calls.append(batch["id"][0].as_py())
+        if broken[0] and batch["id"][0].as_py() == 20:
+            raise RuntimeError("the machine went away")
+        return batch
+
+    def other(batch: pa.Table) -> pa.Table:
+        calls.append(-batch.num_rows)
+        return batch
+
+    def job(fn):
+        return vane.range(100).map_batches(fn, schema={"id": "BIGINT"}, batch_size=10)
+
+    out = str(tmp_path / "out")
+    with pytest.raises(RuntimeError, match="went away"):
+        job(score).write_parquet(out, resume=True)
+    assert not Path(out).exists()
+    with pytest.raises(ResumeError, match="the pipeline is not the one") as info:
+        job(other).write_parquet(out, resume=True)
+    said = str(info.value)
+    assert "other` is new" in said and "score` is gone" in said and "resume='restart'" in said
+    calls.clear()
+    done = job(other).write_json(out, resume="restart")
+    assert done.rows == 100 and calls == [-10] * 10
+    # The same pipeline again: what the failed run kept answers its first two batches.
+    again = str(tmp_path / "again")
+    with pytest.raises(RuntimeError, match="went away"):
+        job(score).write_csv(again, resume=True)
+    calls.clear()
+    broken[0] = False
+    result = job(score).write_csv(again, resume=True)
+    assert result.rows == 100 and calls == list(range(20, 100, 10))
+    assert result.steps[0].rows_resumed == 20
+    assert "20 answered by the saved run" in str(result.steps[0])
+
+
+def test_saved_answers_keep_what_on_error_did_to_them(tmp_path):
+    stop = [True]
+
+    def picky(row: dict) -> dict:
+        if row["id"] % 7 == 3:
+            raise ValueError(f"no score for {row['id']}")
+        return {"id": row["id"], "score": row["id"] / 2}
+
+    def downstream(batch: pa.Table) -> pa.Table:
+        if stop[0] and 42 in batch["id"].to_pylist():
+            raise RuntimeError("the job stops here")
+        return batch
+
+    out = str(tmp_path / "out")
+    rel = vane.range(60).map(
+        picky, schema={"id": "BIGINT", "score": "DOUBLE"}, batch_size=5, on_error="null"
+    )
+    rel = rel.map_batches(
+        downstream, schema={"id": "BIGINT", "score": "DOUBLE", "error": "VARCHAR"}, batch_size=5
+    )
+    with pytest.raises(RuntimeError, match="stops here"):
+        rel.write_parquet(out, resume=True)
+    stop[0] = False
+    with pytest.warns(UserWarning, match="kept 9 failing rows as nulls"):
+        result = rel.write_parquet(out, resume=True)
+    picked = next(s for s in result.steps if s.step.endswith("picky"))
+    assert picked.rows_resumed >= 40 and picked.rows_nulled == 9
+    rows = vane.read_parquet(out).to_pylist()  # in order; a failed row is all nulls but why
+    assert len(rows) == 60
+    for i, row in enumerate(rows):
+        if i % 7 == 3:
+            assert row["id"] is None and row["error"] == f"ValueError: no score for {i}"
+        else:
+            assert row == {"id": i, "score": i / 2, "error": None}
+
+
+def test_column_udfs_resume_on_the_columns_they_read(tmp_path):
+    calls: list[int] = []
+
+    @vane.func(batch_size=10)
+    def shout(text: str) -> str:
+        calls.append(1)
+        if os.environ.get("VANE_TEST_FAIL") and len(calls) > 30:
+            raise RuntimeError("interrupted")
+        return text.upper()
+
+    rel = (
+        vane.range(80)
+        .with_column("text", "'row ' || id")
+        .with_column("loud", shout(vane.col("text")))
+    )
+    out = str(tmp_path / "out")
+    os.environ["VANE_TEST_FAIL"] = "1"
+    try:
+        with pytest.raises(Exception, match="interrupted"):
+            rel.write_parquet(out, resume=True)
+    finally:
+        del os.environ["VANE_TEST_FAIL"]
+    paid = len(calls)
+    rel.write_parquet(out, resume=True)
+    # The batches answered before the failure (30 rows at least) were not paid for again.
+    assert len(calls) - paid <= 50
+    rows = vane.read_parquet(out).order_by("id").to_pylist()
+    assert [r["loud"] for r in rows] == [f"ROW {i}" for i in range(80)]

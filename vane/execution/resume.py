@@ -1,0 +1,171 @@
+"""What a resumable write (``resume=True``) needs from the plan: a fingerprint of the job, so a
+rerun is known to be the same job (``vane/io/resume.py`` keeps the work and compares), and a
+digest of each batch a UDF step is given, under which its answer is kept.
+
+A step's identity covers what decides its answers: the function's code (its bytecode and
+constants, and those of the methods of a class, recursively through what the step holds, such
+as a column UDF's function or an AI function's provider and options), the arguments it is
+constructed and called with, its batch size (which decides how the input is cut), its
+``on_error`` and its output schema. Object addresses in reprs are left out, so an argument
+without a repr of its own does not make every run a new job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import re
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from vane.io.resume import ResumeStore
+from vane.plan.explain import explain
+from vane.plan.nodes import FileScan, PlanNode, UdfStep
+from vane.plan.traverse import walk
+from vane.udf.runtime import BatchOutcome
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_DEPTH = 6
+
+
+def step_key(node: UdfStep) -> str:
+    """The folder name of a step's saved answers: its name and a digest of its identity."""
+    spec = node.udf
+    parts = [
+        spec.verb,
+        spec.kind,
+        str(spec.rows_per_batch),
+        spec.batch_format,
+        spec.on_error,
+        spec.error_column,
+        str(spec.reads),
+        str(spec.passthrough),
+        str(node.declared_schema),
+        _digest(spec.fn),
+        _digest(spec.constructor_args),
+        _digest(spec.constructor_kwargs),
+        _digest(spec.fn_args),
+        _digest(spec.fn_kwargs),
+    ]
+    digest = hashlib.blake2b("\0".join(parts).encode(), digest_size=12).hexdigest()
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.name)[:40]
+    return f"{safe}-{digest}"
+
+
+def fingerprint(plan: PlanNode) -> dict[str, Any]:
+    """The job, as ``pipeline.json`` records it: its plan's text, each UDF step's identity and
+    its input files (size and modification time)."""
+    steps: dict[str, str] = {}
+    inputs: dict[str, list[int]] = {}
+    for node in walk(plan):
+        if isinstance(node, UdfStep):
+            name = node.udf.name
+            while name in steps:  # two steps of one function: "embed", "embed #2"
+                name = f"{node.udf.name} #{len(steps)}"
+            steps[name] = step_key(node)
+        elif isinstance(node, FileScan):
+            for path, stamp in (node.stamps or {}).items():
+                inputs[path] = [int(part) for part in stamp[2:]]
+    return {"plan": explain(plan), "steps": steps, "inputs": inputs}
+
+
+def batch_digest(shipped: pa.Table) -> str:
+    """A digest of every value of every column a batch gives the function, in order."""
+    hasher = hashlib.blake2b(digest_size=20)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, shipped.schema) as writer:
+        writer.write_table(shipped)
+    hasher.update(sink.getvalue())
+    return hasher.hexdigest()
+
+
+class Checkpoint:
+    """One UDF step's saved answers in a resumable write."""
+
+    def __init__(self, store: ResumeStore, key: str) -> None:
+        self.store = store
+        self.key = key
+
+    def get(self, shipped: pa.Table) -> tuple[str, BatchOutcome | None]:
+        digest = batch_digest(shipped)
+        saved = self.store.get(self.key, digest)
+        if saved is None:
+            return digest, None
+        meta = saved.meta
+        outcome = BatchOutcome(
+            saved.table,
+            rows_skipped=int(meta.get("rows_skipped", 0)),
+            rows_nulled=int(meta.get("rows_nulled", 0)),
+            first_error=meta.get("first_error"),
+            dropped=[int(i) for i in meta.get("dropped", [])],
+            poisoned=[str(p) for p in meta.get("poisoned", [])],
+        )
+        return digest, outcome
+
+    def put(self, digest: str, outcome: BatchOutcome) -> None:
+        if outcome.failure is not None:
+            return  # a unit that failed part-way: its answers are not the whole batch's
+        meta = {
+            "rows_skipped": outcome.rows_skipped,
+            "rows_nulled": outcome.rows_nulled,
+            "first_error": outcome.first_error,
+            "dropped": outcome.dropped,
+            "poisoned": outcome.poisoned,
+        }
+        self.store.put(self.key, digest, outcome.table, meta)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.blake2b(_describe(value, _DEPTH).encode(), digest_size=16).hexdigest()
+
+
+def _describe(value: Any, depth: int) -> str:
+    """A text that changes when the code or data of ``value`` does."""
+    if depth <= 0:
+        return type(value).__qualname__
+    inner = depth - 1
+    if isinstance(value, functools.partial):
+        return (
+            f"partial({_describe(value.func, inner)}, {_describe(value.args, inner)}, "
+            f"{_describe(value.keywords, inner)})"
+        )
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        function = value.__func__ if isinstance(value, types.MethodType) else value
+        defaults = _describe(function.__defaults__, inner)
+        name = f"{function.__module__}.{function.__qualname__}"
+        return f"fn {name} {_code(function.__code__)} {defaults}"
+    if isinstance(value, type):
+        members = []
+        for name, member in sorted(vars(value).items()):
+            target = member.__func__ if isinstance(member, (staticmethod, classmethod)) else member
+            if isinstance(target, types.FunctionType):
+                members.append(f"{name}={_code(target.__code__)}")
+        bases = ",".join(b.__qualname__ for b in value.__mro__[1:])
+        return f"class {value.__module__}.{value.__qualname__}({bases}) {' '.join(members)}"
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__}[{', '.join(_describe(v, inner) for v in value)}]"
+    if isinstance(value, Mapping):
+        items = sorted((str(k), _describe(v, inner)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [
+            f"{f.name}={_describe(getattr(value, f.name), inner)}"
+            for f in dataclasses.fields(value)
+        ]
+        return f"{type(value).__qualname__}({', '.join(fields)})"
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        return repr(value)
+    if callable(value) and not inspect.isbuiltin(value):
+        return f"instance of {_describe(type(value), inner)} {_ADDRESS.sub('', repr(value))}"
+    return _ADDRESS.sub("", repr(value))
+
+
+def _code(code: types.CodeType) -> str:
+    consts = [_code(c) if isinstance(c, types.CodeType) else repr(c) for c in code.co_consts]
+    digest = hashlib.blake2b(code.co_code, digest_size=12).hexdigest()
+    return f"{digest}:{','.join(consts)}:{','.join(code.co_names)}"

@@ -1,0 +1,162 @@
+"""Where a resumable write keeps the work it has done, so that a rerun pays for nothing twice.
+
+``write_*(..., resume=True)`` keeps, beside the destination, a folder (``.<name>.vane-resume``)
+holding what each UDF step of the job answered, batch by batch, each under a digest of the
+batch's input and the step's identity. A rerun of the same pipeline reads its input again (SQL
+and reading are cheap; models and hosted APIs are not), and every batch whose answer is kept is
+taken from there instead of being sent to the function: a job killed at any instant pays again
+for the batches that were in flight, never for one whose answer was kept. The output itself is
+written by the sink's commit protocol as ever, all at once at the end, so it holds every row
+exactly once whatever the number of reruns; once it is committed, the folder is removed.
+
+The protocol, and why each step is safe under ``kill -9`` at any instant:
+
+1. ``open``: the folder and ``pipeline.json`` (what the job was: its plan, each UDF step's code
+   and options, its input files) are created if absent; if present, the job must be the same
+   one, or it is refused with what changed (``resume="restart"`` drops the saved work first).
+   ``pipeline.json`` is written to a temporary name and renamed, so it is whole or absent.
+2. ``put``: an answer is written to ``<step>/<digest>.tmp-<unique>``, flushed to disk, then
+   renamed to ``<step>/<digest>.arrow``. A kill before the rename leaves a ``.tmp-`` file that is
+   never read (and is removed with the folder); after it, the answer is whole. The stage puts an
+   answer before it hands the rows on, so no answer that reached the output is ever lost.
+3. ``get``: reads ``<digest>.arrow`` if it exists. An answer is the function's output for that
+   exact input (the digest covers every value of every column the function is given, in order),
+   so taking it is the same as calling the function again, minus the cost.
+4. ``finish``: after the sink has committed, the folder is removed. A kill between the commit
+   and the removal leaves a folder whose work is all in the output; a later ``resume=True``
+   write to the same path with ``mode="error"`` fails on the existing output as usual.
+
+Digests make the saved answers independent of how the input was cut into batches only as long
+as it is cut the same way: the stage cuts its input into ``batch_size`` rows from a stream in a
+fixed order, so the same input gives the same batches. A pipeline that reads its input in a
+different order (``preserve_order=False`` upstream) simply finds fewer answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from vane.errors import ConfigurationError, ResumeError
+
+# write_*(resume=...): keep and use saved work (True), or drop another pipeline's first.
+Resume = bool | Literal["restart"]
+PIPELINE = "pipeline.json"
+_META = b"vane.resume"
+
+
+def store_path(destination: str) -> Path:
+    """The folder beside ``destination`` that a resumable write to it keeps its work in."""
+    target = Path(destination.rstrip("/") or destination)
+    return target.parent / f".{target.name}.vane-resume"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """An answer kept for one batch: the function's output and what on_error did to it."""
+
+    table: pa.Table
+    meta: Mapping[str, Any]
+
+
+class ResumeStore:
+    """The saved work of one resumable write (see the module's text)."""
+
+    def __init__(self, destination: str, caller: str) -> None:
+        if "://" in destination:
+            raise ConfigurationError(
+                f"{caller}(): resume=True keeps its work beside a local destination, and "
+                f"{destination!r} is a URL; write to a local path, or leave resume out"
+            )
+        self.path = store_path(destination)
+        self.caller = caller
+        self.found = 0  # batches answered from saved work in this run
+
+    def open(self, fingerprint: Mapping[str, Any], *, restart: bool) -> bool:
+        """Start or continue the saved work; True if there was some to continue."""
+        if restart and self.path.exists():
+            shutil.rmtree(self.path)
+        existing = self.path / PIPELINE
+        if existing.exists():
+            try:
+                saved = json.loads(existing.read_text())
+            except (OSError, ValueError) as exc:
+                raise ResumeError(
+                    f"{self.caller}(): the saved work in {str(self.path)!r} cannot be read "
+                    f"({exc}); pass resume='restart' to start over"
+                ) from exc
+            changes = describe_changes(saved, fingerprint)
+            if changes:
+                raise ResumeError(
+                    f"{self.caller}(): the pipeline is not the one whose work is saved in "
+                    f"{str(self.path)!r}: {'; '.join(changes)}. Rerun the same pipeline to "
+                    "resume it, or pass resume='restart' to drop the saved work and start over"
+                )
+            return True
+        self.path.mkdir(parents=True, exist_ok=True)
+        partial = self.path / f"{PIPELINE}.tmp-{uuid.uuid4().hex}"
+        partial.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
+        os.replace(partial, existing)
+        return False
+
+    def get(self, step: str, digest: str) -> Saved | None:
+        path = self.path / step / f"{digest}.arrow"
+        try:
+            with pa.memory_map(str(path)) as source:
+                table = pa.ipc.open_file(source).read_all()
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowInvalid):
+            return None  # unreadable: computed again, and put over it
+        meta = json.loads((table.schema.metadata or {}).get(_META, b"{}"))
+        self.found += 1
+        return Saved(table.replace_schema_metadata(None), meta)
+
+    def put(self, step: str, digest: str, table: pa.Table, meta: Mapping[str, Any]) -> None:
+        folder = self.path / step
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f"{digest}.tmp-{uuid.uuid4().hex}"
+        schema = table.schema.with_metadata({_META: json.dumps(meta).encode()})
+        with open(partial, "wb") as raw:
+            with pa.ipc.new_file(raw, schema) as writer:
+                writer.write_table(table.replace_schema_metadata(schema.metadata))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(partial, folder / f"{digest}.arrow")
+
+    def finish(self) -> None:
+        """The output is committed: the saved work has served."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def describe_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between two pipelines' fingerprints, in words."""
+    changes = []
+    saved_steps, steps = dict(saved.get("steps", {})), dict(now.get("steps", {}))
+    for name in sorted(saved_steps.keys() | steps.keys()):
+        if name not in steps:
+            changes.append(f"step `{name}` is gone")
+        elif name not in saved_steps:
+            changes.append(f"step `{name}` is new")
+        elif saved_steps[name] != steps[name]:
+            changes.append(f"step `{name}` changed (its function's code or options)")
+    saved_inputs, inputs = dict(saved.get("inputs", {})), dict(now.get("inputs", {}))
+    added = inputs.keys() - saved_inputs.keys()
+    removed = saved_inputs.keys() - inputs.keys()
+    replaced = [k for k in inputs.keys() & saved_inputs.keys() if inputs[k] != saved_inputs[k]]
+    for what, found in (("new", added), ("gone", removed), ("changed", replaced)):
+        if found:
+            first = sorted(found)[0]
+            more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+            changes.append(f"input file {first!r}{more} {'is' if not more else 'are'} {what}")
+    if not changes and saved.get("plan") != now.get("plan"):
+        changes.append("its steps differ (compare explain() with the saved plan in pipeline.json)")
+    return changes
