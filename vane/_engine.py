@@ -38,6 +38,13 @@ def cursor() -> duckdb.DuckDBPyConnection:
         return _connection.cursor()
 
 
+def database_id() -> int:
+    """Which database this process's cursors share (a filesystem registered with it serves
+    them all)."""
+    cursor().close()
+    return id(_connection)
+
+
 _scratch_lock = threading.RLock()  # re-entrant: binding a step may ask a type question
 _scratch: duckdb.DuckDBPyConnection | None = None
 

@@ -19,17 +19,22 @@ _MAX_MESSAGE = 600
 # SET, so the advice cannot be followed: vane says what can be done instead.
 _EXTENSION_ADVICE = re.compile(r"\s*Please try installing and loading the (\w+) extension.*", re.S)
 _REMOTE_FILES = (
-    ". vane reads local files only (its DuckDB loads no extension, httpfs included): copy "
-    "the files to a local directory first (for example with `aws s3 sync` or `gcloud storage "
-    "rsync`), then read that directory"
+    ". vane's DuckDB loads no extension, httpfs included: read remote files with vane's "
+    "readers, which go through its storage layer (rel = vane.read_parquet('s3://bucket/x/'), "
+    "then vane.sql('SELECT ... FROM rel', rel=rel))"
 )
+
+
+# A Python exception raised inside a callback DuckDB made (a remote filesystem's read, say)
+# comes back with its whole traceback in DuckDB's message: only its last line says anything.
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):.*?\n(?=\S)(?!\s*File )", re.S)
 
 
 def duckdb_message(exc: BaseException) -> str:
     """DuckDB's own text on one line (it names the missing column, the bad token...), without
-    its list of candidate overloads or advice that does not apply in vane, and cut to a
-    readable length."""
-    text = str(exc)
+    its list of candidate overloads, advice that does not apply in vane, or the traceback of a
+    Python callback it ran, and cut to a readable length."""
+    text = _TRACEBACK.sub("", str(exc))
     if _NOISE in text:
         text = text[: text.index(_NOISE)].rstrip() + " (candidate functions omitted)"
     advice = _EXTENSION_ADVICE.search(text)

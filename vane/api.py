@@ -14,6 +14,7 @@ from vane import functions
 from vane._arguments import checked
 from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
+from vane.io import readers
 from vane.io.files import FileFormat, Paths, is_uri, resolve_files
 from vane.io.readers import duckdb_options
 from vane.io.tables.base import TableSource
@@ -41,18 +42,27 @@ def _read(
     options: dict[str, object],
 ) -> Relation:
     hive = options.pop("hive_partitioning", None)
+    storage_options: Any = options.pop("storage_options", None)
     settings = duckdb_options(fmt, options, caller)
     keep = _keep(columns, caller)
     for attempt in builtins.range(_LISTING_ATTEMPTS):  # this module defines vane.range
-        files, label, found_hive = resolve_files(path, fmt, caller)
+        found = resolve_files(path, fmt, caller, storage_options)
+        files = found.files
         # Always explicit: DuckDB's CSV and JSON readers would otherwise detect key=value
         # directories on their own, even when the user turned that off.
-        settings["hive_partitioning"] = found_hive if hive is None else bool(hive)
+        settings["hive_partitioning"] = found.hive if hive is None else bool(hive)
         try:
-            scan = nodes.FileScan(fmt, files, label, tuple(sorted(settings.items())), keep)
+            scan = nodes.FileScan(
+                fmt,
+                files,
+                found.label,
+                tuple(sorted(settings.items())),
+                keep,
+                storage=found.storage,
+            )
             return Relation(scan)
         except SourceError:
-            replaced = any(not os.path.exists(f) for f in files)
+            replaced = len(readers.stamps(files, found.storage)) < len(files)
             if not replaced or attempt == _LISTING_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")
@@ -76,6 +86,7 @@ def read_parquet(
     union_by_name: bool | None = None,
     hive_partitioning: bool | None = None,
     filename: bool | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Relation:
     """Parquet files: a file, a directory (read recursively), a glob, or a list of them.
@@ -89,7 +100,7 @@ def read_parquet(
     >>> rel = vane.read_parquet("data/", columns=["id", "text"])  # doctest: +SKIP
     """
     options.update(union_by_name=union_by_name, hive_partitioning=hive_partitioning)
-    options.update(filename=filename)
+    options.update(filename=filename, storage_options=storage_options)
     return _read("parquet", path, "read_parquet", columns, options)
 
 
@@ -108,9 +119,11 @@ def read_csv(
     union_by_name: bool | None = None,
     hive_partitioning: bool | None = None,
     filename: bool | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Relation:
-    """CSV files; the dialect and column types are detected unless given.
+    """CSV files (local, or URLs as ``read_parquet`` takes them); the dialect and column types
+    are detected unless given.
 
     ``null_values`` (such as ``["NA", ""]``) are read as nulls; ``types`` fixes some columns'
     types (``{"score": "DOUBLE"}``); ``date_format`` / ``timestamp_format`` use strftime codes;
@@ -129,6 +142,7 @@ def read_csv(
         union_by_name=union_by_name,
         hive_partitioning=hive_partitioning,
         filename=filename,
+        storage_options=storage_options,
     )
     return _read("csv", path, "read_csv", columns, options)
 
@@ -142,16 +156,19 @@ def read_json(
     union_by_name: bool | None = None,
     hive_partitioning: bool | None = None,
     filename: bool | str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Relation:
-    """JSON files: ``format="newline_delimited"`` (the default: one object per line),
-    ``"array"`` (one array of objects) or ``"auto"``; types are detected. Also ``types``,
+    """JSON files (local, or URLs as ``read_parquet`` takes them):
+    ``format="newline_delimited"`` (the default: one object per line), ``"array"`` (one
+    array of objects) or ``"auto"``; types are detected. Also ``types``,
     ``date_format``, ``timestamp_format``, ``ignore_errors``, ``sample_size``."""
     options.update(
         format=format,
         union_by_name=union_by_name,
         hive_partitioning=hive_partitioning,
         filename=filename,
+        storage_options=storage_options,
     )
     return _read("json", path, "read_json", columns, options)
 
@@ -306,7 +323,7 @@ def from_glob_path(path: Paths) -> Relation:
     >>> vane.from_glob_path("audio/*.mp3").columns  # doctest: +SKIP
     ['path', 'size', 'modification_time']
     """
-    files, _, _ = resolve_files(path, "file", "from_glob_path")
+    files = resolve_files(path, "file", "from_glob_path").files
     return Relation(nodes.ArrowScan(storable_table(_file_listing(files))))
 
 
@@ -330,7 +347,7 @@ def read_images(
     >>> import vane
     >>> rel = vane.read_images("photos/", size=(224, 224))  # doctest: +SKIP
     """
-    files, _, _ = resolve_files(path, "image", "read_images")
+    files = resolve_files(path, "image", "read_images").files
     if size is not None:
         if (
             not isinstance(size, (tuple, list))

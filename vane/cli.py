@@ -86,7 +86,8 @@ Rows = Annotated[
     typer.Option("-n", "--rows", help="Rows to print (default: 20 in a table, all with --format)."),
 ]
 Output = Annotated[
-    Path | None, typer.Option("-o", "--output", help="Write the result here instead.")
+    str | None,
+    typer.Option("-o", "--output", help="Write the result here instead (a path or a URL)."),
 ]
 Format = Annotated[
     str | None,
@@ -256,12 +257,35 @@ def _format_of(path: Path, given: str | None) -> str:
 
 
 def _open(path: str, given: str | None) -> vane.Relation:
+    from vane.io.files import is_uri
+
+    if is_uri(path):
+        return _open_remote(path, given)
     location = Path(path)
     if not location.exists():
         raise vane.errors.SourceNotFoundError(f"{path!r} does not exist")
     fmt = _format_of(location, given)
     reader: Callable[..., vane.Relation] = getattr(vane, f"read_{fmt}")
     return reader(path)
+
+
+def _open_remote(url: str, given: str | None) -> vane.Relation:
+    """A URL (``s3://in/``): the format given, else its name's, else the first format whose
+    files the prefix holds."""
+    if given is not None:
+        _format_of(Path("."), given)  # checks the name
+        return cast("vane.Relation", getattr(vane, f"read_{given}")(url))
+    name = url.rstrip("/").rsplit("/", 1)[-1].lower()
+    named = next((f for f, endings in EXTENSIONS.items() if name.endswith(endings)), None)
+    for fmt in [named] if named else list(EXTENSIONS):
+        try:
+            return cast("vane.Relation", getattr(vane, f"read_{fmt}")(url))
+        except vane.errors.SourceNotFoundError:
+            continue
+    raise vane.errors.SourceNotFoundError(
+        f"{url!r} holds no parquet, csv or json objects; pass --input-format if their names "
+        "do not end in the format's extension"
+    )
 
 
 def _output_format(output: Path, given: str | None) -> str:
@@ -293,9 +317,11 @@ def _ending(name: str) -> str:
     return next(e for endings in EXTENSIONS.values() for e in endings if name.endswith(e))
 
 
-def _write(rel: vane.Relation, output: Path, fmt: str | None, mode: str) -> None:
-    fmt = _output_format(output, fmt)
-    result = getattr(rel, f"write_{fmt}")(str(output), mode=mode)
+def _write(rel: vane.Relation, output: str | Path, fmt: str | None, mode: str) -> None:
+    # A URL stays a string: Path("s3://b/out/") would be "s3:/b/out".
+    text = os.fspath(output)
+    fmt = _output_format(Path(text.split("://", 1)[-1]), fmt)
+    result = getattr(rel, f"write_{fmt}")(text, mode=mode)
     typer.echo(str(result))
 
 
@@ -405,8 +431,12 @@ def explain(query: Annotated[str, typer.Argument(help="One DuckDB query.")]) -> 
 @command()
 @_errors
 def prompt(
-    input: Annotated[str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the answers.")],
+    input: Annotated[
+        str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder; or a URL (s3://).")
+    ],
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Where to write the answers (a path or URL).")
+    ],
     column: Annotated[str | None, typer.Option(help="The column holding each prompt.")] = None,
     template: Annotated[
         str | None, typer.Option(help="A prompt with {column} placeholders, instead.")
@@ -455,8 +485,12 @@ def prompt(
 @command()
 @_errors
 def embed(
-    input: Annotated[str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Where to write the result.")],
+    input: Annotated[
+        str, typer.Argument(help="A Parquet, CSV or JSON file, or a folder; or a URL (s3://).")
+    ],
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Where to write the result (a path or URL).")
+    ],
     column: Annotated[str, typer.Option(help="The column holding each text.")],
     model: Annotated[str | None, typer.Option(help="The model (hub id or path).")] = None,
     provider: Annotated[str, typer.Option(help="sentence_transformers, openai...")] = (

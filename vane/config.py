@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,6 +42,9 @@ class Config:
     resource_wait_timeout_s: float = 300.0
     # The bars model libraries draw in vane's workers (execution/model_bars.py): off unless asked.
     model_progress: bool = False
+    # Options for remote filesystems (io/storage.py), flat or nested by protocol; a read_* or
+    # write_* call's own storage_options go on top.
+    storage_options: dict[str, Any] | None = None
 
 
 _config = Config()
@@ -74,6 +78,7 @@ SETTINGS = (
     "ai_cache",
     "resource_wait_timeout_s",
     "model_progress",
+    "storage_options",
 )
 
 
@@ -88,6 +93,7 @@ def configure(
     ai_cache: str | os.PathLike[str] | None = None,
     resource_wait_timeout_s: float | None = None,
     model_progress: bool | None = None,
+    storage_options: Mapping[str, Any] | None = None,
     address: str | None = None,
     **ray_init_kwargs: Any,
 ) -> Config:
@@ -99,7 +105,10 @@ def configure(
     ``model_progress=True`` lets model libraries draw their progress bars in vane's workers
     (transformers' "Loading weights", downloads from the hub), which are off by default: vane's
     own progress line says how the job goes. ``HF_HUB_DISABLE_PROGRESS_BARS``, when set, is
-    followed as set.
+    followed as set. ``storage_options`` reach every remote path (``s3://``...) vane reads
+    or writes, spelled as pandas and fsspec spell them (``{"key": ..., "secret": ...,
+    "endpoint_url": ...}``), or nested by protocol (``{"s3": {...}, "hf": {...}}``); a call's
+    own ``storage_options=`` go on top (docs/io.md, "Where your data lives").
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
@@ -156,6 +165,12 @@ def configure(
         )
     if model_progress is not None:
         changes["model_progress"] = bool(model_progress)
+    if storage_options is not None:
+        if not isinstance(storage_options, Mapping):
+            raise ConfigurationError(
+                f"storage_options takes a dict, got {type(storage_options).__name__}"
+            )
+        changes["storage_options"] = dict(storage_options)
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config
 

@@ -18,11 +18,17 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
     ├── SinkError                 (OSError)     output that cannot be written or committed
     │   └── ResumeError                         a resumable write whose saved work belongs to
     │                                           another pipeline (says what changed)
+    ├── StorageError              (OSError)     an object store or remote filesystem refused or
+    │   │                                       failed a request, after its retries
+    │   ├── StorageNotFoundError  (FileNotFoundError)  a bucket or object that does not exist
+    │   └── StorageAccessError    (PermissionError)    credentials missing, wrong, or not allowed
     ├── ExecutionError            (RuntimeError) a failure while the plan runs
     │   ├── UDFError                            a user function raised (the cause is its error)
     │   ├── ActorDiedError                      a worker process died (exit code or signal)
     │   ├── ResourceWaitError                   an action on Ray waited longer than
     │   │                                       resource_wait_timeout_s for resources
+    │   ├── BudgetExceededError                 a step spent past its max_cost or
+    │   │                                       max_total_tokens (resume=True keeps its work)
     │   ├── ProviderError                       a model provider (an HTTP server, a local model)
     │   │                                       failed a request, after its retries
     │   └── ServerError                         a server vane started (``vane.ai.serve``) did
@@ -35,6 +41,7 @@ from __future__ import annotations
 __all__ = [
     "ActorDiedError",
     "ArgumentError",
+    "BudgetExceededError",
     "ConfigurationError",
     "ExecutionError",
     "MissingDependencyError",
@@ -48,6 +55,9 @@ __all__ = [
     "SinkError",
     "SourceError",
     "SourceNotFoundError",
+    "StorageAccessError",
+    "StorageError",
+    "StorageNotFoundError",
     "UDFError",
     "VaneError",
 ]
@@ -95,6 +105,19 @@ class ResumeError(SinkError):
     unreadable. It says what changed; ``resume="restart"`` starts over."""
 
 
+class StorageError(VaneError, OSError):
+    """An object store (S3, GCS, Azure) or a remote filesystem refused or failed a request
+    after vane's retries; the message names the URL and what to check, never a credential."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """A bucket, container or object that does not exist."""
+
+
+class StorageAccessError(StorageError, PermissionError):
+    """The store refused the credentials vane found (missing, wrong, expired or not allowed)."""
+
+
 class ExecutionError(VaneError, RuntimeError):
     """A failure while the plan runs; the original error is the ``__cause__``."""
 
@@ -117,6 +140,12 @@ class ResourceWaitError(ExecutionError):
     """An action on Ray waited, with nothing moving, longer than ``resource_wait_timeout_s``
     for CPUs, GPUs or memory that the cluster did not free; the message says what waited for
     what, and what held it."""
+
+
+class BudgetExceededError(ExecutionError):
+    """A step's answers passed its budget (``max_cost=``, ``max_total_tokens=``): the job
+    stopped there, saying what was spent. With ``resume=True`` the answers so far are kept,
+    and a rerun with a larger budget goes on from them."""
 
 
 class ProviderError(ExecutionError):

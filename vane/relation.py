@@ -35,6 +35,7 @@ from vane.udf.spec import DEFAULT_ACTOR_START_TIMEOUT_S, Kind
 if TYPE_CHECKING:
     import pandas as pd
 
+    from vane.estimate import Estimate
     from vane.io.files import FileFormat
     from vane.plan.nodes import JoinHow
 
@@ -588,6 +589,17 @@ class Relation:
 
     # ---- actions: these run the plan ---------------------------------------------------------
 
+    def estimate(self, prices: Mapping[str, float] | None = None) -> Estimate:
+        """What the pipeline's AI functions will send, before anything is sent: requests,
+        input tokens (the model's tokenizer where it is on this machine, else about four
+        characters a token), output tokens at most (``max_tokens``), and the cost where
+        ``prices`` are given in dollars per million tokens (``{"input": 0.15, "output":
+        0.60}``). It reads and renders the steps' input; no model is called (docs/resume.md).
+        """
+        from vane.estimate import estimate
+
+        return estimate(self._plan, prices)
+
     def materialize(self) -> Relation:
         """Run the plan now and keep its result, so later actions reuse it instead of running
         the plan (and its models) again. The result stays in memory up to
@@ -657,18 +669,24 @@ class Relation:
         footer = f"first {shown} rows" if shown == n else f"{shown} row{'s' * (shown != 1)}"
         print(render(table, width=width, footer=footer))
 
-    def _write(
+    def _write(  # noqa: PLR0917 - private; the write_* methods name every argument
         self,
         fmt: FileFormat,
         path: str,
         mode: WriteMode,
         partition_by: str | Sequence[str] | None,
         rows_per_file: int | None,
+        storage_options: Mapping[str, Any] | None = None,
         *,
         resume: Resume = False,
     ) -> WriteResult:
         sink = FileSink(
-            fmt, str(path), mode, _as_tuple(partition_by, "partition_by"), rows_per_file
+            fmt,
+            str(path),
+            mode,
+            _as_tuple(partition_by, "partition_by"),
+            rows_per_file,
+            _storage(path, storage_options, f"write_{fmt}"),
         )
         if resume not in (False, True, "restart"):
             raise ConfigurationError(
@@ -770,6 +788,7 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         resume: Resume = False,
     ) -> WriteResult:
         """Stream the rows into Parquet files under ``path`` (or one file if ``path`` ends in
@@ -779,12 +798,18 @@ class Relation:
         ``"append"`` adds files on success. ``partition_by`` writes hive-style ``key=value``
         directories; ``rows_per_file`` caps each file's rows.
 
+        ``path`` may be a URL (``s3://bucket/out/``, ``gs://...``, any fsspec protocol), with
+        ``storage_options`` for its credentials; an object store commits through a manifest
+        written last (docs/io.md, "Where your data lives").
+
         ``resume=True`` keeps each UDF step's answers as they come (beside ``path``), so a rerun
         of the same pipeline after a crash, Ctrl-C or ``kill -9`` pays only for the batches no
         run had answered, and the output still holds every row once (docs/resume.md).
         ``resume="restart"`` drops work saved for another pipeline and starts over.
         """
-        return self._write("parquet", path, mode, partition_by, rows_per_file, resume=resume)
+        return self._write(
+            "parquet", path, mode, partition_by, rows_per_file, storage_options, resume=resume
+        )
 
     @checked
     def write_csv(
@@ -794,10 +819,13 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         resume: Resume = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as CSV files with a header row."""
-        return self._write("csv", path, mode, partition_by, rows_per_file, resume=resume)
+        return self._write(
+            "csv", path, mode, partition_by, rows_per_file, storage_options, resume=resume
+        )
 
     @checked
     def write_json(
@@ -807,7 +835,26 @@ class Relation:
         mode: WriteMode = "error",
         partition_by: str | Sequence[str] | None = None,
         rows_per_file: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         resume: Resume = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as newline-delimited JSON files (one object per row)."""
-        return self._write("json", path, mode, partition_by, rows_per_file, resume=resume)
+        return self._write(
+            "json", path, mode, partition_by, rows_per_file, storage_options, resume=resume
+        )
+
+
+def _storage(
+    path: object, options: Mapping[str, Any] | None, caller: str
+) -> tuple[tuple[str, Any], ...] | None:
+    """The store options of a remote destination (None for a local path, which takes none)."""
+    from vane.io import storage
+
+    if not isinstance(path, str) or not storage.is_remote(path):
+        if options:
+            raise ConfigurationError(
+                f"{caller}(): storage_options apply to remote paths (s3://...), and "
+                f"{path!r} is local"
+            )
+        return None
+    return storage.locate(path, options, caller).store.options

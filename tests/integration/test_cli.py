@@ -350,9 +350,15 @@ def test_explain_shows_how_duckdb_runs_the_query(folder):
 @pytest.mark.parametrize(
     ("query", "says"),
     [
-        ("SELECT * FROM read_parquet('https://example.invalid/x.parquet')", "local files only"),
-        ("SELECT * FROM 's3://bucket/x.parquet'", "local files only"),
-        ("SELECT * FROM read_csv('hf://datasets/x/y.csv')", "local files only"),
+        (
+            "SELECT * FROM read_parquet('https://example.invalid/x.parquet')",
+            "read remote files with vane's readers",
+        ),
+        ("SELECT * FROM 's3://bucket/x.parquet'", "read remote files with vane's readers"),
+        (
+            "SELECT * FROM read_csv('hf://datasets/x/y.csv')",
+            "read remote files with vane's readers",
+        ),
         ("SELECT * FROM read_xlsx('a.xlsx')", "what the excel extension provides cannot"),
         ("SELECT st_point(1, 2)", "what the spatial extension provides cannot be used"),
         ("SELECT nope", 'Referenced column "nope" was not found'),

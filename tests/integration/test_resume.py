@@ -222,3 +222,25 @@ def test_column_udfs_resume_on_the_columns_they_read(tmp_path):
     assert len(calls) - paid <= 50
     rows = vane.read_parquet(out).order_by("id").to_pylist()
     assert [r["loud"] for r in rows] == [f"ROW {i}" for i in range(80)]
+
+
+@vane.cls
+class Scorer:
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+
+    def __call__(self, value: int) -> float:
+        if self.weight > 10:
+            raise RuntimeError("too heavy")
+        return value * self.weight
+
+
+def test_a_class_udf_constructed_with_other_arguments_is_another_pipeline(tmp_path):
+    out = str(tmp_path / "out")
+    with pytest.raises(Exception, match="too heavy"):
+        vane.range(10).with_column("s", Scorer(11.0)(vane.col("id"))).write_parquet(
+            out, resume=True
+        )
+    # Other constructor arguments give other answers: the saved ones must not be taken.
+    with pytest.raises(ResumeError, match="changed"):
+        vane.range(10).with_column("s", Scorer(2.0)(vane.col("id"))).write_parquet(out, resume=True)

@@ -336,3 +336,35 @@ def test_a_server_that_hangs_is_ended_restarted_and_its_requests_sent_again(tmp_
     assert restarts == 1  # the hung one, ended; the next answered the rest
     ((_, usage),) = result.usage.items()
     assert usage["retries"] >= 1 and usage.get("failures", 0) == 0
+
+
+def test_a_resumed_job_asks_a_restarted_server_only_what_it_never_answered(tmp_path):
+    # Each run starts its own server, on a new port: the saved answers belong to the server by
+    # its name, so the second run resumes instead of being refused as another pipeline.
+    broken = [True]
+
+    def after(batch):
+        if broken[0] and 30 in batch["id"].to_pylist():
+            raise RuntimeError("the job died here")
+        return batch
+
+    def job(server):
+        answered = questions(48).prompt("q", server=server, model="m", batch_size=6)
+        schema = {"id": "BIGINT", "q": "VARCHAR", "response": "VARCHAR"}
+        return answered.map_batches(after, schema=schema, batch_size=6)
+
+    out = tmp_path / "out"
+    with vane.ai.serve(command("--latency", "0"), health="/health") as server:
+        with pytest.raises(RuntimeError, match="died here"):
+            job(server).write_parquet(out, resume=True)
+        first = stats(server)["requests"]
+    broken[0] = False
+    with vane.ai.serve(command("--latency", "0"), health="/health") as server:
+        result = job(server).write_parquet(out, resume=True)
+        second = stats(server)["requests"]
+    assert first >= 30 and second <= 48 - 30  # the 30 answered rows were not asked again
+    assert result.rows == 48
+    got = vane.read_parquet(str(out)).to_pylist()
+    assert [r["response"] for r in got] == [
+        test_server.answer_for(f"question {i}") for i in range(48)
+    ]

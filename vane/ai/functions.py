@@ -29,6 +29,7 @@ from vane.ai.structured import OutputFormat, output_format
 from vane.errors import ConfigurationError
 from vane.ir.expr import Expr, FunctionCall, Literal, col
 from vane.udf.column import ClassInstance, ClassUdf, UdfOptions, make_column_udf
+from vane.udf.spec import Budget
 
 _EXECUTION = (
     "batch_size",
@@ -37,6 +38,9 @@ _EXECUTION = (
     "gpus_per_actor",
     "on_error",
     "error_column",
+    "max_cost",
+    "max_total_tokens",
+    "prices",
 )
 DEFAULT_BATCH_SIZE = {
     "prompt": 256,
@@ -81,6 +85,43 @@ def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return execution, provider
 
 
+def _budget(task: str, execution: Mapping[str, Any]) -> Budget | None:
+    """``max_cost`` (dollars, at ``prices`` per million tokens) and ``max_total_tokens``
+    (prompt and completion tokens together, over the whole step): the job stops once the
+    step's answers pass either (see ``Budget``)."""
+    max_cost, max_tokens = execution.get("max_cost"), execution.get("max_total_tokens")
+    prices = execution.get("prices")
+    if prices is not None and (
+        not isinstance(prices, Mapping)
+        or "input" not in prices
+        or set(prices) - {"input", "output"}
+        or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values())
+    ):
+        raise ConfigurationError(
+            f"{task}(): prices are dollars per million tokens, as {{'input': 0.15, 'output': "
+            f"0.60}}, got {prices!r}"
+        )
+    if max_cost is None and max_tokens is None:
+        return None
+    if max_cost is not None and (prices is None or not isinstance(max_cost, (int, float))):
+        raise ConfigurationError(
+            f"{task}(): max_cost={max_cost!r} needs the model's prices to count dollars: pass "
+            "prices={'input': ..., 'output': ...} in dollars per million tokens (or cap the "
+            "tokens with max_total_tokens=)"
+        )
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
+    ):
+        raise ConfigurationError(
+            f"{task}(): max_total_tokens must be a positive number of tokens, got {max_tokens!r}"
+        )
+    return Budget(
+        max_cost=None if max_cost is None else float(max_cost),
+        max_total_tokens=max_tokens,
+        prices=tuple(sorted((k, float(v)) for k, v in (prices or {}).items())),
+    )
+
+
 def _call(
     task: str,
     runner: type,
@@ -96,6 +137,7 @@ def _call(
     route = getattr(getattr(descriptor, "settings", None), "route", None)
     via = f" via {route.name}" if route is not None else ""  # a server per node (server=)
     options = UdfOptions(
+        budget=_budget(task, execution),
         batch_size=execution.get("batch_size") or DEFAULT_BATCH_SIZE[task],
         max_concurrency=execution.get("concurrency") or 1,
         gpus=gpus,

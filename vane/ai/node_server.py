@@ -105,6 +105,10 @@ class ServerRoute:
     def base_url(self) -> str:
         return self.nodes[0].address + self.api_path
 
+    def __vane_identity__(self) -> str:
+        """What a resumable write knows this route by: the server, not the port it got."""
+        return f"server {self.name} {self.api_path} {self.model}"
+
     def url(self) -> str:
         """The base URL of the server on this process's node: what a UDF of your own that
         talks to the server asks for in its ``__init__`` (the route travels with it, the

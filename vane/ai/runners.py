@@ -119,6 +119,39 @@ def _check_placeholder(template: str, name: str, spec: str, conversion: str | No
         )
 
 
+def prompts_of(
+    template: Template | None, columns: Sequence[pa.Array]
+) -> tuple[list[str | None], list[str | None]]:
+    """Each row's prompt (None for a row with a null) and why a row has none: the argument
+    column's text, or the template filled from its columns."""
+    rendered = [texts(c) for c in columns]
+    if template is None:
+        return rendered[0]
+    names = template.fields
+    formatting = template.formatting  # only these need Python values
+    values = [c.to_pylist() if n in formatting else [] for n, c in zip(names, columns, strict=True)]
+    prompts: list[str | None] = []
+    errors: list[str | None] = []
+    for row in range(len(columns[0])):
+        failed = next((e[row] for _, e in rendered if e[row] is not None), None)
+        if failed is not None or any(t[row] is None for t, _ in rendered):
+            prompts.append(None)
+            errors.append(failed)
+            continue
+        try:
+            prompt = template.fill(
+                {n: t[row] for n, (t, _) in zip(names, rendered, strict=True)},
+                {n: v[row] for n, v in zip(names, values, strict=True) if n in formatting},
+            )
+        except ValueError as exc:
+            prompts.append(None)
+            errors.append(str(exc))
+            continue
+        prompts.append(prompt)
+        errors.append(None)
+    return prompts, errors
+
+
 class PromptRunner:
     """``prompt``: one request per row, answered concurrently by the provider."""
 
@@ -156,35 +189,7 @@ class PromptRunner:
         await _close(self.prompter)
 
     def _prompts(self, columns: Sequence[pa.Array]) -> tuple[list[str | None], list[str | None]]:
-        """Each row's prompt (None for a row with a null) and why a row has none."""
-        rendered = [texts(c) for c in columns]
-        if self.template is None:
-            return rendered[0]
-        names = self.template.fields
-        formatting = self.template.formatting  # only these need Python values
-        values = [
-            c.to_pylist() if n in formatting else [] for n, c in zip(names, columns, strict=True)
-        ]
-        prompts: list[str | None] = []
-        errors: list[str | None] = []
-        for row in range(len(columns[0])):
-            failed = next((e[row] for _, e in rendered if e[row] is not None), None)
-            if failed is not None or any(t[row] is None for t, _ in rendered):
-                prompts.append(None)
-                errors.append(failed)
-                continue
-            try:
-                prompt = self.template.fill(
-                    {n: t[row] for n, (t, _) in zip(names, rendered, strict=True)},
-                    {n: v[row] for n, v in zip(names, values, strict=True) if n in formatting},
-                )
-            except ValueError as exc:
-                prompts.append(None)
-                errors.append(str(exc))
-                continue
-            prompts.append(prompt)
-            errors.append(None)
-        return prompts, errors
+        return prompts_of(self.template, columns)
 
     async def run(self, *columns: pa.Array) -> RowResults:
         texts_end = len(columns) - self.images - self.files

@@ -7,7 +7,9 @@ constants, and those of the methods of a class, recursively through what the ste
 as a column UDF's function or an AI function's provider and options), the arguments it is
 constructed and called with, its batch size (which decides how the input is cut), its
 ``on_error`` and its output schema. Object addresses in reprs are left out, so an argument
-without a repr of its own does not make every run a new job.
+without a repr of its own does not make every run a new job; an object that changes from run
+to run but means the same (a server per node: its port) says what it means with a
+``__vane_identity__`` method.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from vane.plan.traverse import walk
 from vane.udf.runtime import BatchOutcome
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_DEPTH = 6
+_DEPTH = 10
+_ITEMS = 256  # a longer list or dict is described by a hash of its text
 
 
 def step_key(node: UdfStep) -> str:
@@ -128,6 +131,9 @@ def _describe(value: Any, depth: int) -> str:
     """A text that changes when the code or data of ``value`` does."""
     if depth <= 0:
         return type(value).__qualname__
+    identity = getattr(type(value), "__vane_identity__", None)
+    if callable(identity) and not isinstance(value, type):
+        return str(identity(value))  # what stays the same from run to run (a server's name)
     inner = depth - 1
     if isinstance(value, functools.partial):
         return (
@@ -148,8 +154,12 @@ def _describe(value: Any, depth: int) -> str:
         bases = ",".join(b.__qualname__ for b in value.__mro__[1:])
         return f"class {value.__module__}.{value.__qualname__}({bases}) {' '.join(members)}"
     if isinstance(value, (list, tuple)):
+        if len(value) > _ITEMS:  # a large constant: its text, hashed
+            return f"{type(value).__name__}#{_hash(repr(value))}"
         return f"{type(value).__name__}[{', '.join(_describe(v, inner) for v in value)}]"
     if isinstance(value, Mapping):
+        if len(value) > _ITEMS:
+            return f"{type(value).__name__}#{_hash(repr(sorted(map(str, value.items()))))}"
         items = sorted((str(k), _describe(v, inner)) for k, v in value.items())
         return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -160,9 +170,16 @@ def _describe(value: Any, depth: int) -> str:
         return f"{type(value).__qualname__}({', '.join(fields)})"
     if isinstance(value, (str, bytes, int, float, bool, type(None))):
         return repr(value)
-    if callable(value) and not inspect.isbuiltin(value):
-        return f"instance of {_describe(type(value), inner)} {_ADDRESS.sub('', repr(value))}"
+    state = getattr(value, "__dict__", None)
+    if isinstance(state, dict) and not inspect.isbuiltin(value):
+        # An object of a class: its class's code and what it holds (a recorded @vane.cls
+        # instance: its constructor's arguments; an AI function's provider: its options).
+        return f"instance of {_describe(type(value), inner)} {_describe(state, inner)}"
     return _ADDRESS.sub("", repr(value))
+
+
+def _hash(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
 def _code(code: types.CodeType) -> str:

@@ -26,7 +26,7 @@ import pyarrow as pa
 from vane._arrow import Rechunker, split_by_bytes
 from vane._sql import duckdb_message
 from vane._text import counted
-from vane.errors import ExecutionError, UDFError, VaneError
+from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
@@ -34,7 +34,7 @@ from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted
 from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
-from vane.udf.spec import UdfSpec
+from vane.udf.spec import Budget, UdfSpec
 
 if TYPE_CHECKING:
     from vane.execution.resume import Checkpoint
@@ -103,6 +103,7 @@ class UdfStage:
         self.rows_resumed = 0  # rows whose answers came from a killed run's saved work
         self._digests: dict[Future[BatchOutcome], str] = {}
         self._pool_started = False
+        self._over_budget: BudgetExceededError | None = None  # set once the budget is passed
         self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
 
     def _chunks(self) -> Iterator[pa.Table]:
@@ -170,6 +171,8 @@ class UdfStage:
             saturated_since: float | None = None
             offset = 0
             for seq, chunk in enumerate(self._chunks()):
+                if self._over_budget is not None:
+                    break  # no more work; what is in flight is paid for: taken and kept below
                 shipped = chunk.select(list(reads)) if reads is not None else chunk
                 task = Task(seq, offset, shipped, call_rows=self.batch_size)
                 inflight[self._submit(pool, task)] = chunk
@@ -194,6 +197,8 @@ class UdfStage:
                     yield from self._next_outputs(inflight, pool)
             while inflight:
                 yield from self._next_outputs(inflight, pool)
+            if self._over_budget is not None:
+                raise self._over_budget
             ending = "done"
         except GeneratorExit:
             ending = "failed" if self.abandoned else "early"
@@ -254,6 +259,11 @@ class UdfStage:
         self.rows_in += rows_in
         self.rows_out += outcome.table.num_rows
         self.usage = add_counts(self.usage, outcome.usage)
+        budget = self.spec.budget
+        if budget is not None and self._over_budget is None and budget.exceeded(self.usage):
+            # The job stops sending work; the batches in flight finish (their requests are
+            # paid for), are kept by a resumable write, and then the stage fails with this.
+            self._over_budget = self._budget_error(budget)
         self.events.emit(
             BatchDone(
                 self.step,
@@ -276,6 +286,25 @@ class UdfStage:
             yield batch
         if outcome.failure is not None:  # a unit's call failed after the answers above
             raise outcome.failure
+
+    def _budget_error(self, budget: Budget) -> BudgetExceededError:
+        tokens, cost = budget.spent(self.usage)
+        spent = f"{tokens:,} tokens" + (f" (${cost:,.4f})" if cost is not None else "")
+        limits = []
+        if budget.max_cost is not None:
+            limits.append(f"max_cost={budget.max_cost:g}")
+        if budget.max_total_tokens is not None:
+            limits.append(f"max_total_tokens={budget.max_total_tokens:,}")
+        kept = (
+            "the answers so far are kept: rerun with a larger budget to go on from them"
+            if self.checkpoint is not None
+            else "write with resume=True to keep the answers so far for a rerun"
+        )
+        return BudgetExceededError(
+            f"{self.spec.verb} step `{self.step}` spent {spent} on "
+            f"{counted(self.rows_in, 'row')}, past its budget ({', '.join(limits)}); the job "
+            f"stopped there, and {kept}"
+        )
 
     def _units_in_flight(self, pool: ActorPool) -> int:
         """The pool's capacity counts batches sent one by one; units of several count as

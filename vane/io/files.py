@@ -7,10 +7,10 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from vane.errors import ConfigurationError, SourceNotFoundError
 from vane.io.commit import list_consistently
@@ -113,9 +113,23 @@ def _existing(path: Path) -> str:
     return str(path)
 
 
-def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...], str, bool]:
-    """The files to read, a short label for ``explain()``, and whether they sit in hive-style
-    ``key=value`` directories below what the user named.
+@dataclass(frozen=True)
+class Resolved:
+    """What ``resolve_files`` found: the files (local paths or URLs), a short label for
+    ``explain()``, whether they sit in hive-style ``key=value`` directories below what the
+    user named, and for URLs the store options they are read with."""
+
+    files: tuple[str, ...]
+    label: str
+    hive: bool
+    storage: tuple[tuple[str, Any], ...] | None = None
+
+
+def resolve_files(
+    paths: Paths, fmt: str, caller: str, storage_options: Mapping[str, Any] | None = None
+) -> Resolved:
+    """The files to read (see ``Resolved``). Remote paths (``s3://``...) are resolved by
+    ``remote_files``; a read takes local paths or remote ones, not both.
 
     Every path is listed under vane's commit protocol (``commit.list_consistently``), a
     directory, a glob and a file alike: no listing sees part of an append, live or left by a
@@ -129,19 +143,31 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
             f"{caller}() needs a path, a directory, a glob or a non-empty list of them, "
             f"got {paths!r}"
         )
-    given: list[tuple[str, Path]] = []
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
             raise ConfigurationError(f"{caller}(): paths must be strings, got {item!r}")
-        text = os.fspath(item)
-        if is_uri(text):
-            scheme = text.split("://", 1)[0]
+    label = ", ".join(os.fspath(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")
+    remote = [is_uri(os.fspath(i)) for i in items]
+    if any(remote):
+        if not all(remote) or len({os.fspath(i).split("://", 1)[0] for i in items}) > 1:
             raise ConfigurationError(
-                f"{caller}(): {text!r} is a remote path ({scheme}://), and this version of vane "
-                "reads local files only. Copy the files to a local directory first (for example "
-                "with `aws s3 sync` or `gcloud storage rsync`), then read that directory"
+                f"{caller}(): one read takes local paths or URLs of one protocol, not both; "
+                "read them separately and combine them with union()"
             )
-        text = text.removeprefix("file://")
+        from vane.io.remote_files import resolve_remote
+
+        urls = [os.fspath(i) for i in items]
+        found_remote, hive, storage = resolve_remote(
+            urls, LISTED[fmt], fmt, caller, storage_options
+        )
+        return Resolved(tuple(found_remote), label, hive, storage)
+    if storage_options:
+        raise ConfigurationError(
+            f"{caller}(): storage_options apply to remote paths (s3://...), and {label!r} is local"
+        )
+    given: list[tuple[str, Path]] = []
+    for item in items:
+        text = os.fspath(item).removeprefix("file://")
         given.append((text, Path(text).expanduser()))
     found, unfinished = list_consistently(
         lambda: [_find(text, path, fmt) for text, path in given],
@@ -170,5 +196,4 @@ def resolve_files(paths: Paths, fmt: str, caller: str) -> tuple[tuple[str, ...],
             if Path(d).is_relative_to(one.base)
         )
         files.extend(os.path.abspath(m) for m in matched)
-    label = ", ".join(os.fspath(i) for i in items[:3]) + (", ..." if len(items) > 3 else "")
-    return tuple(files), label, hive
+    return Resolved(tuple(files), label, hive)

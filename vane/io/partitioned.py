@@ -64,8 +64,11 @@ class PartitionedWriter:
         open_file: OpenFile,
         name: Callable[[int], str],
         rows_per_file: int | None = None,
+        *,
+        make_directories: bool = True,
     ) -> None:
         self.root = root
+        self._make_directories = make_directories  # False on object stores: no directories
         self.keys = keys
         self._open_file = open_file
         self._name = name  # file name for a partition's n-th file
@@ -146,7 +149,8 @@ class PartitionedWriter:
         if partition.file is None:
             if len(self._open) >= MAX_OPEN_FILES:
                 self._close(next(iter(self._open)))
-            partition.directory.mkdir(parents=True, exist_ok=True)
+            if self._make_directories:
+                partition.directory.mkdir(parents=True, exist_ok=True)
             path = partition.directory / self._name(partition.files)
             partition.file = self._open_file(path, first)
             partition.path = path

@@ -244,7 +244,10 @@ def typed_columns(fmt: str, options: Mapping[str, Any]) -> set[str]:
 
 
 def complete_json_options(
-    cursor: duckdb.DuckDBPyConnection, files: Sequence[str], options: Mapping[str, Any]
+    cursor: duckdb.DuckDBPyConnection,
+    files: Sequence[str],
+    options: Mapping[str, Any],
+    sizes: Sequence[int] | None = None,
 ) -> tuple[dict[str, Any], JsonLines | None]:
     """JSON options made whole, and the file columns' types for ``scan_sql``'s ``records``
     if lines that do not parse are to be skipped.
@@ -252,7 +255,7 @@ def complete_json_options(
     DuckDB's ``columns`` is every column, so ``types=`` naming some would drop the rest: it gets
     the detected types of all, the given ones in their place."""
     completed = dict(options)
-    if all(os.path.getsize(f) == 0 for f in files):
+    if all(size == 0 for size in (sizes or [os.path.getsize(f) for f in files])):
         # DuckDB reads an empty file as one column `json`; write_json of no rows writes one
         if "columns" not in completed:
             raise SourceError(
@@ -294,15 +297,74 @@ def _nested_dates(kind: str) -> bool:
     return nested and any(word in kind for word in ("DATE", "TIMESTAMP"))
 
 
-def stamps(files: Sequence[str]) -> dict[str, Stamp]:
-    """Each file's identity now (files that are gone are left out)."""
+Storage = tuple[tuple[str, Any], ...] | None  # a remote source's store options (io/storage.py)
+
+
+def stamps(files: Sequence[str], storage: Storage = None) -> dict[str, Stamp]:
+    """Each file's identity now (files that are gone are left out). An object's is its size
+    and modification time (one listing request for many)."""
     found: dict[str, Stamp] = {}
+    if storage is not None and files:
+        return _object_stamps(files, storage)
     for path in files:
         try:
             found[path] = stamp(os.stat(path))
         except OSError:
             continue
     return found
+
+
+# From this many objects on, their stamps come from one listing of the prefix they share
+# rather than a HEAD request each (16 files: 1 request instead of 16).
+_LIST_FROM = 4
+
+
+def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) -> dict[str, Stamp]:
+    import posixpath
+
+    from pyarrow.fs import FileSelector, FileType
+
+    from vane.io.storage import locate_with, storage_errors
+
+    places = [locate_with(url, storage) for url in urls]
+    store = places[0].store
+    fs = store.filesystem()
+    paths = [p.path for p in places]
+    found: dict[str, Any] = {}
+    with storage_errors(urls[0], "cannot look at", store):
+        if len(paths) >= _LIST_FROM:
+            shared = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+            if shared.strip("/"):
+                wanted = set(paths)
+                selector = FileSelector(shared, recursive=True, allow_not_found=True)
+                found = {i.path: i for i in fs.get_file_info(selector) if i.path in wanted}
+        rest = [p for p in paths if p not in found]
+        if rest:
+            found.update(zip(rest, fs.get_file_info(rest), strict=True))
+    # To the second: a listing and a HEAD request give an object's time at different precisions.
+    return {
+        url: (0, 0, info.size or 0, (info.mtime_ns or 0) // 10**9)
+        for url, place in zip(urls, places, strict=True)
+        if (info := found[place.path]).type == FileType.File
+    }
+
+
+def duckdb_files(files: Sequence[str], storage: Storage) -> list[str]:
+    """``files`` as DuckDB opens them: local paths as they are, URLs through their store,
+    registered with this process's DuckDB (``storage.Store.duckdb_url``)."""
+    if storage is None:
+        return list(files)
+    from vane import _engine
+    from vane.io.storage import locate_with
+
+    cursor = _engine.cursor()
+    try:
+        return [
+            place.store.duckdb_url(place.path, cursor)
+            for place in (locate_with(f, storage) for f in files)
+        ]
+    finally:
+        cursor.close()
 
 
 def stamp(status: os.stat_result) -> Stamp:
@@ -320,16 +382,22 @@ class ParquetFooter:
     rows: int
 
 
-def parquet_footers(files: Sequence[str]) -> list[ParquetFooter] | None:
+def parquet_footers(files: Sequence[str], storage: Storage = None) -> list[ParquetFooter] | None:
     """Every file's footer (measured: one by one beats a thread pool on a small machine,
-    150 us a footer); None if pyarrow cannot read one (DuckDB then reports the problem when it
-    reads the file)."""
+    150 us a footer; an object's footer is a ranged read or two); None if pyarrow cannot read
+    one (DuckDB then reports the problem when it reads the file)."""
     import pyarrow.parquet as pq
 
     try:
         footers = []
         for path in files:
-            with pq.ParquetFile(path) as file:
+            source: Any = path
+            if storage is not None:
+                from vane.io.storage import locate_with
+
+                place = locate_with(path, storage)
+                source = place.store.filesystem().open_input_file(place.path)
+            with pq.ParquetFile(source) as file:
                 footers.append(ParquetFooter(file.schema_arrow, file.metadata.num_rows))
         return footers
     except (OSError, pa.ArrowException):

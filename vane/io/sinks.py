@@ -32,6 +32,8 @@ from vane.observe.events import StageFinished, describe_usage, step_names
 
 if TYPE_CHECKING:
     from vane.io.formats import FileWriter
+    from vane.io.object_commit import ObjectStaging
+    from vane.io.storage import Store
 
 _SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".jsonl"}
 
@@ -160,16 +162,23 @@ class FileSink:
     mode: WriteMode = "error"
     partition_by: tuple[str, ...] = ()
     rows_per_file: int | None = None
+    # A remote destination's store options (``io/storage.py``), None for a local path.
+    storage_options: tuple[tuple[str, Any], ...] | None = None
 
     def __post_init__(self) -> None:
         caller = f"write_{self.format}"
         if not isinstance(self.path, str) or not self.path:
             raise ConfigurationError(f"{caller}() needs a destination path, got {self.path!r}")
-        if is_uri(self.path):
+        if self.path.lower().startswith(("http://", "https://")):
             raise ConfigurationError(
-                f"{caller}(): writing to {self.path!r} is not supported; only local paths are. "
-                "Write to a local directory and copy it to object storage"
+                f"{caller}(): {self.path!r} is an HTTP URL, which vane reads but cannot write "
+                "to; write to an object store (s3://, gs://, az://...) or a local path"
             )
+        if is_uri(self.path) and self.storage_options is None:
+            from vane.io import storage
+
+            options = storage.locate(self.path, None, caller).store.options
+            object.__setattr__(self, "storage_options", options)
         if self.mode not in MODES:
             raise ConfigurationError(
                 f"{caller}(): mode={self.mode!r} is not one of {', '.join(MODES)}"
@@ -222,6 +231,8 @@ class FileSink:
 
     def start(self) -> FileWrite:
         """Check the destination and stage a new write of it (in the driver)."""
+        if is_uri(self.path):
+            return self._start_remote()
         destination = Path(self.path).expanduser().absolute()
         staging = Staging(destination, self.mode, single_file=self.single_file)
         writer = PartWriter(
@@ -234,20 +245,44 @@ class FileSink:
         )
         return FileWrite(self, staging, writer)
 
+    def _start_remote(self) -> FileWrite:
+        from vane.io import storage
+        from vane.io.object_commit import ObjectStaging
+
+        location = storage.locate_with(self.path, self.storage_options or ())
+        staging = ObjectStaging(location, self.mode, single_file=self.single_file)
+        name = location.path.rstrip("/").rsplit("/", 1)[-1]
+        writer = PartWriter(
+            format=self.format,
+            directory=staging.directory,
+            token=staging.token,
+            single_name=name if self.single_file else None,
+            partition_by=self.partition_by,
+            rows_per_file=self.rows_per_file,
+            store=location.store,
+        )
+        return FileWrite(self, staging, writer)
+
 
 class FileWrite:
     """One write in progress, held by the driver: its ``writer`` goes to whoever writes rows,
     then ``commit`` (or ``abort``) ends it."""
 
-    def __init__(self, sink: FileSink, staging: Staging, writer: PartWriter) -> None:
+    def __init__(
+        self, sink: FileSink, staging: Staging | ObjectStaging, writer: PartWriter
+    ) -> None:
         self.sink = sink
         self.staging = staging
         self.writer = writer
 
     def commit(self, parts: list[Part]) -> Committed:
-        destination = self.staging.commit()
+        if isinstance(self.staging, Staging):
+            destination = str(self.staging.commit())
+        else:
+            rows = sum(p.rows for p in parts)
+            destination = self.staging.commit([p.path for p in parts], rows)
         return Committed(
-            str(destination),
+            destination,
             sum(p.rows for p in parts),
             len(parts),
             sum(p.bytes for p in parts),
@@ -268,6 +303,8 @@ class PartWriter:
     single_name: str | None = None
     partition_by: tuple[str, ...] = ()
     rows_per_file: int | None = None
+    # Set for a remote write: ``directory`` is a path on this store, files are its objects.
+    store: Store | None = None
 
     def write(
         self, batches: Iterable[pa.RecordBatch], schema: pa.Schema, worker: str | None = None
@@ -278,6 +315,8 @@ class PartWriter:
         cursor = _engine.cursor() if self.format == "json" else None
         try:
             open_file = _opener(self.format, cursor)
+            if self.store is not None:
+                return self._remote(batches, schema, open_file, worker)
             if self.partition_by:
                 written = self._partitioned(iter(batches), open_file, worker)
             else:
@@ -286,6 +325,36 @@ class PartWriter:
             if cursor is not None:
                 cursor.close()
         return [Part(str(path), rows, path.stat().st_size) for path, rows in written]
+
+    def _remote(
+        self,
+        batches: Iterable[pa.RecordBatch],
+        schema: pa.Schema,
+        open_file: Callable[[Path | BinaryIO, pa.Table], FileWriter],
+        worker: str | None,
+    ) -> list[Part]:
+        """Each file an object, streamed to the store as it is written (S3: a multipart upload
+        of a few MB at a time), so memory holds a part, never a file."""
+        from vane.io.storage import storage_errors
+
+        store = self.store
+        assert store is not None
+        fs = store.filesystem()
+        shown = store.url(self.directory)
+
+        def open_object(path: Path, first: pa.Table) -> FileWriter:
+            return _ObjectFile(fs.open_output_stream(path.as_posix()), first, open_file)
+
+        with storage_errors(shown, "cannot write to", store):
+            if self.partition_by:
+                written = self._partitioned(iter(batches), open_object, worker, directories=False)
+            else:
+                written = self._files(iter(batches), schema, open_object, worker)
+            sizes = fs.get_file_info([p.as_posix() for p, _ in written])
+        return [
+            Part(path.as_posix(), rows, info.size or 0)
+            for (path, rows), info in zip(written, sizes, strict=True)
+        ]
 
     def _name(self, worker: str | None) -> Callable[[int], str]:
         tag = f"{self.token}-{worker}" if worker is not None else self.token
@@ -325,6 +394,8 @@ class PartWriter:
         batches: Iterator[pa.RecordBatch],
         open_file: Callable[[Path, pa.Table], FileWriter],
         worker: str | None,
+        *,
+        directories: bool = True,
     ) -> list[tuple[Path, int]]:
         from vane.io.partitioned import PartitionedWriter
 
@@ -334,6 +405,7 @@ class PartWriter:
             open_file,
             self._name(worker),
             self.rows_per_file,
+            make_directories=directories,
         )
         try:
             for batch in batches:
@@ -342,6 +414,30 @@ class PartWriter:
             writer.abandon()
             raise
         return writer.close()
+
+
+class _ObjectFile:
+    """A file writer onto an object's output stream: closing it closes the stream, which
+    completes the upload. A failed write closes it too; the object is then in no manifest,
+    never read by vane, and removed by the next write (``object_commit``)."""
+
+    def __init__(
+        self,
+        stream: Any,
+        first: pa.Table,
+        open_file: Callable[[Path | BinaryIO, pa.Table], FileWriter],
+    ) -> None:
+        self._stream = stream
+        self._file = open_file(stream, first)
+
+    def write(self, rows: pa.Table) -> None:
+        self._file.write(rows)
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            self._stream.close()
 
 
 def _tables(fmt: FileFormat, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:

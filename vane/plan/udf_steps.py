@@ -10,6 +10,7 @@ from typing import TypedDict
 from vane.errors import PlanError
 from vane.ir.expr import UdfCall, display
 from vane.udf.column import ColumnUdf
+from vane.udf.spec import Budget
 
 
 def column_udf(call: UdfCall) -> ColumnUdf:
@@ -41,6 +42,7 @@ def step_options(udf: ColumnUdf) -> StepOptions:
         max_retries=options.max_retries,
         on_error=options.on_error,
         batch_timeout_s=options.batch_timeout_s,
+        budget=options.budget,
     )
 
 
@@ -52,3 +54,4 @@ class StepOptions(TypedDict):
     max_retries: int
     on_error: str
     batch_timeout_s: float | None
+    budget: Budget | None

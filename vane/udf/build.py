@@ -20,6 +20,7 @@ from vane.udf.spec import (
     DEFAULT_MAX_CONCURRENCY_PER_ACTOR,
     ERROR_COLUMN,
     ON_ERROR,
+    Budget,
     Kind,
     UdfSpec,
     callable_name,
@@ -184,6 +185,7 @@ def build_spec(
     label: str | None = None,
     error_column: str | None = None,
     hidden_error_column: str | None = None,
+    budget: Budget | None = None,
     batch_bytes: int | None = None,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
@@ -290,6 +292,7 @@ def build_spec(
         label=label,
         error_column=hidden_error_column or error_column or ERROR_COLUMN,
         error_shown_as=error_column if hidden_error_column else error_column or ERROR_COLUMN,
+        budget=budget,
     )
     check_shippable(spec)
     return spec

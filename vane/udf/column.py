@@ -24,6 +24,7 @@ from vane.ir.expr import Expr, UdfCall
 from vane.types import to_arrow_type
 from vane.types.python import python_to_arrow
 from vane.udf.build import check_error_column
+from vane.udf.spec import Budget
 
 ON_ERROR = ("raise", "skip", "null")
 
@@ -42,6 +43,7 @@ class UdfOptions:
     batch_timeout_s: float | None = None  # per call of the step's batch, as in map_batches
     # A column of the relation that gets each failing row's error text (on_error="null").
     error_column: str | None = None
+    budget: Budget | None = None  # what the step may spend (AI functions: max_cost=, ...)
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:

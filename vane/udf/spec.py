@@ -43,6 +43,39 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target)
 
 
+@dataclass(frozen=True)
+class Budget:
+    """How much a step may spend, by what its UDF counts (``usage_counters``: an AI function's
+    ``prompt_tokens`` and ``completion_tokens``): tokens in all, or dollars at ``prices`` (per
+    million tokens, ``{"input": ..., "output": ...}``). The stage stops the job once a batch's
+    answer takes the step past it; the batches in flight then may add a little more."""
+
+    max_cost: float | None = None
+    max_total_tokens: int | None = None
+    prices: tuple[tuple[str, float], ...] = ()
+
+    def spent(self, usage: Mapping[str, int]) -> tuple[int, float | None]:
+        tokens = int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+        if not self.prices:
+            return tokens, None
+        prices = dict(self.prices)
+        cost = (
+            usage.get("prompt_tokens", 0) * prices.get("input", 0.0)
+            + usage.get("completion_tokens", 0) * prices.get("output", 0.0)
+        ) / 1e6
+        return tokens, cost
+
+    def __vane_identity__(self) -> str:
+        """A resumable write's rerun with a larger budget is the same job, going on."""
+        return "a budget"
+
+    def exceeded(self, usage: Mapping[str, int]) -> bool:
+        tokens, cost = self.spent(usage)
+        if self.max_total_tokens is not None and tokens > self.max_total_tokens:
+            return True
+        return self.max_cost is not None and cost is not None and cost > self.max_cost
+
+
 @dataclass(frozen=True, eq=False)
 class UdfSpec:
     """A user's function or class and how vane runs it.
@@ -93,6 +126,8 @@ class UdfSpec:
     # column UDF the step's column is the optimizer's own, shown under the UDF's
     # ``error_column`` if it names one (None: kept by nobody, and messages say how to keep it).
     error_shown_as: str | None = ERROR_COLUMN
+    # What the step may spend (None: no limit).
+    budget: Budget | None = None
 
     @property
     def is_class(self) -> bool:

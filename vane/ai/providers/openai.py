@@ -75,6 +75,15 @@ class ClientSettings:
     cache: str | None = None
     route: ServerRoute | None = None  # a server per node (``server=``): each actor asks its own
 
+    def __vane_identity__(self) -> str:
+        """What a resumable write knows these settings by: the server by its name when it is
+        a server per node (its address changes from run to run), never the key."""
+        where = self.route.__vane_identity__() if self.route is not None else self.base_url
+        return (
+            f"{self.provider} {self.model} at {where}; limits {self.max_concurrent_requests} "
+            f"{self.requests_per_minute} {self.tokens_per_minute} {self.max_retries}"
+        )
+
 
 def _server_route(provider: str, server: Any) -> ServerRoute:
     if isinstance(server, ServerRoute):

@@ -72,6 +72,12 @@ class RayRunner:
                     f"{node.udf.verb}(): batch_bytes= is honoured by the local runner only; "
                     "Ray Data cuts blocks by rows. Cap the batch with batch_size= on Ray"
                 )
+            if isinstance(node, UdfStep) and node.udf.budget is not None:
+                raise ConfigurationError(
+                    f"step `{node.udf.name}` has a budget (max_cost= or max_total_tokens=), "
+                    "which the local runner keeps in this version; on Ray, leave it out, or run "
+                    "the job with vane.configure(runner='local')"
+                )
         check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:

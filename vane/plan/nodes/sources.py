@@ -57,19 +57,25 @@ class FileScan(Source):
     options: tuple[tuple[str, object], ...] = ()
     columns: tuple[str, ...] | None = None
     stamps: Mapping[str, readers.Stamp] | None = None
+    # Remote files (URLs): their store's options (io/storage.py); None for local files.
+    storage: readers.Storage = None
 
     def __post_init__(self) -> None:
         if not self.files:
             raise SourceError(f"no {self.format} files to read for {self.label!r}")
         if self.stamps is None:
             # Before anything is read: a file replaced from here on differs from its stamp.
-            object.__setattr__(self, "stamps", readers.stamps(self.files))
+            object.__setattr__(self, "stamps", readers.stamps(self.files, self.storage))
         options = dict(self.options)
         restore: dict[str, pa.DataType] = {}
         differing = None  # Parquet files' stored schemas, where they differ
         rows = None  # the files' rows, where their footers say
         if self.format == "parquet":
-            footers = readers.parquet_footers(self.files)
+            footers = (
+                readers.parquet_footers(self.files)
+                if self.storage is None
+                else readers.parquet_footers(self.files, self.storage)
+            )
             if footers is not None:
                 schemas = [footer.schema for footer in footers]
                 rows = sum(footer.rows for footer in footers)
@@ -87,7 +93,10 @@ class FileScan(Source):
         try:
             records = None
             if self.format == "json":
-                options, records = readers.complete_json_options(cursor, self.files, options)
+                sizes = [(self.stamps or {}).get(f, (0, 0, 1, 0))[2] for f in self.files]
+                options, records = readers.complete_json_options(
+                    cursor, self._paths(), options, sizes if self.storage is not None else None
+                )
             object.__setattr__(self, "options", tuple(sorted(options.items())))
             object.__setattr__(self, "_records", records)
             self._derive_schema_on(cursor)
@@ -97,7 +106,7 @@ class FileScan(Source):
                 check_files(
                     cursor,
                     self.format,
-                    self.files,
+                    self._paths(),
                     options,
                     label=self.label,
                     combined=combined,
@@ -122,10 +131,14 @@ class FileScan(Source):
         rows: int | None = self.__dict__["_rows"]
         return rows
 
+    def _paths(self) -> list[str]:
+        """The files as DuckDB opens them (a URL through vane's storage layer)."""
+        return readers.duckdb_files(self.files, self.storage)
+
     def _scan(self, cursor: Cursor) -> Relation:
         """The files as DuckDB reads them together, before vane's casts and projection."""
         records: readers.JsonLines | None = self.__dict__["_records"]
-        sql = readers.scan_sql(self.format, self.files, dict(self.options), records)
+        sql = readers.scan_sql(self.format, self._paths(), dict(self.options), records)
         return cursor.sql(sql)
 
     def _shape(self, relation: Relation) -> Relation:
@@ -191,10 +204,11 @@ class FileScan(Source):
         stamps = self.stamps or {}
         gone: list[str] = []
         replaced: list[str] = []
+        current = readers.stamps(self.files, self.storage) if self.storage is not None else None
         for path in self.files:
             try:
-                now = readers.stamp(os.stat(path))
-            except OSError:
+                now = current[path] if current is not None else readers.stamp(os.stat(path))
+            except (OSError, KeyError):
                 gone.append(path)
                 continue
             if stamps.get(path, now) != now:

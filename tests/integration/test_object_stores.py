@@ -1,0 +1,492 @@
+"""Remote paths against real parts: moto's S3 server on 127.0.0.1 (started once for the module,
+reached through AWS_ENDPOINT_URL with fake credentials, as users reach MinIO or R2), a small
+fault-injecting HTTP proxy in front of it, and fsspec's in-memory filesystem for the generic
+path that every other protocol takes. The object-store commit protocol is checked with real
+writer processes SIGKILLed at each step and at random instants, and with concurrent writers."""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import vane
+from vane.errors import (
+    SinkError,
+    SourceNotFoundError,
+    StorageAccessError,
+    StorageError,
+    StorageNotFoundError,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+moto_server = pytest.importorskip("moto.server")
+botocore_session = pytest.importorskip("botocore.session")
+
+
+@pytest.fixture(scope="module")
+def endpoint() -> Iterator[str]:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    saved = {k: os.environ.get(k) for k in _ENV}
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing-secret-value",
+        AWS_ENDPOINT_URL=url,
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    try:
+        yield url
+    finally:
+        server.stop()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+
+
+@pytest.fixture(scope="module")
+def client(endpoint: str) -> object:
+    return botocore_session.get_session().create_client("s3", endpoint_url=endpoint)
+
+
+@pytest.fixture
+def bucket(client) -> str:
+    name = f"b-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=name)
+    return name
+
+
+def _keys(client, bucket: str, prefix: str = "") -> list[str]:
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    # pyarrow keeps an emptied "directory" as a key ending in "/": not data, not a leftover
+    return sorted(o["Key"] for o in listed.get("Contents", []) if not o["Key"].endswith("/"))
+
+
+def _ids(rel: vane.Relation) -> list[int]:
+    return sorted(r["id"] for r in rel.select("id").to_pylist())
+
+
+# ---- reads and writes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+def test_each_format_round_trips_through_s3(bucket, fmt):
+    rel = vane.range(50).select("id", "'v' || id AS text", "id % 3 AS k")
+    result = getattr(rel, f"write_{fmt}")(f"s3://{bucket}/out/", rows_per_file=20)
+    assert result.rows == 50 and result.files == 3
+    back = getattr(vane, f"read_{fmt}")(f"s3://{bucket}/out/")
+    assert back.order_by("id").to_pylist() == rel.to_pylist()
+
+
+def test_prefixes_globs_lists_hive_partitions_and_projection(bucket):
+    rel = vane.range(30).select("id", "id % 3 AS k", "id * 2 AS twice")
+    rel.write_parquet(f"s3://{bucket}/p/", partition_by="k")
+    whole = vane.read_parquet(f"s3://{bucket}/p/")
+    assert sorted(whole.schema.names) == ["id", "k", "twice"]  # hive column found
+    assert whole.filter("k = 1").count() == 10
+    assert _ids(vane.read_parquet(f"s3://{bucket}/p/k=2/")) == list(range(2, 30, 3))
+    assert vane.read_parquet(f"s3://{bucket}/p/*/*.parquet").count() == 30
+    assert vane.read_parquet(f"s3://{bucket}/**/*.parquet").count() == 30
+    listed = [f"s3://{bucket}/p/k=0/", f"s3://{bucket}/p/k=1/"]
+    assert vane.read_parquet(listed).count() == 20
+    assert vane.read_parquet(f"s3://{bucket}/p/", columns=["twice"]).schema.names == ["twice"]
+    rel.write_parquet(f"s3://{bucket}/one.parquet")
+    assert vane.read_parquet(f"s3://{bucket}/one.parquet").count() == 30
+    assert "s3://" in vane.read_parquet(f"s3://{bucket}/p/").explain()
+
+
+def test_a_big_write_streams_as_a_multipart_upload(bucket, client):
+    # ~14 MB of Parquet: pyarrow's S3 stream uploads it in parts as it is written.
+    rel = vane.range(600_000).select("id", "random() AS a", "random() AS b")
+    result = rel.write_parquet(f"s3://{bucket}/big/")
+    assert result.bytes > 10 * 2**20
+    (key,) = [k for k in _keys(client, bucket, "big/") if k.endswith(".parquet")]
+    assert "-" in client.head_object(Bucket=bucket, Key=key)["ETag"]  # "<md5>-<parts>"
+    assert vane.read_parquet(f"s3://{bucket}/big/").filter("id % 1000 = 0").count() == 600
+
+
+def test_storage_options_per_call_and_configured(bucket, endpoint, monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    options = {"endpoint_url": endpoint, "key": "testing", "secret": "testing-secret-value"}
+    vane.range(5).write_parquet(f"s3://{bucket}/o/", storage_options=options)
+    assert vane.read_parquet(f"s3://{bucket}/o/", storage_options=options).count() == 5
+    vane.configure(storage_options={"s3": {"client_kwargs": {"endpoint_url": endpoint}}})
+    try:
+        assert vane.read_parquet(f"s3://{bucket}/o/").count() == 5
+    finally:
+        vane.configure(storage_options={})
+
+
+# ---- the commit protocol -------------------------------------------------------------------------
+
+
+def test_overwrite_append_and_error_modes(bucket, client):
+    url = f"s3://{bucket}/m/"
+    vane.range(3).write_parquet(url)
+    with pytest.raises(SinkError, match="already exists"):
+        vane.range(3).write_parquet(url)
+    vane.range(3).select("id + 10 AS id").write_parquet(url, mode="append")
+    assert _ids(vane.read_parquet(url)) == [0, 1, 2, 10, 11, 12]
+    vane.range(2).select("id + 100 AS id").write_parquet(url, mode="overwrite")
+    assert _ids(vane.read_parquet(url)) == [100, 101]
+    data = [k for k in _keys(client, bucket, "m/") if k.endswith(".parquet")]
+    assert len(data) == 1  # the files the overwrite replaced are gone
+
+
+def test_append_to_a_prefix_that_other_tools_wrote_keeps_their_files(bucket):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fs = vane.io.storage.locate(f"s3://{bucket}/x").store.filesystem()
+    with fs.open_output_stream(f"{bucket}/theirs/data.parquet") as out:
+        pq.write_table(pa.table({"id": [7, 8]}), out)
+    vane.range(2).write_parquet(f"s3://{bucket}/theirs/", mode="append")
+    assert _ids(vane.read_parquet(f"s3://{bucket}/theirs/")) == [0, 1, 7, 8]
+
+
+WRITE = textwrap.dedent(
+    """
+    import sys, vane
+    vane.configure(progress=False)
+    url, mode, start, rows = sys.argv[1:5]
+    rel = vane.range(int(rows)).select(f"id + {int(start)} AS id", "id % 4 AS k")
+    rel.write_parquet(url, mode=mode, partition_by="k", rows_per_file=max(1, int(rows) // 8))
+    """
+)
+
+
+def _writer(url: str, mode: str, start: int, rows: int, pause: str = "") -> subprocess.Popen:
+    env = dict(os.environ, VANE_COMMIT_PAUSE=pause, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITE, url, mode, str(start), str(rows)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _wait_for(marker: Path, process: subprocess.Popen) -> None:
+    while not marker.exists():
+        if process.poll() is not None:
+            raise AssertionError(process.stderr.read().decode() if process.stderr else "died")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("step", "committed"), [("staged", False), ("committed", True)])
+def test_a_writer_killed_at_each_step_leaves_all_or_nothing(
+    bucket, client, tmp_path, step, committed
+):
+    url = f"s3://{bucket}/k/"
+    vane.range(8).select("id", "id % 4 AS k").write_parquet(url, partition_by="k")  # ids 0..7
+    marker = tmp_path / "paused"
+    process = _writer(url, "append", 1000, 80, pause=f"remote-{step}:{marker}")
+    _wait_for(marker, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    expected = list(range(8)) + (list(range(1000, 1080)) if committed else [])
+    assert _ids(vane.read_parquet(url)) == expected
+    # The next write removes what the dead one left (its marker, its parts if uncommitted).
+    vane.range(1).select("id + 5000 AS id", "0 AS k").write_parquet(
+        url, mode="append", partition_by="k"
+    )
+    keys = _keys(client, bucket, "k/")
+    assert not [k for k in keys if "_vane_writes/" in k]
+    data = [k for k in keys if k.endswith(".parquet")]
+    assert len(data) == 4 + 1 + (8 if committed else 0)  # the dead write's 8 parts if committed
+    assert _ids(vane.read_parquet(url)) == sorted([*expected, 5000])
+
+
+def test_a_first_write_killed_before_its_commit_leaves_nothing(bucket, client, tmp_path):
+    url = f"s3://{bucket}/first/"
+    marker = tmp_path / "paused"
+    process = _writer(url, "error", 0, 80, pause=f"remote-staged:{marker}")
+    _wait_for(marker, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert any(k.endswith(".parquet") for k in _keys(client, bucket, "first/"))  # its parts
+    with pytest.raises(SourceNotFoundError):  # ... which no vane reader reads
+        vane.read_parquet(url)
+    vane.range(3).select("id", "0 AS k").write_parquet(url, partition_by="k")  # not "exists"
+    assert _ids(vane.read_parquet(url)) == [0, 1, 2]
+    assert len([k for k in _keys(client, bucket, "first/") if k.endswith(".parquet")]) == 1
+
+
+def test_writers_killed_at_random_instants_leave_all_or_nothing(bucket):
+    url = f"s3://{bucket}/r/"
+    vane.range(4).select("id", "id % 4 AS k").write_parquet(url, partition_by="k")
+    before = list(range(4))
+    chance = random.Random(27)
+    for attempt in range(2):
+        start = 10_000 * (attempt + 1)
+        process = _writer(url, "append", start, 4000)
+        time.sleep(chance.uniform(0.3, 2.5))  # anywhere from start-up to after the commit
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        seen = _ids(vane.read_parquet(url))
+        new = [i for i in seen if i >= start]
+        assert new in ([], list(range(start, start + 4000)))
+        assert [i for i in seen if i < start] == before
+        before = seen
+
+
+def test_concurrent_writers_each_commit_whole(bucket):
+    url = f"s3://{bucket}/c/"
+    vane.range(1).select("id - 1 AS id", "0 AS k").write_parquet(url, partition_by="k")
+    writers = [_writer(url, "append", 1000 * (n + 1), 40) for n in range(2)]
+    for process in writers:
+        assert process.wait(timeout=120) == 0, process.stderr.read().decode()
+    expected = [-1, *[i for n in range(2) for i in range(1000 * (n + 1), 1000 * (n + 1) + 40)]]
+    assert _ids(vane.read_parquet(url)) == sorted(expected)
+
+
+def test_of_two_writers_creating_one_prefix_exactly_one_wins(bucket):
+    url = f"s3://{bucket}/e/"
+    outcomes: list[object] = []
+
+    def write(start: int) -> None:
+        try:
+            vane.range(20).select(f"id + {start} AS id").write_parquet(url)
+            outcomes.append(start)
+        except SinkError as exc:
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in (0, 100)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    winners = [o for o in outcomes if isinstance(o, int)]
+    assert len(winners) == 1, outcomes
+    assert _ids(vane.read_parquet(url)) == list(range(winners[0], winners[0] + 20))
+
+
+# ---- the generic path: any fsspec protocol -------------------------------------------------------
+
+
+def test_memory_filesystem_reads_writes_and_commits():
+    url = f"memory://vane-{uuid.uuid4().hex[:8]}/out/"
+    rel = vane.range(12).select("id", "id % 2 AS k")
+    rel.write_json(url, partition_by="k")
+    assert vane.read_json(url).count() == 12
+    rel.write_json(url, mode="append", partition_by="k")
+    assert vane.read_json(url).count() == 24
+    rel.limit(3).write_json(url, mode="overwrite")
+    assert _ids(vane.read_json(url)) == [0, 1, 2]
+    with pytest.raises(SinkError, match="already exists"):
+        rel.write_json(url)
+
+
+def test_http_urls_read_files_index_pages_and_partitions(tmp_path):
+    pytest.importorskip("aiohttp")  # fsspec's http filesystem
+    rel = vane.range(10).select("id", "id % 2 AS k")
+    rel.write_parquet(str(tmp_path / "d"), partition_by="k")
+    rel.write_csv(str(tmp_path / "x.csv"))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(tmp_path), **kwargs)  # type: ignore[misc]
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert vane.read_csv(f"{base}/x.csv").order_by("id").to_pylist() == rel.to_pylist()
+        assert vane.read_parquet(f"{base}/d/").filter("k = 1").count() == 5  # an index page
+        assert _ids(vane.read_parquet(f"{base}/d/k=0/")) == [0, 2, 4, 6, 8]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---- faults --------------------------------------------------------------------------------------
+
+
+class _Faults:
+    """What the proxy does to the next requests: answer 503 SlowDown, reset the connection,
+    stall past the client's timeout, or answer 403 InvalidAccessKeyId; then forward as
+    usual."""
+
+    def __init__(self) -> None:
+        self.plan: list[str] = []
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def next(self) -> str:
+        with self.lock:
+            self.requests += 1
+            return self.plan.pop(0) if self.plan else "forward"
+
+
+@pytest.fixture(scope="module")
+def proxy(endpoint) -> Iterator[tuple[str, _Faults]]:
+    faults = _Faults()
+    target = endpoint.removeprefix("http://")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _any(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            action = faults.next()
+            if action == "stall":  # longer than the client waits: it times out and retries
+                time.sleep(2.5)
+                self.close_connection = True
+                return
+            if action == "reset":
+                self.connection.shutdown(2)
+                self.close_connection = True
+                return
+            if action in ("503", "403"):
+                code, text = (
+                    ("SlowDown", "Please reduce your request rate.")
+                    if action == "503"
+                    else ("InvalidAccessKeyId", "The AWS Access Key Id does not exist.")
+                )
+                reply = f"<Error><Code>{code}</Code><Message>{text}</Message></Error>".encode()
+                self.send_response(int(action))
+                self.send_header("Content-Length", str(len(reply)))
+                self.send_header("Content-Type", "application/xml")
+                self.end_headers()
+                self.wfile.write(reply if self.command != "HEAD" else b"")
+                return
+            upstream = http.client.HTTPConnection(target, timeout=30)
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            headers["Host"] = target
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            answer = upstream.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            for key, value in answer.getheaders():
+                if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(key, value)
+            length = answer.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            upstream.close()
+
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", faults
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_throttling_and_resets_are_retried(bucket, proxy):
+    url, faults = proxy
+    options = {"endpoint_url": url}
+    vane.range(10).write_parquet(f"s3://{bucket}/f/")  # straight to the server
+    faults.plan = ["503", "reset", "503"]
+    assert vane.read_parquet(f"s3://{bucket}/f/", storage_options=options).count() == 10
+    assert not faults.plan  # every fault was met, and retried past
+
+
+def test_a_request_that_stalls_past_its_timeout_is_retried(bucket, proxy):
+    url, faults = proxy
+    vane.range(10).write_parquet(f"s3://{bucket}/s/")
+    options = {"endpoint_url": url, "request_timeout": 1}
+    faults.plan = ["stall"]
+    assert vane.read_parquet(f"s3://{bucket}/s/", storage_options=options).count() == 10
+    assert not faults.plan
+
+
+def test_a_refused_credential_is_a_clear_error_without_the_secret(bucket, proxy):
+    url, faults = proxy
+    vane.range(10).write_parquet(f"s3://{bucket}/f/")
+    options = {"endpoint_url": url, "key": "AKIAWRONG", "secret": "very-secret-value"}
+    faults.plan = ["403"] * 20
+    with pytest.raises(StorageAccessError) as caught:
+        vane.read_parquet(f"s3://{bucket}/f/", storage_options=options).count()
+    faults.plan = []
+    text = str(caught.value)
+    assert f"s3://{bucket}/f/" in text and "credentials" in text
+    assert "very-secret-value" not in text and "testing-secret-value" not in text
+    assert caught.value.__cause__ is None  # no botocore or pyarrow traceback below it
+
+
+def test_a_store_that_fails_during_a_scan_is_a_clear_error(bucket, proxy):
+    url, faults = proxy
+    vane.range(10).write_parquet(f"s3://{bucket}/g/")
+    options = {"endpoint_url": url, "key": "AKIAOTHER", "secret": "another-secret-value"}
+    rel = vane.read_parquet(f"s3://{bucket}/g/", storage_options=options)
+    faults.plan = ["403"] * 40
+    with pytest.raises(vane.errors.VaneError) as caught:
+        rel.count()
+    faults.plan = []
+    text = str(caught.value)
+    assert "Traceback" not in text and "another-secret-value" not in text
+    assert "403" in text or "denied" in text.lower() or "refused" in text
+
+
+def test_missing_bucket_object_and_unreachable_endpoint_are_clear(bucket):
+    with pytest.raises(StorageNotFoundError, match=r"the bucket 'no-such-bucket' does not exist"):
+        vane.read_parquet("s3://no-such-bucket/x/")
+    with pytest.raises(SourceNotFoundError, match="matches no parquet object"):
+        vane.read_parquet(f"s3://{bucket}/nothing-here/")
+    options = {"endpoint_url": "http://127.0.0.1:9", "max_attempts": 2, "connect_timeout": 1}
+    with pytest.raises(StorageError, match="could not be reached") as caught:
+        vane.read_parquet(f"s3://{bucket}/x/", storage_options=options)
+    assert "Traceback" not in str(caught.value)
+
+
+# ---- the CLI -------------------------------------------------------------------------------------
+
+
+def test_the_cli_reads_and_writes_urls(bucket):
+    vane.range(6).select("id", "'q' || id AS text").write_parquet(f"s3://{bucket}/in/")
+    done = subprocess.run(
+        [sys.executable, "-m", "vane.cli", "sql", "SELECT 1 AS x", "-o", f"s3://{bucket}/o/"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert vane.read_parquet(f"s3://{bucket}/o/").to_pylist() == [{"x": 1}]
+    shown = subprocess.run(
+        [sys.executable, "-m", "vane.cli", "show", f"s3://{bucket}/in/"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "q5" in shown.stdout

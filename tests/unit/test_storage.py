@@ -1,0 +1,114 @@
+"""The storage layer without a server: URLs to stores, options spelled as users spell them,
+errors that name the URL and hold no credential, and values that survive a round trip through
+an object store's code path (fsspec's in-memory filesystem, the generic path every protocol
+but S3 takes)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vane
+from tests.integration.test_value_fidelity import assert_same_table
+from tests.strategies import tables
+from vane.errors import ConfigurationError, StorageAccessError, StorageNotFoundError
+from vane.io import storage
+
+
+def test_s3_options_take_the_names_pandas_fsspec_and_aws_use():
+    fsspec_style = storage.locate(
+        "s3://b/k",
+        {"key": "A", "secret": "S", "client_kwargs": {"endpoint_url": "http://h:9"}},
+    )
+    aws_style = storage.locate(
+        "s3://b/k",
+        {"aws_access_key_id": "A", "aws_secret_access_key": "S", "endpoint_url": "http://h:9"},
+    )
+    assert fsspec_style.store == aws_style.store
+    assert fsspec_style.path == "b/k" and fsspec_style.url == "s3://b/k"
+    with pytest.raises(ConfigurationError, match=r"storage_options has \['sekret'\]"):
+        storage.locate("s3://b/k", {"sekret": "x"}, "read_parquet")
+
+
+def test_configured_options_apply_by_protocol_and_calls_go_on_top():
+    vane.configure(storage_options={"s3": {"region": "eu-west-1"}, "anon": True})
+    try:
+        options = dict(storage.locate("s3://b/k", {"region": "us-west-2"}).store.options)
+        assert options == {"region": "us-west-2", "anonymous": True}
+        assert dict(storage.locate("memory://x").store.options) == {"anon": True}
+    finally:
+        vane.configure(storage_options={})
+
+
+def test_errors_name_the_url_and_never_a_credential():
+    store = storage.locate("s3://b/k", {"key": "AKIAEXAMPLE", "secret": "s3cr3t-value"}).store
+    refused = storage.translate(
+        OSError("AWS Error ACCESS_DENIED for key s3cr3t-value"), "s3://b/k", "cannot read", store
+    )
+    assert isinstance(refused, StorageAccessError)
+    assert "s3://b/k" in str(refused) and "s3cr3t-value" not in str(refused)
+    missing = storage.translate(OSError("NoSuchBucket"), "s3://b/k", "cannot read", store)
+    assert isinstance(missing, StorageNotFoundError) and "'b' does not exist" in str(missing)
+
+
+def test_writes_and_reads_refuse_storage_options_for_local_paths(tmp_path):
+    with pytest.raises(ConfigurationError, match="apply to remote paths"):
+        vane.range(1).write_parquet(str(tmp_path / "o"), storage_options={"key": "k"})
+    with pytest.raises(ConfigurationError, match="reads but cannot write"):
+        vane.range(1).write_parquet("https://example.invalid/out/")
+    with pytest.raises(ConfigurationError, match="local paths or URLs of one protocol"):
+        vane.read_parquet([str(tmp_path), "memory://x/"])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=tables())
+def test_every_value_round_trips_through_an_object_store(table):
+    url = f"memory://values-{uuid.uuid4().hex[:8]}/out/"
+    source = vane.from_arrow(table)
+    source.write_parquet(url)
+    assert_same_table(source.to_arrow(), vane.read_parquet(url).to_arrow())
+
+
+def test_a_callback_traceback_in_a_duckdb_error_becomes_its_last_line():
+    from vane._sql import duckdb_message
+
+    raised = (
+        "IO Error: cannot open: Traceback (most recent call last):\n"
+        '  File "pyarrow/_fs.pyx", line 58, in open_input_file\n'
+        "    check_status()\n"
+        "OSError: AWS Error ACCESS_DENIED during HeadObject operation"
+    )
+    assert duckdb_message(Exception(raised)) == (
+        "IO Error: cannot open: OSError: AWS Error ACCESS_DENIED during HeadObject operation"
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(0, 3 * 2**16),
+    reads=st.lists(st.tuples(st.integers(0, 3 * 2**16), st.integers(-1, 2**17)), max_size=8),
+)
+def test_a_ranged_file_reads_exactly_the_bytes_asked(size, reads, monkeypatch_block):
+    import pyarrow as pa
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    ranged = storage.RangedFile(pa.BufferReader(data), len(data))
+    for offset, length in reads:
+        ranged.seek(offset)
+        got = ranged.read(length)
+        want = data[offset:] if length < 0 else data[offset : offset + length]
+        assert got == want
+        assert ranged.tell() == min(offset, len(data)) + len(want) or offset > len(data)
+    ranged.close()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_block():
+    # Small blocks, so that reads span several and some go around the cache.
+    saved = storage.RANGE_BLOCK
+    storage.RANGE_BLOCK = 2**15
+    yield
+    storage.RANGE_BLOCK = saved

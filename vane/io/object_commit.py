@@ -1,0 +1,457 @@
+"""Atomic commit on object stores (S3 and every remote filesystem), which have no rename: after
+a kill at any instant, and under concurrent writers, a vane reader sees all of a write or none.
+
+A write to the prefix ``D/`` puts its data files directly under their final names, each name
+holding the write's token (``D/part-<token>-00000.parquet``, ``D/k=v/part-<token>-...``), so
+writers never collide and no file is ever moved. What a vane reader reads is decided by a log
+of small JSON manifests, ``D/_vane_log/<version>.json``, one per committed write, each written
+last and in one request:
+
+    {"write": token, "mode": "overwrite" | "append", "files": [paths relative to D], "rows": n}
+
+Version ``n + 1`` is written with a conditional put (S3 ``If-None-Match: *``; an exclusive
+create elsewhere), so of two writers that read version ``n`` only one commits ``n + 1``; the
+other reads the log again and tries ``n + 2`` (``mode="error"`` then fails, as the prefix now
+holds data). The commit step is that one put:
+
+    mode       log                 manifest written
+    error      none, no data       overwrite, the new files
+    overwrite  any                 overwrite, the new files
+    append     none, no data       overwrite, the new files
+    append     none, data there    overwrite, the files there (written by others) + the new ones
+    append     present             append, the new files
+
+A vane reader of ``D`` (or of a partition or a glob inside it) reads the log, newest manifest
+first, back to the newest ``overwrite``: the union of their files is what ``D`` holds. Files
+under ``D`` that no manifest names (a write in progress, a dead writer's parts, data an
+overwrite replaced) are not read. A prefix without a log (data written by other tools) is read
+by listing, as a local directory is, leaving out the files of vane writes that have not
+committed (their markers, below, are listed after the files, and the listing is made again if
+a first manifest appears meanwhile).
+
+A write puts a marker ``D/_vane_writes/<token>.json`` (host, process id, start time) before its
+first file, and deletes it once it has committed or aborted. Every write, before it starts and
+after it commits, removes what no live write owns and no manifest shows: files an overwrite
+replaced, and the files of dead writes (their marker names a process on this host that is gone,
+or is older than ``STALE_WRITE_SECONDS``), then their markers. Files are listed before markers,
+so a file of a write that is starting is never taken for garbage.
+
+A single file (``s3://b/out.parquet``) is written under ``<parent>/_vane_staging/<token>/`` and
+then copied into place server-side, which the store does atomically for one object (S3's
+CopyObject: up to 5 GB); ``mode="error"`` is checked before the copy, not by it (two writers
+of one new file at once: the last copy wins).
+
+Not covered: a single file written inside a prefix that vane writes commit to is in no manifest,
+so vane readers of the prefix do not see it and its next write removes it. The log is not
+compacted: a reader reads every manifest since the last overwrite.
+
+States of one write, and who cleans up after a kill in each:
+
+    marker + parts (writing)  --conditional put of the manifest-->  done (marker deleted)
+          |                                      |
+    killed: marker and parts left, not read;   killed after the put: committed; its marker is
+    the next write removes them                removed, and replaced files, by the next write
+
+What a reader that is not vane sees: every data file under ``D``, those of writes in progress or
+dead included, and after an overwrite the old files until the writer deletes them (just after
+its commit). Point such readers at a table format (``write_lance``, ``write_iceberg``, ...) or
+read through vane. A writer that is not vane writing into ``D`` after vane's first commit is
+not seen by vane readers (its files are in no manifest), and the next vane write to ``D``
+removes its files (hidden names, ``_SUCCESS`` say, excepted).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vane.errors import ConfigurationError, SinkError
+from vane.io.commit import MODES, WriteMode
+from vane.io.storage import Location, storage_errors
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+LOG = "_vane_log"
+WRITES = "_vane_writes"
+STAGING = "_vane_staging"
+# A write whose marker is older than this, on another host, is taken for dead.
+STALE_WRITE_SECONDS = 24 * 3600
+_COMMIT_ATTEMPTS = 50
+_VERSION_DIGITS = 20
+
+
+def _pause(step: str) -> None:
+    from vane.io.commit import _pause as pause
+
+    pause(f"remote-{step}")
+
+
+def _info(fs: pafs.FileSystem, path: str) -> Any:
+    return fs.get_file_info(path)
+
+
+def _list(fs: pafs.FileSystem, path: str, *, recursive: bool = True) -> list[Any]:
+    from pyarrow.fs import FileSelector, FileType
+
+    selector = FileSelector(path.rstrip("/"), recursive=recursive, allow_not_found=True)
+    return [i for i in fs.get_file_info(selector) if i.type == FileType.File]
+
+
+def versions(fs: pafs.FileSystem, root: str) -> list[tuple[int, str]]:
+    """The log's manifests, oldest first: (version, path)."""
+    found = []
+    for info in _list(fs, f"{root.rstrip('/')}/{LOG}", recursive=False):
+        stem = info.base_name.removesuffix(".json")
+        if stem.isdigit() and info.base_name.endswith(".json"):
+            found.append((int(stem), info.path))
+    return sorted(found)
+
+
+def _read_json(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
+    with fs.open_input_stream(path) as handle:
+        entry: dict[str, Any] = json.loads(handle.read())
+    return entry
+
+
+def committed(fs: pafs.FileSystem, root: str) -> tuple[int, list[str]] | None:
+    """The latest version and the files (relative to ``root``) a vane reader reads there;
+    None if ``root`` has no log."""
+    log = versions(fs, root)
+    if not log:
+        return None
+    files: list[str] = []
+    for _, path in reversed(log):
+        entry = _read_json(fs, path)
+        files = list(entry["files"]) + files
+        if entry["mode"] == "overwrite":
+            break
+    return log[-1][0], list(dict.fromkeys(files))
+
+
+def roots_above(fs: pafs.FileSystem, path: str) -> list[str]:
+    """The vane write roots (prefixes with a log, or a write in progress) that are ``path``
+    or hold it."""
+    parts = path.strip("/").split("/")
+    found = []
+    for depth in range(len(parts), 0, -1):
+        candidate = "/".join(parts[:depth])
+        if path.startswith("/"):
+            candidate = "/" + candidate
+        if versions(fs, candidate) or writing(fs, candidate):
+            found.append(candidate)
+    return found
+
+
+def roots_in(listing: Iterable[str]) -> set[str]:
+    """The write roots a recursive listing shows (paths with ``/_vane_log/`` or
+    ``/_vane_writes/`` in them)."""
+    found = set()
+    for path in listing:
+        for name in (LOG, WRITES):
+            if f"/{name}/" in path:
+                found.add(path.split(f"/{name}/", 1)[0])
+    return found
+
+
+def writing(fs: pafs.FileSystem, root: str) -> set[str]:
+    """The tokens of the writes whose markers are under ``root`` (live, or dead and not yet
+    cleaned): their files are not data until a manifest names them."""
+    return {
+        i.base_name.removesuffix(".json")
+        for i in _list(fs, f"{root.rstrip('/')}/{WRITES}", recursive=False)
+    }
+
+
+def owner(path: str, tokens: Iterable[str]) -> str | None:
+    """The token of the write that ``path`` belongs to, if any of ``tokens``."""
+    name = os.path.basename(path)
+    return next((t for t in tokens if t in name or f"/{t}/" in path), None)
+
+
+@dataclass(frozen=True)
+class _Marker:
+    host: str
+    pid: int
+    started: float
+
+    def dead(self) -> bool:
+        if time.time() - self.started > STALE_WRITE_SECONDS:
+            return True
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+class ObjectStaging:
+    """One write to a prefix on an object store, from ``start`` to ``commit`` or ``abort``."""
+
+    def __init__(self, destination: Location, mode: WriteMode, *, single_file: bool) -> None:
+        if mode not in MODES:
+            raise ConfigurationError(f"mode={mode!r} is not one of {', '.join(MODES)}")
+        self.destination = destination
+        self.mode = mode
+        self.single_file = single_file
+        self.token = uuid.uuid4().hex[:12]
+        self.fs = destination.store.filesystem()
+        self.shown = destination.url
+        path = destination.path.rstrip("/")
+        if single_file:
+            self.root = path.rsplit("/", 1)[0]
+            self.directory = f"{self.root}/{STAGING}/{self.token}"
+        else:
+            self.root = path
+            self.directory = path
+        self._marker = f"{self.root}/{WRITES}/{self.token}.json"
+        self._committed = False
+        with storage_errors(self.shown, "cannot write", destination.store):
+            self.clean()  # what killed writes left, before anything of this one exists
+            self._check()
+            marker = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+            with self.fs.open_output_stream(self._marker) as handle:
+                handle.write(json.dumps(marker).encode())
+
+    def _check(self) -> None:
+        from pyarrow.fs import FileType
+
+        if self.single_file:
+            info = _info(self.fs, self.destination.path)
+            if self.mode == "append":
+                raise SinkError(
+                    f"mode='append' adds files to a directory, but {self.shown!r} names a single "
+                    "file. Write to a directory path instead, such as 's3://bucket/out/'"
+                )
+            if self.mode == "error" and info.type == FileType.File:
+                raise SinkError(
+                    f"{self.shown!r} already exists. Pass mode='overwrite' to replace it"
+                )
+            return
+        if self.mode == "error" and self._holds_data():
+            raise SinkError(
+                f"{self.shown!r} already exists. Pass mode='overwrite' to replace it, or "
+                "mode='append' to add files to it"
+            )
+
+    def _holds_data(self, own: Iterable[str] = ()) -> bool:
+        """Whether a reader finds data here (other than this write's ``own`` files)."""
+        state = committed(self.fs, self.root)
+        if state is not None:
+            return bool(state[1])
+        mine = set(own)
+        listed = _list(self.fs, self.root)
+        tokens = writing(self.fs, self.root) | {self.token}  # files of writes, not data yet
+        return any(
+            not _hidden_path(i.path, self.root) and i.path not in mine
+            for i in listed
+            if owner(i.path, tokens) is None
+        )
+
+    def commit(self, files: list[str], rows: int) -> str:
+        """Make the write's ``files`` (full paths on the store) what readers see, in one put."""
+        store = self.destination.store
+        with storage_errors(self.shown, "cannot commit the write to", store):
+            _pause("staged")
+            if self.single_file:
+                (staged,) = files
+                if self.mode == "error" and _info(self.fs, self.destination.path).size is not None:
+                    raise SinkError(f"{self.shown!r} appeared while writing; nothing was changed")
+                self.fs.copy_file(staged, self.destination.path)
+                self.abort()
+                return self.destination.url
+            relative = [f[len(self.root) + 1 :] for f in files]
+            for _attempt in range(_COMMIT_ATTEMPTS):
+                state = committed(self.fs, self.root)
+                version = 0 if state is None else state[0] + 1
+                if self.mode == "error" and self._holds_data(files):
+                    raise SinkError(f"{self.shown!r} appeared while writing; nothing was changed")
+                mode = self.mode
+                names = relative
+                if mode == "append" and state is None:
+                    before = [
+                        i.path[len(self.root) + 1 :]
+                        for i in _list(self.fs, self.root)
+                        if not _hidden_path(i.path, self.root) and i.path not in set(files)
+                    ]
+                    names, mode = before + relative, "overwrite"
+                elif mode != "append":
+                    mode = "overwrite"
+                entry = {"write": self.token, "mode": mode, "files": names, "rows": rows}
+                if _create(store, self.fs, self._version_path(version), entry):
+                    break
+            else:
+                raise SinkError(
+                    f"{self.shown!r}: {_COMMIT_ATTEMPTS} other writes committed while this one "
+                    "tried to; nothing was changed"
+                )
+            self._committed = True
+            _pause("committed")
+        # Committed: tidying up may fail (the next write tidies) but never undoes the write.
+        try:
+            self._remove_marker()
+            self.clean()
+        except OSError:
+            pass
+        return self.destination.url
+
+    def _version_path(self, version: int) -> str:
+        return f"{self.root}/{LOG}/{version:0{_VERSION_DIGITS}d}.json"
+
+    def clean(self) -> None:
+        """Remove what no live write owns and no manifest shows: the parts and staging of
+        dead writes (then their markers), and files an overwrite replaced.
+
+        Files are listed before markers: a write's marker is put before its first file, so
+        every file listed belongs to a write whose marker the later listing sees, or to one
+        that has ended (committed: its files are in a manifest; aborted: gone or dead)."""
+        files = _list(self.fs, self.root)
+        state = committed(self.fs, self.root)
+        shown = None if state is None else {f"{self.root}/{f}" for f in state[1]}
+        live: set[str] = set()
+        dead: list[Any] = []
+        for info in _list(self.fs, f"{self.root}/{WRITES}", recursive=False):
+            try:
+                marker = _Marker(**_read_json(self.fs, info.path))
+            except (OSError, ValueError, TypeError):
+                marker = None  # being written this instant: alive
+            if marker is not None and marker.dead():
+                dead.append(info)
+            else:
+                live.add(info.base_name.removesuffix(".json"))
+        gone = {info.base_name.removesuffix(".json") for info in dead}
+        for info in files:
+            path = info.path
+            rest = path[len(self.root) + 1 :]
+            if rest.startswith((f"{LOG}/", f"{WRITES}/")) or (shown and path in shown):
+                continue  # a committed file, even of a writer killed before its tidying up
+            token = owner(path, live | gone)
+            if token in live:
+                continue
+            if token is None:
+                if shown is None:
+                    continue  # no log: data others wrote, not replaced by any vane write
+                if _hidden_path(path, self.root):
+                    continue  # someone else's hidden file (_SUCCESS, .crc): not ours
+            with contextlib.suppress(OSError):  # another writer's clean removed it first
+                self.fs.delete_file(path)
+        for info in dead:  # last: until it goes, a reader leaves the dead write's files out
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(info.path)
+
+    def _remove_marker(self) -> None:
+        with contextlib.suppress(OSError):
+            self.fs.delete_file(self._marker)
+
+    def abort(self) -> None:
+        """Remove this write's files and marker (an uncommitted write's are not read anyway,
+        and what this cannot remove, the next write does)."""
+        if self._committed:
+            return
+        try:
+            if self.single_file:
+                mine = [i.path for i in _list(self.fs, self.directory)]
+            else:
+                mine = [i.path for i in _list(self.fs, self.root) if self.token in i.base_name]
+            for path in mine:
+                self.fs.delete_file(path)
+        except OSError:
+            pass
+        self._remove_marker()
+
+
+def _hidden_path(path: str, root: str) -> bool:
+    rest = path[len(root.rstrip("/")) + 1 :] if path.startswith(root) else path
+    return any(part.startswith((".", "_")) for part in rest.split("/"))
+
+
+def _create(store: Any, fs: pafs.FileSystem, path: str, entry: dict[str, Any]) -> bool:
+    """Write ``path`` only if it does not exist; False if another writer's is there."""
+    body = json.dumps(entry).encode()
+    if store.protocol == "s3":
+        return _s3_create(store, path, body)
+    import fsspec
+    from pyarrow.fs import PyFileSystem
+
+    if isinstance(fs, PyFileSystem):
+        inner: fsspec.AbstractFileSystem = fs.handler.fs
+        try:
+            with inner.open(path, "xb") as handle:
+                handle.write(body)
+        except FileExistsError:
+            return False
+        except (NotImplementedError, ValueError):
+            # No exclusive create in this filesystem: check, then write (two writers
+            # committing at one instant could both take the version; documented).
+            if inner.exists(path):
+                return False
+            inner.pipe_file(path, body)
+        return True
+    if _info(fs, path).size is not None:
+        return False
+    with fs.open_output_stream(path) as handle:
+        handle.write(body)
+    return True
+
+
+# botocore clients for conditional puts, by endpoint, region and credentials (thread-safe).
+_CLIENTS: dict[tuple[str | None, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _s3_create(store: Any, path: str, body: bytes) -> bool:
+    """A put with ``If-None-Match: *`` (S3 and compatible stores since 2024): the store
+    refuses it if the key exists. pyarrow's S3 filesystem cannot send it; botocore can."""
+    from vane._deps import require
+
+    require("botocore", extra="s3")
+    import botocore.session
+    from botocore.exceptions import ClientError
+
+    options = dict(store.options)
+    endpoint = options.get("endpoint_url") or (
+        os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    settings = (
+        endpoint or None,
+        options.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
+        options.get("access_key"),
+        options.get("secret_key"),
+        options.get("session_token"),
+    )
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(settings)
+        if client is None:
+            # Creating a client loads botocore's service description (~0.1 s): once per
+            # process and store, not once per commit.
+            endpoint_url, region, key_id, secret, token = settings
+            client = botocore.session.get_session().create_client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=region,
+                aws_access_key_id=key_id,
+                aws_secret_access_key=secret,
+                aws_session_token=token,
+            )
+            _CLIENTS[settings] = client
+    bucket, _, key = path.partition("/")
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict", "412", "409"):
+            return False
+        raise
+    return True

@@ -1,0 +1,192 @@
+"""Resolving remote paths (a URL to an object, a prefix, a glob, or a list of them) into an
+explicit, sorted list of objects to read, as ``files.resolve_files`` does on a local disk.
+
+A prefix is listed recursively (names starting with ``.`` or ``_`` are not data, as locally);
+a glob's ``*`` and ``?`` stay within one path segment and ``**`` crosses them. Where the listing
+meets a vane write root (a prefix with a ``_vane_log``, see ``object_commit``), it reads what the
+root's manifests name and nothing else there: no part of a write in progress or of a dead one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vane.errors import SourceNotFoundError
+from vane.io import object_commit
+from vane.io.storage import Location, locate, storage_errors
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_HIVE = re.compile(r"^[^=/]+=[^=/]*$")
+_HIVE_ESCAPE = re.compile(r"%3[dD]")
+
+
+def _pattern(glob: str) -> re.Pattern[str]:
+    out = []
+    i = 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif glob[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif glob[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif glob[i] == "[":
+            end = glob.find("]", i + 1)
+            if end < 0:
+                out.append(re.escape("["))
+                i += 1
+            else:
+                body = glob[i + 1 : end]
+                out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+                i = end + 1
+        else:
+            out.append(re.escape(glob[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+
+
+def resolve_remote(
+    items: Sequence[str],
+    extensions: tuple[str, ...],
+    fmt: str,
+    caller: str,
+    storage_options: Mapping[str, Any] | None,
+) -> tuple[list[str], bool, tuple[tuple[str, Any], ...]]:
+    """The URLs of the objects to read, whether they sit in ``key=value`` prefixes below what
+    was named, and the store options they are read with (one store per read)."""
+    files: list[str] = []
+    hive = False
+    options: tuple[tuple[str, Any], ...] | None = None
+    for item in items:
+        where = locate(item, storage_options, caller)
+        if options is None:
+            options = where.store.options
+        with storage_errors(item, f"{caller}(): cannot list", where.store):
+            matched, base = _find(where, extensions, directory=item.endswith("/"))
+        if not matched:
+            _check_bucket(where, item, caller)
+            raise SourceNotFoundError(
+                f"{caller}(): {item!r} matches no {fmt} object (looked for names ending in "
+                f"{', '.join(extensions)}). Check the path, and that the credentials may list it"
+            )
+        for path in matched:
+            relative = path[len(base) :].strip("/").split("/")[:-1]
+            hive = hive or any(_HIVE.match(part) for part in relative)
+        files.extend(where.store.url(p) for p in matched)
+    return files, hive, options or ()
+
+
+def _check_bucket(where: Location, item: str, caller: str) -> None:
+    """A missing bucket is a ``StorageNotFoundError`` of its own (a listing of a bucket that
+    does not exist comes back empty, as one of an empty prefix does)."""
+    from pyarrow.fs import FileType
+
+    if where.store.protocol != "s3":
+        return
+    bucket = where.path.split("/", 1)[0]
+    with storage_errors(item, f"{caller}(): cannot list", where.store):
+        missing = where.store.filesystem().get_file_info(bucket).type == FileType.NotFound
+    if missing:
+        from vane.io.storage import translate
+
+        raise translate(OSError("NoSuchBucket"), item, f"{caller}(): cannot read", where.store)
+
+
+def _find(
+    where: Location, extensions: tuple[str, ...], *, directory: bool
+) -> tuple[list[str], str]:
+    """The paths ``where`` names, and the prefix hive directories are judged from; a URL
+    ending in "/" is a prefix to list even where the store answers for it as an object (an
+    HTTP server's index page)."""
+    from pyarrow.fs import FileType
+
+    fs = where.store.filesystem()
+    path = where.path
+    glob = _GLOB_CHARS.search(path)
+    if glob is None:
+        info = fs.get_file_info(path.rstrip("/"))
+        if info.type == FileType.File and not directory:
+            roots = object_commit.roots_above(fs, path.rsplit("/", 1)[0])
+            if roots:  # an object under a vane write root: read only if committed
+                try:
+                    shown = _visible(fs, roots[0], [path])
+                except _Committed:
+                    shown = _visible(fs, roots[0], [path])
+                return ([path] if path in shown else []), path.rsplit("/", 1)[0]
+            return [path], path.rsplit("/", 1)[0]
+        base = path.rstrip("/")
+        if info.type == FileType.NotFound:
+            return [], base
+        pattern = None
+    else:
+        base = path[: glob.start()].rsplit("/", 1)[0]
+        pattern = _pattern(path)
+    for _attempt in range(_LISTING_ATTEMPTS):
+        try:
+            candidates = _candidates(fs, base)
+            break
+        except _Committed:
+            continue  # a first commit landed while listing: list again, under its log
+    else:
+        candidates = _candidates(fs, base)
+    matched = []
+    for candidate in dict.fromkeys(candidates):
+        relative = candidate[len(base) :].lstrip("/")
+        if _hidden(relative):
+            continue
+        if pattern is not None and not pattern.match(candidate):
+            continue
+        if pattern is None and not candidate.endswith(extensions):
+            continue
+        matched.append(candidate)
+    return sorted(matched), base
+
+
+_LISTING_ATTEMPTS = 5
+
+
+class _Committed(Exception):
+    """A write root got its first manifest while it was being listed."""
+
+
+def _candidates(fs: Any, base: str) -> list[str]:
+    """Every path a reader of ``base`` may read: outside vane write roots, what the listing
+    found; inside one, what its manifests name (a listing could catch a commit half seen)."""
+    listing = [i.path for i in object_commit._list(fs, base)]
+    if base.startswith(("http://", "https://")):
+        # An index page links "k=1/" as "k%3D1/": hive directories are read by their names.
+        listing = [_HIVE_ESCAPE.sub("=", p) for p in listing]
+    roots = object_commit.roots_above(fs, base) + sorted(object_commit.roots_in(listing))
+    inside = tuple(root.rstrip("/") + "/" for root in roots)
+    candidates = [p for p in listing if not p.startswith(inside)]
+    for root in roots:
+        candidates.extend(
+            p for p in _visible(fs, root, listing) if p.startswith(base.rstrip("/") + "/")
+        )
+    return candidates
+
+
+def _visible(fs: Any, root: str, listing: list[str]) -> set[str]:
+    """What a reader sees under ``root``: what its manifests name; before the first commit,
+    the listed files that belong to no vane write (writes put their marker before their
+    first file, so the markers are listed after the files)."""
+    state = object_commit.committed(fs, root)
+    if state is not None:
+        return {f"{root}/{f}" for f in state[1]}
+    tokens = object_commit.writing(fs, root)
+    if object_commit.versions(fs, root):
+        raise _Committed
+    inside = root.rstrip("/") + "/"
+    return {p for p in listing if p.startswith(inside) and object_commit.owner(p, tokens) is None}
