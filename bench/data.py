@@ -14,6 +14,8 @@ rows. A file is made once and reused; its name carries the kind, the row count a
   (the embed and prompt workloads).
 * ``files``: a folder of ``rows`` Parquet files of two rows each (``id BIGINT, text VARCHAR``):
   the planning workload's folder, where listing and footers cost, not rows.
+* ``images``: a folder of JPEGs of mixed sizes (160 to 640 pixels a side; the images
+  workload), smooth gradients with noise, so they compress as photos do.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import pyarrow.parquet as pq
 VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent / ".data"
 CHUNK = 1_000_000
-FOLDERS = {"files"}  # kinds that are a folder of files rather than one file
+FOLDERS = {"files", "images"}  # kinds that are a folder of files rather than one file
 
 _VOCABULARY = """
 the a an of to and in on for with by from at as is was are be been this that these those
@@ -64,6 +66,7 @@ def ensure(kind: str, rows: int) -> Path:
             "overhead_small_groups": _overhead_small_groups,
             "sentences": _sentences,
             "files": _files,
+            "images": _images,
         }
         makers[kind](partial, rows)
         os.replace(partial, path)  # a killed run never leaves a half file under the real name
@@ -118,6 +121,21 @@ def _sentences(path: Path, rows: int) -> None:
         texts.append(" ".join(words).capitalize() + ".")
     table = pa.table({"id": pa.array(np.arange(rows, dtype=np.int64)), "text": pa.array(texts)})
     pq.write_table(table, path)
+
+
+def _images(path: Path, rows: int) -> None:
+    from PIL import Image
+
+    rng = np.random.default_rng(20_261_126)
+    path.mkdir(parents=True)
+    for i in range(rows):
+        width, height = (int(v) for v in rng.integers(160, 641, size=2))
+        x = np.linspace(0, 255, width, dtype=np.float32)[None, :, None]
+        y = np.linspace(0, 255, height, dtype=np.float32)[:, None, None]
+        tint = rng.uniform(0.3, 1.0, size=3).astype(np.float32)
+        noise = rng.normal(0, 12, size=(height, width, 3)).astype(np.float32)
+        pixels = np.clip((x * 0.6 + y * 0.4) * tint + noise, 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(path / f"{i:06d}.jpg", quality=85)
 
 
 if __name__ == "__main__":

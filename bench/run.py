@@ -119,6 +119,7 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
     memory_rows = (200_000, 2_000_000) if quick else (2_000_000, 20_000_000, 60_000_000)
     embed_rows = rows or (1_000 if quick else 20_000)
     prompt_rows = rows or (500 if quick else 5_000)
+    image_rows = rows or (200 if quick else 5_000)
     batch = ("--batch-size", "4096")
 
     overhead = [
@@ -140,6 +141,11 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Variant("openai-sdk-loop", "prompt_openai.py", "vane"),
         Variant("vane", "prompt_vane.py", "vane"),
         *peer_variants("prompt"),
+    ]
+    images = [
+        Variant("hand-loop", "images_handloop.py", "vane"),
+        *vane_variants("images"),
+        *peer_variants("images"),
     ]
     # DuckDB alone (how much its own scan grows with the file), DuckDB streaming its rows out
     # as vane reads them, the hand loop, vane's two local backends, and a partitioned write (a
@@ -225,6 +231,7 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Workload(
             "embed", [Case(v, "sentences", embed_rows, ("--batch-size", "64")) for v in embed]
         ),
+        Workload("images", [Case(v, "images", image_rows, ("--batch-size", "32")) for v in images]),
     ]
 
 

@@ -42,7 +42,12 @@ class Known:
     timeout_s: float = TIMEOUT_S
 
 
-KNOWN_FAILING: dict[str, Known] = {}
+KNOWN_FAILING: dict[str, Known] = {
+    "multimodal.md-5": Known(
+        why="needs OpenAI's CLIP model from the Hugging Face hub, and tests download nothing",
+        says=r"model 'openai/clip-vit-base-patch32' is not on this machine",
+    ),
+}
 
 
 @dataclass(frozen=True)

@@ -88,3 +88,27 @@ def png(seed: int, size: int = 40) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def tiny_clip_with_tokenizer(directory: Path) -> Path:
+    """``tiny_clip`` with a word-level BPE tokenizer trained on ``CORPUS`` and some labels, so
+    its text tower embeds labels (zero-shot classification)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tiny_clip(directory)
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    words = [*CORPUS, "a photo of a cat", "a photo of a dog", "a photo of a car"]
+    specials = ["<unk>", "<|startoftext|>", "<|endoftext|>"]
+    tokenizer.train_from_iterator(
+        words, trainers.BpeTrainer(vocab_size=90, special_tokens=specials)
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        unk_token="<unk>",
+        bos_token="<|startoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    ).save_pretrained(directory)
+    return directory

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from vane import errors
 
 if TYPE_CHECKING:
+    from vane import functions
     from vane.api import (
         from_arrow,
+        from_glob_path,
         from_pandas,
         from_pydict,
         from_pylist,
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
         read_csv,
         read_deltalake,
         read_iceberg,
+        read_images,
         read_json,
         read_lance,
         read_parquet,
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from vane.ir.expr import Expr, col, lit, sql_expr
     from vane.relation import Relation
     from vane.session import configure
+    from vane.types.files import File
     from vane.udf.attached import attach_function, detach_function
     from vane.udf.decorators import cls, func, method
 
@@ -42,6 +46,7 @@ __version__ = "0.1.0"
 # Where each public name lives; ``__getattr__`` imports it the first time it is asked for.
 _HOMES = {
     "Expr": "vane.ir.expr",
+    "File": "vane.types.files",
     "Relation": "vane.relation",
     "WriteResult": "vane.io.sinks",
     "attach_function": "vane.udf.attached",
@@ -50,6 +55,7 @@ _HOMES = {
     "configure": "vane.session",
     "detach_function": "vane.udf.attached",
     "from_arrow": "vane.api",
+    "from_glob_path": "vane.api",
     "from_pandas": "vane.api",
     "from_pydict": "vane.api",
     "from_pylist": "vane.api",
@@ -60,6 +66,7 @@ _HOMES = {
     "read_csv": "vane.api",
     "read_deltalake": "vane.api",
     "read_iceberg": "vane.api",
+    "read_images": "vane.api",
     "read_json": "vane.api",
     "read_lance": "vane.api",
     "read_parquet": "vane.api",
@@ -69,6 +76,7 @@ _HOMES = {
 
 __all__ = [
     "Expr",
+    "File",
     "Relation",
     "WriteResult",
     "attach_function",
@@ -78,16 +86,19 @@ __all__ = [
     "detach_function",
     "errors",
     "from_arrow",
+    "from_glob_path",
     "from_pandas",
     "from_pydict",
     "from_pylist",
     "func",
+    "functions",
     "lit",
     "method",
     "range",
     "read_csv",
     "read_deltalake",
     "read_iceberg",
+    "read_images",
     "read_json",
     "read_lance",
     "read_parquet",
@@ -97,6 +108,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "functions":  # a module of expressions: vane.functions.decode_image(...)
+        module = importlib.import_module("vane.functions")
+        globals()[name] = module
+        return module
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'vane' has no attribute {name!r}")

@@ -137,3 +137,65 @@ def coalesced(
             loose, loose_size = [], 0
     if rows:
         yield pa.Table.from_batches([*joined, *loose])
+
+
+def row_nbytes(data: pa.Table | pa.RecordBatch) -> Any:
+    """Each row's bytes across its columns, as a numpy array: exact for fixed-width values,
+    fixed-size lists of them (a decoded image), binary and text, and structs of these; any
+    other column's bytes are shared evenly among its rows."""
+    import numpy as np
+
+    sizes = np.zeros(data.num_rows, dtype=np.int64)
+    for column in data.columns:
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        sizes += _array_row_bytes(array)
+    return sizes
+
+
+def _fixed_width(arrow_type: pa.DataType) -> int | None:
+    if pa.types.is_fixed_size_list(arrow_type):
+        inner = _fixed_width(arrow_type.value_type)
+        return None if inner is None else inner * arrow_type.list_size
+    try:
+        return int(arrow_type.bit_width + 7) // 8
+    except ValueError:  # not a fixed-width type
+        return None
+
+
+def _array_row_bytes(array: pa.Array) -> Any:
+    import numpy as np
+
+    rows = len(array)
+    if isinstance(array, pa.ExtensionArray):
+        return _array_row_bytes(array.storage)
+    kind = array.type
+    width = _fixed_width(kind)
+    if width is not None:
+        return np.full(rows, width, dtype=np.int64)
+    large = pa.types.is_large_binary(kind) or pa.types.is_large_string(kind)
+    if large or pa.types.is_binary(kind) or pa.types.is_string(kind):
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
+        return np.diff(offsets[array.offset : array.offset + rows + 1]).astype(np.int64)
+    if pa.types.is_struct(kind):
+        sizes = np.zeros(rows, dtype=np.int64)
+        for i in range(kind.num_fields):
+            sizes += _array_row_bytes(array.field(i))
+        return sizes
+    return np.full(rows, array.nbytes // max(rows, 1), dtype=np.int64)
+
+
+def split_by_bytes(table: pa.Table, limit: int) -> Iterator[pa.Table]:
+    """``table`` in runs of consecutive rows of at most ``limit`` bytes each (zero-copy
+    slices); a row larger than ``limit`` is a run of its own."""
+    import numpy as np
+
+    if not table.num_rows:
+        return
+    ends = np.cumsum(row_nbytes(table))
+    start = 0
+    while start < table.num_rows:
+        base = ends[start - 1] if start else 0
+        stop = int(np.searchsorted(ends, base + limit, side="right"))
+        stop = max(stop, start + 1)
+        yield table.slice(start, stop - start)
+        start = stop

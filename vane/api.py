@@ -4,16 +4,18 @@ schema read from metadata) here, but no rows are read until an action runs."""
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from vane import functions
 from vane._arguments import checked
 from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
 from vane.io import readers
-from vane.io.files import FileFormat, Paths, resolve_files
+from vane.io.files import FileFormat, Paths, is_uri, resolve_files
 from vane.io.readers import duckdb_options
 from vane.io.tables.base import TableSource
 from vane.ir.expr import Expr
@@ -275,6 +277,97 @@ def range(n: int) -> Relation:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ConfigurationError(f"range() takes an integer n >= 0, got {n!r}")
     return Relation(nodes.RangeScan(n))
+
+
+def _file_listing(files: Sequence[str]) -> pa.Table:
+    """One row per file: its path, size and modification time (UTC), read from the file
+    system now, as ``read_parquet`` reads its files' metadata when the plan is built."""
+    import datetime as dt
+
+    sizes: list[int] = []
+    times: list[dt.datetime] = []
+    for path in files:
+        try:
+            if is_uri(path):  # an object store's listing: through pyarrow's file systems
+                from pyarrow import fs
+
+                filesystem, inner = fs.FileSystem.from_uri(path)
+                found = filesystem.get_file_info(inner)
+                sizes.append(int(found.size or 0))
+                mtime = found.mtime or dt.datetime.fromtimestamp(0, dt.timezone.utc)
+                times.append(mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.timezone.utc))
+                continue
+            info = os.stat(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise SourceError(f"cannot read the file {path!r}: {exc}") from exc
+        sizes.append(info.st_size)
+        times.append(dt.datetime.fromtimestamp(info.st_mtime, dt.timezone.utc))
+    return pa.table(
+        {
+            "path": pa.array(list(files), pa.string()),
+            "size": pa.array(sizes, pa.int64()),
+            "modification_time": pa.array(times, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+@checked
+def from_glob_path(path: Paths) -> Relation:
+    """One row per file that ``path`` (a glob such as ``"audio/**/*.mp3"``, a directory read
+    recursively, a file, or a list of them) matches: ``path``, ``size`` in bytes and
+    ``modification_time``, as Daft's ``from_glob_path``. Nothing is read from the files; hand
+    ``path`` to ``vane.functions.file`` (a ``vane.File`` for a UDF), ``read_bytes`` or the image
+    functions, which read in the workers.
+
+    >>> import vane
+    >>> vane.from_glob_path("audio/*.mp3").columns  # doctest: +SKIP
+    ['path', 'size', 'modification_time']
+    """
+    files = resolve_files(path, "file", "from_glob_path").files
+    return Relation(nodes.ArrowScan(storable_table(_file_listing(files))))
+
+
+@checked
+def read_images(
+    path: Paths,
+    *,
+    size: tuple[int, int] | None = None,
+    mode: str | None = "RGB",
+    include_paths: bool = True,
+    on_error: str = "raise",
+) -> Relation:
+    """Images in a folder, a glob, or a list of them (``.jpg``, ``.png``, ``.gif``, ``.bmp``,
+    ``.tiff``, ``.webp``), as Ray Data's ``read_images``: a column ``image`` of decoded pixels,
+    and ``path`` unless ``include_paths=False``. With ``size=(height, width)`` every image is
+    resized to it (a ``UTINYINT[c][w][h]`` column: ``(n, h, w, c)`` numpy batches); without, they
+    keep their own sizes. ``mode`` is ``"RGB"``, ``"RGBA"``, ``"L"`` (or None: the file's own).
+    Decoding runs in the workers, in batches; a corrupt file fails the run naming its row, or
+    gives a null image with ``on_error="null"``.
+
+    >>> import vane
+    >>> rel = vane.read_images("photos/", size=(224, 224))  # doctest: +SKIP
+    """
+    files = resolve_files(path, "image", "read_images").files
+    if size is not None:
+        if (
+            not isinstance(size, (tuple, list))
+            or len(size) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+        ):
+            raise ConfigurationError(
+                f"read_images(): size is (height, width) in pixels, got {size!r}"
+            )
+        if mode is None:
+            raise ConfigurationError(
+                "read_images(): images resized to one size need one mode: pass mode='RGB', "
+                "'RGBA' or 'L' with size="
+            )
+        height, width = size
+        image = functions.resize_image("path", width, height, mode=mode, on_error=on_error)
+    else:
+        image = functions.decode_image("path", mode=mode, on_error=on_error)
+    rel = Relation(nodes.ArrowScan(storable_table(pa.table({"path": pa.array(files)}))))
+    return rel.select(image.alias("image"), *(["path"] if include_paths else []))
 
 
 # ---- table formats (vane.io.tables) --------------------------------------------------------

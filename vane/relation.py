@@ -371,6 +371,7 @@ class Relation:
         *,
         schema: SchemaSpec | None = None,
         batch_size: int | None = None,
+        batch_bytes: int | None = None,
         batch_format: str = "pyarrow",
         execution_backend: str | None = None,
         concurrency: int | tuple[int, int] = 1,
@@ -391,7 +392,10 @@ class Relation:
     ) -> Relation:
         """Run a callable class (constructed once per actor, inside the worker) or a function
         over batches of ``batch_size`` rows, each a ``pa.Table`` (``batch_format="pandas"``: a
-        DataFrame; ``"numpy"``: a dict of arrays). ``functools.partial`` binds arguments;
+        DataFrame; ``"numpy"``: a dict of arrays; a column of images of one shape is one
+        ``(n, h, w, c)`` array). ``batch_bytes`` caps a batch's input bytes as well as its rows
+        (a batch of 4K images holds few of them; a larger row is a batch of its own; the local
+        runner). ``functools.partial`` binds arguments;
         ``fn_args``/``fn_kwargs`` are passed after the batch.
 
         It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of
@@ -572,6 +576,23 @@ class Relation:
         from vane.ai import classify_text
 
         call = classify_text(column, labels, provider=provider, model=model, **options)
+        return self.with_column(output_column, call)
+
+    def classify_image(
+        self,
+        column: str | Expr,
+        labels: Sequence[str],
+        *,
+        output_column: str = "label",
+        provider: str = "transformers",
+        model: str | None = None,
+        **options: Any,
+    ) -> Relation:
+        """Add the label among ``labels`` that fits each row's image best (zero-shot, CLIP-style)
+        as ``output_column``."""
+        from vane.ai import classify_image
+
+        call = classify_image(column, labels, provider=provider, model=model, **options)
         return self.with_column(output_column, call)
 
     # ---- actions: these run the plan ---------------------------------------------------------

@@ -183,6 +183,92 @@ def embedding_table(ids: Any, vectors: Any) -> Any:
     )
 
 
+# ---- images: the same classifier, loaded the same way, for every engine --------------------------
+
+IMAGE_SIZE = 224
+IMAGE_THREADS = 2  # torch.set_num_threads in every image variant alike
+_MEAN = (0.485, 0.456, 0.406)  # ImageNet's, as torchvision's ResNet preprocessing
+_STD = (0.229, 0.224, 0.225)
+
+
+def load_classifier() -> Any:
+    """ResNet-18 (He et al. 2015: torchvision's layout, 1,000 classes) with random weights from
+    a fixed seed, in eval mode. Written out in torch here because torchvision cannot be
+    installed beside the project's torch; the layers and their cost are the same."""
+    import torch
+    from torch import nn
+
+    torch.set_num_threads(IMAGE_THREADS)
+    torch.manual_seed(0)
+
+    class Block(nn.Module):
+        def __init__(self, inputs: int, outputs: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(inputs, outputs, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(outputs)
+            self.conv2 = nn.Conv2d(outputs, outputs, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(outputs)
+            self.down = (
+                nn.Sequential(
+                    nn.Conv2d(inputs, outputs, 1, stride, bias=False), nn.BatchNorm2d(outputs)
+                )
+                if stride != 1 or inputs != outputs
+                else nn.Identity()
+            )
+
+        def forward(self, x: Any) -> Any:
+            out = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(out)) + self.down(x))
+
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+    ]
+    widths = [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]
+    for inputs, outputs, stride in widths:
+        layers += [Block(inputs, outputs, stride), Block(outputs, outputs, 1)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+    return nn.Sequential(*layers).eval()
+
+
+def classify(model: Any, pixels: Any) -> Any:
+    """Class indices (int64) of a ``(n, 224, 224, 3)`` uint8 batch: normalized as torchvision's
+    ResNet expects, channels first, no gradients."""
+    import numpy as np
+    import torch
+
+    pixels = np.require(pixels, np.uint8, ["C", "W"])  # torch wants a writable buffer
+    batch = torch.from_numpy(pixels).permute(0, 3, 1, 2).float().div(255)
+    mean = torch.tensor(_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(_STD).view(1, 3, 1, 1)
+    with torch.inference_mode():
+        return model((batch - mean) / std).argmax(dim=1).numpy()
+
+
+def decode_resized(path: str) -> Any:
+    """One file as ``(224, 224, 3)`` uint8 RGB (bilinear), for the hand loop."""
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(path) as image:
+        size = (IMAGE_SIZE, IMAGE_SIZE)
+        return np.asarray(image.convert("RGB").resize(size, Image.Resampling.BILINEAR))
+
+
+def labels_table(paths: Any, classes: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.table({"path": paths, "label": pa.array(classes, pa.int64())})
+
+
+def image_parser(description: str | None) -> argparse.ArgumentParser:
+    p = parser(description)
+    p.set_defaults(batch_size=32)
+    return p
+
+
 def embedding_server(port: int) -> None:
     """all-MiniLM-L6-v2 loaded once (as ``load_embedder``) behind OpenAI's ``/v1/embeddings``
     on ``port``: the server that ``vane.ai.serve(function=...)`` runs for the serve workload."""

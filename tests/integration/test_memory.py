@@ -131,3 +131,45 @@ with pq.ParquetWriter({str(source)!r}, batches.schema) as writer:
         )
     ratio = peaks[20_000_000] / peaks[2_000_000]
     assert ratio < MAX_RATIO, f"peak RSS grew {ratio:.2f}x for 10x the rows: {peaks}"
+
+
+@pytest.mark.slow
+def test_rows_that_grow_100x_and_shrink_again_keep_memory_flat(tmp_path):
+    """paths -> file bytes -> decoded pixels (100x a path) -> a thumbnail -> a label: the peak
+    follows the batches in flight, not the number of images."""
+    from PIL import Image
+
+    from tests.images import pattern
+
+    photo = tmp_path / "photo.jpg"
+    Image.fromarray(pattern(256, 256)).resize((256, 256)).save(photo, quality=90)
+    peaks = {}
+    for rows in (1_000, 10_000):
+        peaks[rows] = peak_rss_mb(
+            f"""
+            import numpy as np
+            import vane
+            from vane import functions as F
+
+            def label(batch):
+                bright = batch["thumb"].mean(axis=(1, 2, 3)) > 127
+                return {{"id": batch["id"], "label": np.where(bright, "light", "dark")}}
+
+            rel = vane.from_pydict({{"id": list(range({rows})), "path": [{str(photo)!r}] * {rows}}})
+            result = (
+                rel.select(
+                    "id",
+                    F.resize_image(F.decode_image(F.read_bytes("path")), 16, 16).alias("thumb"),
+                )
+                .map_batches(
+                    label,
+                    batch_format="numpy",
+                    schema={{"id": "BIGINT", "label": "VARCHAR"}},
+                )
+                .write_parquet({str(tmp_path / f"out_{rows}")!r})
+            )
+            assert result.rows == {rows}, result
+            """
+        )
+    ratio = peaks[10_000] / peaks[1_000]
+    assert ratio < MAX_RATIO, f"peak RSS grew {ratio:.2f}x for 10x the images: {peaks}"

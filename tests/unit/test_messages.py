@@ -24,8 +24,8 @@ def identity(batch: pa.Table) -> pa.Table:
 
 TYPOS: dict[str, tuple[Callable[[], Any], str, str]] = {
     "map_batches": (
-        lambda: rel.map_batches(identity, schema=rel.schema, batchsize=2),
-        "batchsize",
+        lambda: rel.map_batches(identity, schema=rel.schema, btach_size=2),
+        "btach_size",
         "batch_size",
     ),
     "map": (

@@ -1,4 +1,5 @@
-"""``prompt``, ``embed_text``, ``embed_image``, ``classify_text``: expressions over columns.
+"""``prompt``, ``embed_text``, ``embed_image``, ``classify_text``, ``classify_image``:
+expressions over columns.
 
 Each builds a column UDF call whose class is a runner (``runners.py``) constructed once per
 actor from a provider's descriptor; the optimizer lifts it into a pass-through step like any
@@ -17,6 +18,7 @@ import pyarrow as pa
 from vane.ai import registry
 from vane.ai.runners import (
     ClassifyByEmbeddingRunner,
+    ClassifyImageRunner,
     EmbedImageRunner,
     EmbedTextRunner,
     PromptRunner,
@@ -40,7 +42,13 @@ _EXECUTION = (
     "max_total_tokens",
     "prices",
 )
-DEFAULT_BATCH_SIZE = {"prompt": 256, "embed_text": 64, "embed_image": 32, "classify_text": 64}
+DEFAULT_BATCH_SIZE = {
+    "prompt": 256,
+    "embed_text": 64,
+    "embed_image": 32,
+    "classify_text": 64,
+    "classify_image": 32,
+}
 
 
 def _column(value: Any, where: str) -> Expr:
@@ -49,6 +57,14 @@ def _column(value: Any, where: str) -> Expr:
     if isinstance(value, str) and value:
         return col(value)
     raise ConfigurationError(f"{where}() takes a column name or an expression, got {value!r}")
+
+
+def _attachments(given: Expr | str | Sequence[Expr | str] | None) -> list[Expr]:
+    """``prompt``'s ``images=`` or ``files=``: one column or a list of them."""
+    if given is None:
+        return []
+    listed = [given] if isinstance(given, (str, Expr)) else list(given)
+    return [_column(value, "prompt") for value in listed]
 
 
 def _default_provider(options: Mapping[str, Any], otherwise: str) -> str:
@@ -151,9 +167,17 @@ def prompt(
     system: str | None = None,
     return_format: Any = None,
     template: str | None = None,
+    images: Expr | str | Sequence[Expr | str] | None = None,
+    files: Expr | str | Sequence[Expr | str] | None = None,
     **options: Any,
 ) -> Expr:
     """An LLM's answer to each row's text (null for a null row).
+
+    ``images`` (a column, or a list of them) adds each row's images to its message as OpenAI's
+    ``image_url`` parts: ``http(s)://`` URLs as they are; bytes, paths, file references and
+    decoded images as ``data:`` URIs (read and encoded in the worker). A null image is left out.
+    ``files`` (paths, URLs or file references: PDFs, text files) adds OpenAI ``file`` parts,
+    each file's bytes as a ``data:`` URI of its media type.
 
     ``return_format`` (a pydantic model class or a JSON schema) asks for structured output and
     makes the column a STRUCT of its fields. ``template`` (``"Summarize: {text}"``) fills its
@@ -170,6 +194,9 @@ def prompt(
         args = [col(name) for name in parsed.fields]
     else:
         args = [_column(expr, "prompt")]
+    image_args = _attachments(images)
+    file_args = _attachments(files)
+    args.extend(image_args + file_args)
     out: OutputFormat | None = None if return_format is None else output_format(return_format)
     if execution.get("gpus_per_actor"):
         provider_options.setdefault("tensor_parallel_size", execution["gpus_per_actor"])
@@ -180,7 +207,8 @@ def prompt(
             "return_format use an OpenAI-compatible server (vLLM serve, SGLang, ...) or 'vllm'"
         )
     return_type = pa.string() if out is None else out.arrow_type
-    runner_options = {"system": system, "template": parsed, "output": out}
+    runner_options: dict[str, Any] = {"system": system, "template": parsed, "output": out}
+    runner_options.update(images=len(image_args), files=len(file_args))
     return _call(
         "prompt",
         PromptRunner,
@@ -299,4 +327,35 @@ def classify_text(
         return_type=pa.string(),
         execution=execution,
         runner_options={"labels": labels},
+    )
+
+
+def classify_image(
+    expr: Expr | str,
+    labels: Sequence[str],
+    *,
+    provider: str = "transformers",
+    model: str | None = None,
+    template: str = "a photo of a {}",
+    **options: Any,
+) -> Expr:
+    """The label that fits each row's image best, zero-shot as CLIP does: the label whose text
+    (``template`` filled with it) embeds closest to the image. Images as bytes, paths, file
+    references or decoded pixels; the model is a CLIP-style one with its tokenizer."""
+    if isinstance(labels, str) or not labels or not all(isinstance(x, str) for x in labels):
+        raise ConfigurationError(f"classify_image() takes a list of label strings, got {labels!r}")
+    if not isinstance(template, str) or "{}" not in template:
+        raise ConfigurationError(
+            f"classify_image(): template holds one {{}} for the label, got {template!r}"
+        )
+    execution, provider_options = _split(options)
+    descriptor = registry.descriptor("embed_image", provider, model, provider_options)
+    return _call(
+        "classify_image",
+        ClassifyImageRunner,
+        descriptor,
+        [_column(expr, "classify_image")],
+        return_type=pa.string(),
+        execution=execution,
+        runner_options={"labels": list(dict.fromkeys(labels)), "template": template},
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,8 @@ from vane.ai.inputs import texts
 from vane.ai.protocols import Answer, PromptRequest, RequestRefused, Usage
 from vane.ai.structured import OutputFormat, read_answer
 from vane.errors import ConfigurationError, ProviderError
+from vane.types.files import File
+from vane.types.images import is_image_type, to_numpy
 from vane.udf.column_calls import RowResults
 
 _CONVERSIONS = (None, "r", "s", "a")
@@ -160,8 +162,14 @@ class PromptRunner:
         system: str | None = None,
         template: Template | None = None,
         output: OutputFormat | None = None,
+        images: int = 0,
+        files: int = 0,
     ) -> None:
         self.prompter = descriptor.instantiate()
+        # After the prompt's columns: `images` columns sent as image_url parts, then `files`
+        # columns sent as file parts.
+        self.images = images
+        self.files = files
         self.options = dict(getattr(descriptor, "generation", {}) or {})
         if output is not None:
             self.options["response_format"] = {
@@ -184,9 +192,13 @@ class PromptRunner:
         return prompts_of(self.template, columns)
 
     async def run(self, *columns: pa.Array) -> RowResults:
-        prompts, errors = self._prompts(columns)
+        texts_end = len(columns) - self.images - self.files
+        prompts, errors = self._prompts(columns[:texts_end])
+        images_end = texts_end + self.images
+        attached = [image_parts(c) for c in columns[texts_end:images_end]]
+        attached += [file_parts(c) for c in columns[images_end:]]
         asked = [i for i, p in enumerate(prompts) if p is not None]
-        requests = [self._request(prompts[i]) for i in asked]  # type: ignore[arg-type]
+        requests = [self._request(str(prompts[i]), _present(a[i] for a in attached)) for i in asked]
         answers = await self.prompter.answer(requests, self.usage, self.read) if requests else []
         values: list[Any] = [None] * len(prompts)
         for position, answer in zip(asked, answers, strict=True):
@@ -194,11 +206,15 @@ class PromptRunner:
         self.usage.failures += sum(error is not None for error in errors)
         return RowResults(self._column(values, errors), errors)
 
-    def _request(self, prompt: str) -> PromptRequest:
+    def _request(self, prompt: str, attached: Sequence[Mapping[str, Any]] = ()) -> PromptRequest:
         messages: list[Mapping[str, Any]] = []
         if self.system is not None:
             messages.append({"role": "system", "content": self.system})
-        messages.append({"role": "user", "content": prompt})
+        if attached:  # OpenAI's parts: the text, then each image or file
+            parts: list[Mapping[str, Any]] = [{"type": "text", "text": prompt}, *attached]
+            messages.append({"role": "user", "content": parts})
+        else:
+            messages.append({"role": "user", "content": prompt})
         return PromptRequest(tuple(messages), self.options)
 
     def _column(self, values: list[Any], errors: list[str | None]) -> Any:
@@ -281,11 +297,11 @@ class EmbedImageRunner(EmbedTextRunner):
     """``embed_image``: bytes of an image, or a path to one, per row."""
 
     def run(self, images: pa.Array) -> RowResults:
-        values = images.to_pylist()
+        values = image_inputs(images)
         present = [i for i, v in enumerate(values) if v is not None]
         if not present:
             return self._results(len(values), [], [], [None] * len(values))
-        vectors = self.embedder.embed_image([_image_bytes(values[i]) for i in present], self.usage)
+        vectors = self.embedder.embed_image([values[i] for i in present], self.usage)
         matrix = np.asarray(vectors, dtype=np.float32)
         if len(matrix) != len(present):
             raise ValueError(f"the model returned {len(matrix)} vectors for {len(present)} images")
@@ -295,8 +311,32 @@ class EmbedImageRunner(EmbedTextRunner):
 def _image_bytes(value: Any) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    with open(str(value), "rb") as handle:
-        return handle.read()
+    file = File.from_value(value)
+    assert file is not None
+    return file.read()
+
+
+def image_inputs(column: pa.Array) -> list[bytes | None]:
+    """Each row's image as encoded bytes, what the models' processors and the servers take:
+    bytes as they are, paths and file references read here (in the worker), decoded pixels
+    encoded as PNG (lossless)."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if not is_image_type(column.type):
+        return [None if v is None else _image_bytes(v) for v in column.to_pylist()]
+    import io
+
+    from PIL import Image
+
+    out: list[bytes | None] = []
+    for pixels in to_numpy(column):
+        if pixels is None:
+            out.append(None)
+            continue
+        buffer = io.BytesIO()
+        Image.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels).save(buffer, "PNG")
+        out.append(buffer.getvalue())
+    return out
 
 
 def _normalized(vector: np.ndarray) -> np.ndarray:
@@ -332,6 +372,106 @@ class ClassifyByEmbeddingRunner:
                 out[position] = self.labels[int(label)]
         self.usage.failures += sum(error is not None for error in errors)
         return RowResults(out, errors)
+
+
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def _media_type(data: bytes) -> str:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return next((kind for magic, kind in _SIGNATURES if data.startswith(magic)), "image/png")
+
+
+def image_urls(column: pa.Array) -> list[str | None]:
+    """Each row's image as a prompt's ``image_url``: an ``http(s)://`` URL as it is (the server
+    fetches it), anything else read here and sent as a ``data:`` URI."""
+    import base64
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        values: list[str | None] = column.to_pylist()
+        if all(v is None or v.lower().startswith(("http://", "https://")) for v in values):
+            return values
+    out: list[str | None] = []
+    for data in image_inputs(column):
+        if data is None:
+            out.append(None)
+        else:
+            encoded = base64.b64encode(data).decode("ascii")
+            out.append(f"data:{_media_type(data)};base64,{encoded}")
+    return out
+
+
+def _present(parts: Iterable[dict[str, Any] | None]) -> list[Mapping[str, Any]]:
+    return [part for part in parts if part is not None]
+
+
+def image_parts(column: pa.Array) -> list[dict[str, Any] | None]:
+    """Each row's image as an OpenAI ``image_url`` part (None for a null)."""
+    return [
+        None if url is None else {"type": "image_url", "image_url": {"url": url}}
+        for url in image_urls(column)
+    ]
+
+
+def file_parts(column: pa.Array) -> list[dict[str, Any] | None]:
+    """Each row's file (a path, URL or file reference, read here, in the worker) as an OpenAI
+    ``file`` part: its name and its bytes as a ``data:`` URI of its media type (a PDF, a text
+    file), as Daft's prompt sends documents."""
+    import base64
+    import mimetypes
+
+    out: list[dict[str, Any] | None] = []
+    for value in column.to_pylist():
+        file = None if value is None else File.from_value(value)
+        if file is None:
+            out.append(None)
+            continue
+        name = file.url.rstrip("/").rsplit("/", 1)[-1]
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        data = base64.b64encode(file.read()).decode("ascii")
+        out.append(
+            {"type": "file", "file": {"filename": name, "file_data": f"data:{kind};base64,{data}"}}
+        )
+    return out
+
+
+class ClassifyImageRunner:
+    """``classify_image`` zero-shot, as CLIP does: the label whose text embedding (through
+    ``template``, "a photo of a {}") is most like the image's embedding."""
+
+    def __init__(self, descriptor: Any, labels: Sequence[str], template: str) -> None:
+        self.embedder = descriptor.instantiate()
+        self.labels = list(labels)
+        self.usage = Usage()
+        prompts = [template.format(label) for label in self.labels]
+        matrix = np.asarray(self.embedder.embed_text(prompts, self.usage), dtype=np.float32)
+        self._labels = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+
+    def usage_counters(self) -> dict[str, int]:
+        return self.usage.as_dict()
+
+    def run(self, images: pa.Array) -> list[str | None]:
+        values = image_inputs(images)
+        present = [i for i, v in enumerate(values) if v is not None]
+        out: list[str | None] = [None] * len(values)
+        if present:
+            vectors = np.asarray(
+                self.embedder.embed_image([values[i] for i in present], self.usage),
+                dtype=np.float32,
+            )
+            vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+            best = np.argmax(vectors @ self._labels.T, axis=1)
+            for position, label in zip(present, best, strict=True):
+                out[position] = self.labels[int(label)]
+        return out
 
 
 async def _close(provider: Any) -> None:

@@ -23,7 +23,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from vane._arrow import Rechunker
+from vane._arrow import Rechunker, split_by_bytes
 from vane._sql import duckdb_message
 from vane._text import counted
 from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
@@ -119,7 +119,10 @@ class UdfStage:
                 chunk = pa.Table.from_batches(batches, self.source.schema)
                 if left is not None:
                     left -= chunk.num_rows
-                yield chunk
+                if self.spec.batch_bytes is None:
+                    yield chunk
+                else:  # each a batch of its own: one call, never more than the bytes asked
+                    yield from split_by_bytes(chunk, self.spec.batch_bytes)
         except (duckdb.Error, pa.ArrowException, OSError) as exc:
             if isinstance(exc, VaneError):
                 raise
@@ -316,6 +319,8 @@ class UdfStage:
             return
         if self.spec.is_async or outcome.calls < 1 or not chunk.num_rows:
             return
+        if self.spec.batch_bytes is not None:
+            return  # a unit of several calls would hold more than batch_bytes at once
         per_call = outcome.seconds / outcome.calls
         by_time = int(UNIT_SECONDS / per_call) if per_call > 0 else MAX_UNIT_CALLS
         by_bytes = int(MAX_UNIT_BYTES * outcome.calls / max(chunk.nbytes, 1))

@@ -24,6 +24,17 @@ EXTENSIONS: dict[str, tuple[str, ...]] = {
     "csv": (".csv", ".tsv", ".csv.gz", ".tsv.gz", ".csv.zst"),
     "json": (".json", ".jsonl", ".ndjson", ".json.gz", ".jsonl.gz", ".ndjson.gz"),
 }
+# What the other sources list: read_images what Pillow decodes (upper case too: cameras write
+# .JPG), from_glob_path every file. Not table formats, so not in EXTENSIONS, which the writers
+# and the CLI read as the formats vane writes.
+LISTED: dict[str, tuple[str, ...]] = EXTENSIONS | {
+    "image": tuple(
+        e
+        for ext in (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".tif", ".tiff", ".webp")
+        for e in (ext, ext.upper())
+    ),
+    "file": ("",),
+}
 # A destination path ending in one of these is written as one file (compressed suffixes are not
 # offered: the writers do not compress CSV or JSON).
 SINGLE_FILE_SUFFIXES: dict[str, tuple[str, ...]] = {
@@ -82,7 +93,7 @@ def _find(text: str, path: Path, fmt: str) -> _Found:
         return _Found(matched, base, [root, *_directories(matched)], "glob")
     if path.is_dir():
         directory = Path(os.path.abspath(path))
-        matched = _walk(directory, EXTENSIONS[fmt])
+        matched = _walk(directory, LISTED[fmt])
         return _Found(matched, directory, [str(directory), *_directories(matched)], "directory")
     if path.is_file():
         return _Found([str(path)], path.parent, [os.path.dirname(os.path.realpath(path))], "file")
@@ -147,7 +158,7 @@ def resolve_files(
 
         urls = [os.fspath(i) for i in items]
         found_remote, hive, storage = resolve_remote(
-            urls, EXTENSIONS[fmt], fmt, caller, storage_options
+            urls, LISTED[fmt], fmt, caller, storage_options
         )
         return Resolved(tuple(found_remote), label, hive, storage)
     if storage_options:
@@ -173,10 +184,12 @@ def resolve_files(
             matched = [m for m in matched if os.path.realpath(m) not in unfinished]
         if not matched:
             what = "directory" if one.kind == "directory" else "glob"
-            raise SourceNotFoundError(
-                f"{caller}(): the {what} {text!r} holds no {fmt} files "
-                f"(looked for names ending in {', '.join(EXTENSIONS[fmt])})"
+            looked = (
+                f"{fmt} files (looked for names ending in {', '.join(LISTED[fmt])})"
+                if any(LISTED[fmt])
+                else "files"
             )
+            raise SourceNotFoundError(f"{caller}(): the {what} {text!r} holds no {looked}")
         hive = hive or any(  # each distinct directory once: a folder may hold many files
             any(_HIVE_DIR.match(part) for part in Path(d).relative_to(one.base).parts)
             for d in {os.path.dirname(m) for m in matched}

@@ -7,7 +7,8 @@ with a status (429 with ``Retry-After``, 500...), stall past the client's timeou
 malformed JSON, refuse some prompts for good (HTTP 400), answer some structured requests with
 JSON that does not fit, or send a scripted reply (any status, headers and body, JSON or not) for
 a given prompt or embedded text. It counts requests (per prompt and per text too) and requests
-in flight.
+in flight, and keeps the ``image_url`` and ``file`` parts it was sent (an answer says how many
+it got).
 
 In a test::
 
@@ -100,6 +101,8 @@ class OpenAIServer:
         self.requests = 0
         self.by_prompt: Counter[str] = Counter()
         self.by_text: Counter[str] = Counter()  # texts sent to /embeddings, each time sent
+        self.image_urls: list[str] = []  # the image_url parts of chat messages, as sent
+        self.files: list[dict[str, Any]] = []  # their file parts' "file" objects, as sent
         self.by_client: Counter[str] = Counter()  # requests by the client's User-Agent
         self.arrivals: list[float] = []
         self.in_flight = 0
@@ -116,6 +119,8 @@ class OpenAIServer:
             self.requests = 0
             self.by_prompt.clear()
             self.by_text.clear()
+            self.image_urls.clear()
+            self.files.clear()
             self.by_client.clear()
             self.arrivals.clear()
             self.max_in_flight = self.in_flight
@@ -180,7 +185,12 @@ class OpenAIServer:
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         prompt = _text(body["messages"][-1]["content"])
+        images = _image_urls(body["messages"][-1]["content"])
         number = self._count(prompt, request)
+        files = _file_parts(body["messages"][-1]["content"])
+        with self._lock:
+            self.image_urls.extend(images)
+            self.files.extend(files)
         try:
             refusal = await self._misbehave(number) or self._scripted([prompt])
             if refusal is not None:
@@ -189,6 +199,10 @@ class OpenAIServer:
                 error = {"error": {"message": f"refused: {prompt}", "type": "invalid_request"}}
                 return web.json_response(error, status=400)
             content = self._content(prompt, body.get("response_format"))
+            if images and not body.get("response_format"):
+                content += f" (with {len(images)} image{'s' if len(images) > 1 else ''})"
+            if files and not body.get("response_format"):
+                content += f" (with {len(files)} file{'s' if len(files) > 1 else ''})"
             words = len(prompt.split())
             reply = {
                 "id": f"chat-{number}",
@@ -295,6 +309,24 @@ def _text(content: Any) -> Any:
     if isinstance(content, list):
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content
+
+
+def _image_urls(content: Any) -> list[str]:
+    """The URLs (``data:`` URIs included) of a message's ``image_url`` parts."""
+    if not isinstance(content, list):
+        return []
+    return [
+        str(p["image_url"]["url"])
+        for p in content
+        if isinstance(p, dict) and p.get("type") == "image_url"
+    ]
+
+
+def _file_parts(content: Any) -> list[dict[str, Any]]:
+    """The ``file`` objects of a message's file parts."""
+    if not isinstance(content, list):
+        return []
+    return [p["file"] for p in content if isinstance(p, dict) and p.get("type") == "file"]
 
 
 def _fill(schema: dict[str, Any], prompt: str) -> Any:

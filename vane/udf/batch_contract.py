@@ -22,6 +22,7 @@ from vane._arrow import exact_array, is_pandas
 from vane.errors import SchemaMismatchError
 from vane.types import arrow_to_duckdb
 from vane.types.cast import LossyCast, cast_lossless, castable, mismatch
+from vane.types.images import from_tensor_extension
 
 __all__ = ["ContractError", "castable", "conform"]
 
@@ -288,6 +289,7 @@ def to_column(values: Any, target: pa.DataType, subject: Subject) -> pa.ChunkedA
     """``values`` (an Arrow array, numpy array, pandas Series or Python list) as a column of
     ``target`` by lossless casts only, or a ``ContractError`` naming ``subject`` and the first
     value that does not fit."""
+    values = _held_tensors(values)
     objects = _python_objects(values)
     if objects is not None and _typed_first(target):
         typed = _typed_exactly(objects, target)
@@ -368,9 +370,20 @@ def _columns_of(result: Any, where: str) -> dict[str, Any]:
     )
 
 
+def _held_tensors(values: Any) -> Any:
+    """Arrow's canonical ``fixed_shape_tensor`` as nested fixed-size lists (``FLOAT[4][3]``),
+    the type that keeps its shape through DuckDB, which drops extension types."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)) and isinstance(
+        values.type, pa.FixedShapeTensorType
+    ):
+        return from_tensor_extension(values)
+    return values
+
+
 def _as_returned(columns: dict[str, Any], where: str) -> pa.Table:
     arrays = {}
-    for name, values in columns.items():
+    for name, returned in columns.items():
+        values = _held_tensors(returned)
         try:
             arrays[str(name)] = _natural(values, pa.null())
         except _CONVERSION_ERRORS as exc:

@@ -15,9 +15,11 @@ gets Python values. Every value arrives exactly, or the batch fails naming the c
   microsecond has no Python, numpy or pandas form (``datetime.time`` stops at microseconds), so
   it fails its rows with a message that says to cast the column or use the pyarrow format.
 
-In the numpy format a column of fixed-size lists (``FLOAT[384]``, ``DOUBLE[3][3]``) is one n-D
-array (rows first) when it has no nulls, as the batch contract reads such arrays back; any other
-column is ``to_numpy`` of the column (an object array for strings and lists).
+In the numpy format a column of fixed-size lists (``FLOAT[384]``, ``DOUBLE[3][3]``, images of one
+shape) is one n-D array (rows first) when it has no nulls, as the batch contract reads such
+arrays back; images of any shape (``vane.types.images.IMAGE``) are an object array of each row's
+``(h, w, c)`` pixels (None for a null); any other column is ``to_numpy`` of the column (an
+object array for strings and lists).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from vane.types.images import IMAGE
+from vane.types.images import to_numpy as image_arrays
 from vane.udf.batch_contract import ContractError
 
 __all__ = ["python_rows", "python_values", "to_format"]
@@ -123,6 +127,11 @@ def _as_objects(column: pa.ChunkedArray) -> np.ndarray | None:
 
 
 def _numpy(column: pa.ChunkedArray) -> np.ndarray:
+    if column.type == IMAGE:  # images of any shape: each its (h, w, c) pixels, as Ray Data
+        images = np.empty(len(column), dtype=object)
+        for row, pixels in enumerate(image_arrays(column)):  # one by one: never broadcast
+            images[row] = pixels
+        return images
     if _is_tensor(column.type):
         tensor = _tensor(column)
         if tensor is not None:

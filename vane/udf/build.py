@@ -186,6 +186,7 @@ def build_spec(
     error_column: str | None = None,
     hidden_error_column: str | None = None,
     budget: Budget | None = None,
+    batch_bytes: int | None = None,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
     for option, value in (
@@ -219,6 +220,8 @@ def build_spec(
         require("pandas", extra="pandas")
     if batch_size is not None:
         _positive_int(verb, "batch_size", batch_size)
+    if batch_bytes is not None:
+        _positive_int(verb, "batch_bytes", batch_bytes)
     low, high = _concurrency(verb, concurrency)
     if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0:
         raise ConfigurationError(
@@ -266,6 +269,7 @@ def build_spec(
         verb=verb,
         kind=kind,
         batch_size=batch_size,
+        batch_bytes=batch_bytes,
         backend=backend,  # type: ignore[arg-type]
         min_actors=low,
         max_actors=high,

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from vane._arguments import CallArgument, Const
 from vane._text import counted
+from vane.types.files import File, is_file_type
 from vane.udf.batch_contract import ContractError, Subject, to_column
 from vane.udf.batch_format import python_values
 from vane.udf.column import ClassInstance, ColumnUdf
@@ -207,7 +208,7 @@ def _each_row(fn: Any, call: CallPlan, batch: pa.Table) -> list[Any]:
     each row's argument list by hand (that cost more than the calls themselves)."""
     rows = batch.num_rows
     where = call.shown or call.udf.name
-    columns = [python_values(batch.column(name), name, where) for name in call.columns]
+    columns = [_row_values_of(batch.column(name), name, where) for name in call.columns]
 
     def values(source: int | Const) -> Any:
         return (
@@ -225,6 +226,14 @@ def _each_row(fn: Any, call: CallPlan, batch: pa.Table) -> list[Any]:
         strict=False,
     )
     return [fn(*args, **dict(zip(keywords, kwargs, strict=True))) for args, kwargs in pairs]
+
+
+def _row_values_of(column: pa.ChunkedArray, name: str, where: str) -> list[Any]:
+    """A column's values as a row function gets them: a file column's as ``vane.File``s."""
+    values = python_values(column, name, where)
+    if is_file_type(column.type):
+        return [File.from_value(value) for value in values]
+    return values
 
 
 def _row_values(call: CallPlan, batch: pa.Table) -> list[tuple[list[Any], dict[str, Any]]]:

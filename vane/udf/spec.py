@@ -89,6 +89,9 @@ class UdfSpec:
     verb: str
     kind: Kind = "batch"
     batch_size: int | None = None
+    # At most this many bytes of input per batch as well (decoded images: a batch of 4K frames
+    # holds few of them); a row larger than this is a batch of its own.
+    batch_bytes: int | None = None
     backend: Backend = "thread"
     min_actors: int = 1
     max_actors: int = 1

@@ -221,6 +221,25 @@ class _Clip:
             features = features.pooler_output
         return features.float().cpu().numpy()
 
+    def embed_text(self, texts: Sequence[str], usage: Usage) -> Any:
+        """The text tower's embeddings, in the images' space (zero-shot labels)."""
+        import torch
+
+        tokenizer = getattr(self.processor, "tokenizer", None)
+        if tokenizer is None:
+            raise ConfigurationError(
+                "this image model has no tokenizer saved beside it, so it cannot embed the "
+                "labels; classify_image needs a CLIP-style model with its tokenizer"
+            )
+        encoded = tokenizer(list(texts), padding=True, return_tensors="pt")
+        inputs = {k: v.to(self.device) for k, v in encoded.items() if k != "token_type_ids"}
+        usage.requests += 1
+        with torch.no_grad():
+            features = self.model.get_text_features(**inputs)
+        if not isinstance(features, torch.Tensor):  # newer transformers wrap the tensor
+            features = features.pooler_output
+        return features.float().cpu().numpy()
+
 
 def image_embedder(
     provider: str, model: str | None, options: Mapping[str, Any]
