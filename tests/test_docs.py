@@ -42,12 +42,7 @@ class Known:
     timeout_s: float = TIMEOUT_S
 
 
-KNOWN_FAILING: dict[str, Known] = {
-    "multimodal.md-5": Known(
-        why="needs OpenAI's CLIP model from the Hugging Face hub, and tests download nothing",
-        says=r"model 'openai/clip-vit-base-patch32' is not on this machine",
-    ),
-}
+KNOWN_FAILING: dict[str, Known] = {}
 
 
 @dataclass(frozen=True)
