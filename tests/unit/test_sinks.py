@@ -300,3 +300,41 @@ def test_a_file_name_is_one_file_in_any_case_and_another_formats_name_is_refused
         with pytest.raises(ConfigurationError, match=r"names a .* file, and this writes"):
             write(tmp_path / name)
         assert not (tmp_path / name).exists()
+
+
+def _failing_rows(tmp_path):
+    """A relation whose rows fail part-way through a write (a row that DuckDB refuses)."""
+    return vane.range(200_000).select("id", "CASE WHEN id = 150000 THEN error('bad row') END AS e")
+
+
+@pytest.mark.parametrize("where", ["in the cleanup", "before the cleanup"])
+def test_a_ctrl_c_that_lands_on_a_writes_cleanup_leaves_nothing(tmp_path, monkeypatch, where):
+    # One Ctrl-C can reach a write twice: DuckDB's interrupted stream starts its cleanup, and
+    # Python's own KeyboardInterrupt lands at the cleanup's first line (or just before it).
+    from vane.io import commit, sinks
+
+    real_abort = commit.Staging.abort
+    real_surely = sinks.abort_surely
+    landed: list[str] = []
+
+    def abort_once_interrupted(self):
+        if not landed:
+            landed.append("abort")
+            raise KeyboardInterrupt
+        real_abort(self)
+
+    def surely_once_interrupted(abort):
+        if not landed:
+            landed.append("surely")
+            raise KeyboardInterrupt
+        real_surely(abort)
+
+    if where == "in the cleanup":
+        monkeypatch.setattr(commit.Staging, "abort", abort_once_interrupted)
+    else:
+        monkeypatch.setattr(sinks, "abort_surely", surely_once_interrupted)
+    out = tmp_path / "out"
+    with pytest.raises((KeyboardInterrupt, vane.errors.VaneError)):
+        _failing_rows(tmp_path).write_parquet(str(out))
+    assert landed  # the interrupt did land
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no staging, no output

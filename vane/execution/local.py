@@ -35,7 +35,7 @@ from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
 from vane.io.resume import Resume, ResumeStore
-from vane.io.sinks import Sink, WriteResult, write_to
+from vane.io.sinks import Sink, WriteResult, abort_unfinished, write_to, writes_started
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished
 from vane.plan.explain import explain
@@ -268,6 +268,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     always released."""
     execution = Execution(plan, streaming=streaming)
     failed = True
+    writes = writes_started()
     try:
         with cancelled_by_sigint(execution.cancellation):
             yield execution
@@ -287,6 +288,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
             raise
         raise error from error.__cause__
     finally:
+        abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
         execution.close(failed=failed)
 
 

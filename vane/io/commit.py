@@ -133,14 +133,36 @@ def _held(path: Path) -> bool:
     return False
 
 
+def abort_surely(abort: Callable[[], None]) -> None:
+    """Run ``abort`` (a write's cleanup, which is safe to run twice) to its end even if Ctrl-C
+    lands in it. One Ctrl-C can arrive twice: vane's watcher interrupts DuckDB, whose error
+    starts the cleanup, and Python's own handler then raises KeyboardInterrupt at the next
+    line, inside it. The signal is spent by then, so a second run finishes; the interrupt is
+    raised after it."""
+    try:
+        abort()
+    except KeyboardInterrupt:
+        abort()
+        raise
+
+
 def _locked_directory(final: Path) -> int:
     """Make the directory ``final`` already locked: made under another name, locked, renamed.
     Returns the descriptor that holds the lock."""
     making = final.with_name(final.name.replace(_STAGING, _MAKING, 1))
-    making.mkdir()
-    descriptor = os.open(making, os.O_RDONLY)
-    fcntl.flock(descriptor, fcntl.LOCK_EX)
-    os.rename(making, final)  # the lock is the inode's: it moves with it
+    descriptor = -1
+    try:
+        making.mkdir()
+        descriptor = os.open(making, os.O_RDONLY)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        os.rename(making, final)  # the lock is the inode's: it moves with it
+    except BaseException:  # Ctrl-C on the way: leave neither directory behind
+        if descriptor >= 0:
+            os.close(descriptor)
+        for left in (making, final):
+            with contextlib.suppress(OSError):
+                left.rmdir()
+        raise
     return descriptor
 
 
@@ -333,13 +355,17 @@ class Staging:
         self._journal: Path | None = None
         # Held for the write's whole life: while it is, nobody removes this staging.
         self._lock = _locked_directory(self.directory)
-        # Leftovers of killed writes. The lock exists once any commit to here has begun; until
-        # then no journal exists and dead staging can go without it.
-        with locked(lock_path(self.destination), create=False) as held:
-            if held:
-                recover(self.destination)
-            else:
-                remove_dead_staging(self.destination)
+        try:
+            # Leftovers of killed writes. The lock exists once any commit to here has begun;
+            # until then no journal exists and dead staging can go without it.
+            with locked(lock_path(self.destination), create=False) as held:
+                if held:
+                    recover(self.destination)
+                else:
+                    remove_dead_staging(self.destination)
+        except BaseException:  # an error, or Ctrl-C: this write's staging goes with it
+            abort_surely(self.abort)
+            raise
 
     def _check_destination(self) -> None:
         dest, shown = self.destination, str(self.shown)

@@ -14,6 +14,8 @@ Files are written by pyarrow (Parquet, CSV) or rendered by DuckDB (JSON lines), 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
 from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
-from vane.io.commit import MODES, Staging, WriteMode
+from vane.io.commit import MODES, Staging, WriteMode, abort_surely
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
 from vane.observe.events import StageFinished, describe_usage, step_names
 
@@ -235,15 +237,19 @@ class FileSink:
             return self._start_remote()
         destination = Path(self.path).expanduser().absolute()
         staging = Staging(destination, self.mode, single_file=self.single_file)
-        writer = PartWriter(
-            format=self.format,
-            directory=str(staging.directory),
-            token=staging.token,
-            single_name=destination.name if self.single_file else None,
-            partition_by=self.partition_by,
-            rows_per_file=self.rows_per_file,
-        )
-        return FileWrite(self, staging, writer)
+        try:
+            writer = PartWriter(
+                format=self.format,
+                directory=str(staging.directory),
+                token=staging.token,
+                single_name=destination.name if self.single_file else None,
+                partition_by=self.partition_by,
+                rows_per_file=self.rows_per_file,
+            )
+            return FileWrite(self, staging, writer)
+        except BaseException:  # Ctrl-C between the staging and the write: nothing stays
+            abort_surely(staging.abort)
+            raise
 
     def _start_remote(self) -> FileWrite:
         from vane.io import storage
@@ -274,6 +280,7 @@ class FileWrite:
         self.sink = sink
         self.staging = staging
         self.writer = writer
+        self.committed = False
 
     def commit(self, parts: list[Part]) -> Committed:
         if isinstance(self.staging, Staging):
@@ -281,6 +288,7 @@ class FileWrite:
         else:
             rows = sum(p.rows for p in parts)
             destination = self.staging.commit([p.path for p in parts], rows)
+        self.committed = True  # from here on an abort must leave the output alone
         return Committed(
             destination,
             sum(p.rows for p in parts),
@@ -289,7 +297,8 @@ class FileWrite:
         )
 
     def abort(self) -> None:
-        self.staging.abort()
+        if not self.committed:
+            self.staging.abort()
 
 
 @dataclass(frozen=True)
@@ -504,23 +513,67 @@ def _write_file(
     return rows
 
 
+# The writes this thread has started and not yet seen through: ``abort_unfinished`` ends those a
+# Ctrl-C left (see ``abort_surely``), once the action that ran them unwinds.
+_unfinished = threading.local()
+
+
+def _started_writes() -> list[Write]:
+    found: list[Write] | None = getattr(_unfinished, "writes", None)
+    if found is None:
+        found = _unfinished.writes = []
+    return found
+
+
+def _seen_through(write: Write) -> None:
+    with contextlib.suppress(ValueError):
+        _started_writes().remove(write)
+
+
+def writes_started() -> int:
+    """How many writes this thread has under way: an action notes it as it begins."""
+    return len(_started_writes())
+
+
+def abort_unfinished(since: int) -> None:
+    """Abort the writes this thread started (after the first ``since``) that neither began
+    their commit nor finished an abort: a Ctrl-C can land at the first line of a cleanup,
+    before it has done anything; the action that ran the write calls this as it unwinds, when
+    that signal is spent. (A commit that began is left to its own protocol, which the next
+    write completes or undoes.)"""
+    writes = _started_writes()
+    while len(writes) > since:
+        abort_surely(writes.pop().abort)
+
+
 def write_to(sink: Sink, reader: pa.RecordBatchReader) -> Committed:
     """Start a write, write ``reader``'s batches, commit; on any failure abort, so the
     destination is as it was."""
     write = sink.start()
+    _started_writes().append(write)
+    return _write_and_commit(sink, write, reader)
+
+
+def _write_and_commit(sink: Sink, write: Write, reader: pa.RecordBatchReader) -> Committed:
     try:
         parts = write.writer.write(reader, reader.schema)
+        _seen_through(write)  # its commit begins: from here its own protocol answers for it
         return write.commit(parts)
     except VaneError:
-        write.abort()
+        _abort(write)
         raise
     except (duckdb.Error, pa.ArrowException, OSError) as exc:
         # DuckDB's errors reach us directly, or through the Arrow stream as Arrow/OS errors.
-        write.abort()
+        _abort(write)
         raise ExecutionError(
             f"writing {sink.path!r} failed: {duckdb_message(exc)}. Nothing was written; "
             f"{sink.path!r} is as it was"
         ) from exc
     except BaseException:
-        write.abort()
+        _abort(write)
         raise
+
+
+def _abort(write: Write) -> None:
+    abort_surely(write.abort)
+    _seen_through(write)

@@ -33,7 +33,7 @@ from vane.execution.runner import action_events
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
 from vane.io.resume import Resume
-from vane.io.sinks import Part, Sink, WriteResult
+from vane.io.sinks import Part, Sink, WriteResult, abort_unfinished, writes_started
 from vane.observe.events import (
     BatchDone,
     StageFinished,
@@ -253,6 +253,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]
     lowering = RayLowering(plan, tally, watch, streaming=streaming)
     totals = stage_totals(plan, row_caps(plan))
     progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), watch, totals)
+    writes = writes_started()
     try:
         yield lowering
         progress.finish()
@@ -269,6 +270,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]
             raise
         raise error from error.__cause__
     finally:
+        abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
         progress.stop()
         progress.events.close()
         lowering.close()
