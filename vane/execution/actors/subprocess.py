@@ -151,6 +151,9 @@ class SubprocessActor(Actor):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
+                # A Ray actor's worker lingers to run teardown() after Ray kills the actor, and
+                # Ray kills a dead worker's whole process group: it needs a group of its own.
+                start_new_session=pool.linger,
             )
         except BaseException:
             os.close(request_w)
