@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vane._text import counted
+from vane.ai.functions import check_prices
 from vane.ai.providers._models import source
 from vane.ai.runners import (
     ClassifyByEmbeddingRunner,
@@ -108,7 +109,7 @@ class Estimate:
 
 def estimate(plan: PlanNode, prices: Mapping[str, float] | None = None) -> Estimate:
     """``plan``'s AI steps, estimated (see the module's text)."""
-    prices = _checked_prices(prices)
+    prices = check_prices(prices, "estimate")
     plan = optimize(plan)
     caps = row_caps(plan)
     found = []
@@ -129,23 +130,6 @@ def estimate(plan: PlanNode, prices: Mapping[str, float] | None = None) -> Estim
         for call in calls:
             found.append(_step(node, owner, call, caps.get(id(node)), prices))
     return Estimate(tuple(found))
-
-
-def _checked_prices(prices: Mapping[str, float] | None) -> Mapping[str, float] | None:
-    if prices is None:
-        return None
-    unknown = set(prices) - {"input", "output"}
-    values = list(prices.values())
-    if (
-        unknown
-        or "input" not in prices
-        or not all(isinstance(v, (int, float)) and v >= 0 for v in values)
-    ):
-        raise ConfigurationError(
-            "estimate(): prices are dollars per million tokens, as {'input': 0.15, 'output': "
-            f"0.60}} ('output' may be left out), got {dict(prices)!r}"
-        )
-    return prices
 
 
 def _ai_call(node: UdfStep) -> tuple[Any, tuple[Any, ...]]:

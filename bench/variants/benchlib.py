@@ -269,6 +269,18 @@ def image_parser(description: str | None) -> argparse.ArgumentParser:
     return p
 
 
+class Embedder:
+    """The model loaded once per actor (or worker), embedding one batch of ``(id, text)`` per
+    call: the class every engine's embed variant hands its actors."""
+
+    def __init__(self) -> None:
+        self.model = load_embedder()
+
+    def __call__(self, batch: Any) -> Any:
+        vectors = embed_texts(self.model, batch["text"].to_pylist(), len(batch))
+        return embedding_table(batch["id"], vectors)
+
+
 def embedding_server(port: int) -> None:
     """all-MiniLM-L6-v2 loaded once (as ``load_embedder``) behind OpenAI's ``/v1/embeddings``
     on ``port``: the server that ``vane.ai.serve(function=...)`` runs for the serve workload."""

@@ -4,18 +4,10 @@ batch_format="pyarrow") -> write_parquet, on ``ray.init(num_cpus=2)``."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import benchlib
 
-
-class Embedder:
-    def __init__(self) -> None:
-        self.model = benchlib.load_embedder()
-
-    def __call__(self, batch: Any) -> Any:
-        vectors = benchlib.embed_texts(self.model, batch["text"].to_pylist(), len(batch))
-        return benchlib.embedding_table(batch["id"], vectors)
+Embedder = benchlib.Embedder
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:

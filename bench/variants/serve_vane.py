@@ -8,20 +8,13 @@ each actor's is in (a)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import benchlib
 
 ACTORS = 4
 
 
-class Embedder:
-    def __init__(self) -> None:
-        self.model = benchlib.load_embedder()
-
-    def __call__(self, batch: Any) -> Any:
-        vectors = benchlib.embed_texts(self.model, batch["text"].to_pylist(), len(batch))
-        return benchlib.embedding_table(batch["id"], vectors)
+Embedder = benchlib.Embedder
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:

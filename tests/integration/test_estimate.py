@@ -81,7 +81,7 @@ def test_an_estimate_that_would_have_to_run_a_udf_says_so_and_bad_prices_are_ref
     with pytest.raises(ConfigurationError, match=r"comes from the UDF step `.*tag`"):
         upstream.prompt("q", base_url="http://127.0.0.1:9/v1", model="m").estimate()
     rel = rows().prompt("q", base_url="http://127.0.0.1:9/v1", model="m")
-    for prices in ({"output": 1.0}, {"input": -1}, {"input": 1, "cached": 0.5}):
+    for prices in ({"output": 1.0}, {"input": -1}, {"input": 1, "cached": 0.5}, {"input": True}):
         with pytest.raises(ConfigurationError, match="dollars per million tokens"):
             rel.estimate(prices=prices)
 

@@ -85,22 +85,31 @@ def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return execution, provider
 
 
+def check_prices(prices: Any, caller: str) -> Mapping[str, float] | None:
+    """``prices`` as budgets and estimates take them: dollars per million tokens, ``input``
+    given, ``output`` optional, none negative."""
+    if prices is not None and (
+        not isinstance(prices, Mapping)
+        or "input" not in prices
+        or set(prices) - {"input", "output"}
+        or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+            for v in prices.values()
+        )
+    ):
+        raise ConfigurationError(
+            f"{caller}(): prices are dollars per million tokens, as {{'input': 0.15, 'output': "
+            f"0.60}} ('output' may be left out), got {prices!r}"
+        )
+    return prices
+
+
 def _budget(task: str, execution: Mapping[str, Any]) -> Budget | None:
     """``max_cost`` (dollars, at ``prices`` per million tokens) and ``max_total_tokens``
     (prompt and completion tokens together, over the whole step): the job stops once the
     step's answers pass either (see ``Budget``)."""
     max_cost, max_tokens = execution.get("max_cost"), execution.get("max_total_tokens")
-    prices = execution.get("prices")
-    if prices is not None and (
-        not isinstance(prices, Mapping)
-        or "input" not in prices
-        or set(prices) - {"input", "output"}
-        or not all(isinstance(v, (int, float)) and v >= 0 for v in prices.values())
-    ):
-        raise ConfigurationError(
-            f"{task}(): prices are dollars per million tokens, as {{'input': 0.15, 'output': "
-            f"0.60}}, got {prices!r}"
-        )
+    prices = check_prices(execution.get("prices"), task)
     if max_cost is None and max_tokens is None:
         return None
     if max_cost is not None and (prices is None or not isinstance(max_cost, (int, float))):
