@@ -4,8 +4,6 @@ vane's remote path resolution, and read by the image and file functions in the w
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -13,29 +11,17 @@ import pytest
 
 import vane
 from tests.images import pattern, png_bytes
+from tests.s3_server import local_s3
 from vane import functions as F
 from vane.types.images import to_numpy
 
 moto_server = pytest.importorskip("moto.server")
 botocore_session = pytest.importorskip("botocore.session")
-_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
 
 
 @pytest.fixture(scope="module")
 def bucket() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing-secret-value",
-        AWS_ENDPOINT_URL=url,
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    try:
+    with local_s3() as url:
         client = botocore_session.get_session().create_client("s3", endpoint_url=url)
         client.create_bucket(Bucket="photos")
         for seed in range(3):
@@ -43,13 +29,6 @@ def bucket() -> Iterator[str]:
             client.put_object(Bucket="photos", Key=f"2026/{seed}.png", Body=body)
         client.put_object(Bucket="photos", Key="2026/notes.txt", Body=b"not an image")
         yield "photos"
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def test_images_and_files_read_from_s3(bucket):

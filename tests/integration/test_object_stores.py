@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import http.server
-import logging
 import os
 import random
 import signal
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import vane
+from tests.s3_server import local_s3
 from vane.errors import (
     SinkError,
     SourceNotFoundError,
@@ -39,30 +39,8 @@ botocore_session = pytest.importorskip("botocore.session")
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing-secret-value",
-        AWS_ENDPOINT_URL=url,
-        AWS_DEFAULT_REGION="us-east-1",
-    )
-    try:
+    with local_s3() as url:
         yield url
-    finally:
-        server.stop()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
 
 
 @pytest.fixture(scope="module")
