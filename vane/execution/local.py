@@ -25,11 +25,12 @@ import pyarrow as pa
 from vane import _engine
 from vane._arrow import exact_batches, gathered, one_batch
 from vane._sql import duckdb_message
+from vane.backend.lowering import lower
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
-from vane.execution.lowering import lower, row_caps
+from vane.execution.lowering import row_caps
 from vane.execution.resume import Checkpoint, fingerprint, step_key
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events

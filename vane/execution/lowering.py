@@ -1,56 +1,11 @@
-"""Lowering a logical plan onto DuckDB: every node becomes a lazy ``DuckDBPyRelation`` on one
-cursor. A UDF step becomes an Arrow stream that DuckDB reads lazily (``from_arrow``), fed by the
-step's actor pool, which reads its own input on its own cursor. Nothing runs here; work starts
-when the relation is read."""
+"""Where an action may stop early: the rows each UDF step must produce for the limits above it.
+(The lowering of a plan onto DuckDB is the backend's: ``vane/backend/lowering.py``.)"""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-import duckdb
-import pyarrow as pa
-
-from vane._sql import duckdb_message
-from vane.errors import ExecutionError, SourceError
-from vane.plan.nodes import FileScan, Limit, PlanNode, Source, SqlStep, UdfStep
+from vane.plan.nodes import Limit, PlanNode, UdfStep
 from vane.plan.rows import one_for_one
 from vane.plan.traverse import shared_subplans, walk
-
-Cursor = duckdb.DuckDBPyConnection
-
-
-class Scannable(Protocol):
-    """Rows kept or streamed for a node, which DuckDB reads instead of computing the node."""
-
-    def to_duckdb(self, cursor: Cursor) -> duckdb.DuckDBPyRelation: ...
-
-
-class UdfStreams(Protocol):
-    def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader: ...
-    def spooled(self, node: PlanNode) -> Scannable | None: ...
-
-
-def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBPyRelation:
-    """The DuckDB relation that computes ``node``, built on ``cursor``. A subplan that two
-    parts of the plan read comes from where the action keeps it, computed once."""
-    scan = streams.spooled(node)
-    if scan is not None:
-        return scan.to_duckdb(cursor)
-    if isinstance(node, UdfStep):
-        return cursor.from_arrow(streams.udf_reader(node))
-    inputs = [lower(child, cursor, streams) for child in node.inputs]
-    try:
-        if isinstance(node, Source):
-            return node.to_duckdb(cursor)
-        if isinstance(node, SqlStep):
-            return node.apply(cursor, *inputs)
-    except duckdb.Error as exc:
-        for gone in (n.vanished() for n in walk(node) if isinstance(n, FileScan)):
-            if gone is not None:  # another write replaced the files the plan was built on
-                raise gone from exc
-        error = SourceError if isinstance(node, Source) else ExecutionError
-        raise error(f"step `{node.describe()}` failed: {duckdb_message(exc)}") from exc
-    raise TypeError(f"cannot lower plan node {type(node).__name__}")
 
 
 def row_caps(plan: PlanNode) -> dict[int, int]:

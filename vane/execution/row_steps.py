@@ -12,8 +12,9 @@ from typing import Any
 import pyarrow as pa
 
 from vane import _engine
-from vane.execution.lowering import Scannable, lower
-from vane.plan.nodes import Cursor, Limit, PlanNode, Relation, Source
+from vane.backend.compile import Cursor, Relation, scan
+from vane.backend.lowering import lower
+from vane.plan.nodes import Limit, PlanNode, Source
 from vane.plan.traverse import with_inputs
 
 
@@ -28,11 +29,13 @@ class BlockInput(Source):
     def __post_init__(self) -> None:
         self._set_schema(self.block_schema)
 
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        return cursor.from_arrow(self.current["table"])
-
     def describe(self) -> str:
         return "Block"
+
+
+@scan.register
+def _(node: BlockInput, cursor: Cursor) -> Relation:
+    return cursor.from_arrow(node.current["table"])
 
 
 class _NoStreams:
@@ -41,7 +44,7 @@ class _NoStreams:
     def udf_reader(self, node: Any) -> pa.RecordBatchReader:
         raise AssertionError("a row-local chain holds no UDF step")
 
-    def spooled(self, node: PlanNode) -> Scannable | None:
+    def spooled(self, node: PlanNode) -> Source | None:
         return None
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from vane import _engine
+from vane.backend.compile import scan as scan_source
 from vane.plan.nodes import FileScan
 
 
@@ -34,7 +35,7 @@ def read_files(scan: FileScan, files: Iterable[str]) -> pa.Table:
     share = dataclasses.replace(scan, files=tuple(files))
     cursor = _engine.cursor()
     try:
-        table: pa.Table = share.to_duckdb(cursor).to_arrow_table()
+        table: pa.Table = scan_source(share, cursor).to_arrow_table()
     finally:
         cursor.close()
     return conform_columns(table, scan.schema)

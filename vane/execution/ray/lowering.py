@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from vane import _engine
 from vane._arrow import one_batch
-from vane.execution.lowering import Scannable, row_caps
+from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
 from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import file_datasource
@@ -37,6 +37,7 @@ from vane.execution.ray.waits import ResourceWatch
 from vane.execution.row_steps import BlockSql, reroot, streamed
 from vane.plan.nodes import (
     ArrowScan,
+    ArrowStreamScan,
     FileScan,
     Limit,
     PlanNode,
@@ -309,7 +310,7 @@ class RayLowering:
         return False
 
     def relation(self, node: PlanNode) -> duckdb.DuckDBPyRelation:
-        from vane.execution.lowering import lower
+        from vane.backend.lowering import lower
 
         cursor = _engine.cursor()
         self._cursors.append(cursor)
@@ -320,26 +321,16 @@ class RayLowering:
     def udf_reader(self, node: UdfStep) -> pa.RecordBatchReader:
         return self.reader(node, _OBJECT_ROWS)
 
-    def spooled(self, node: PlanNode) -> Scannable | None:
+    def spooled(self, node: PlanNode) -> Source | None:
         if isinstance(node, Source) or not self.runs_on_ray(node) or isinstance(node, UdfStep):
             return None
         # a row-local step over a UDF step: computed on Ray, read here as a stream
-        return _StreamScan(self.reader(node, _OBJECT_ROWS))
+        return ArrowStreamScan(self.reader(node, _OBJECT_ROWS))
 
     def close(self) -> None:
         for cursor in self._cursors:
             cursor.close()
         self._cursors.clear()
-
-
-class _StreamScan:
-    """What ``lower`` asks of a spooled node: a relation on the cursor, here read once."""
-
-    def __init__(self, reader: pa.RecordBatchReader) -> None:
-        self.reader = reader
-
-    def to_duckdb(self, cursor: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyRelation:
-        return cursor.from_arrow(self.reader)
 
 
 def _run_block_sql(block: pa.Table, top: PlanNode, bottom: Any) -> pa.Table:

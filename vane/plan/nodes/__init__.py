@@ -1,17 +1,18 @@
 """Logical plan nodes: immutable, self-validating, each deriving its own output schema.
 
 A plan is a tree of nodes. ``Source`` nodes produce data (``sources``); ``SqlStep`` nodes
-transform their inputs with DuckDB (``steps``); ``UdfStep`` nodes run a user's function over
-batches (``udf``). Every node checks its invariants when it is built and derives its schema by
-binding its SQL against empty tables of its inputs' schemas: a bad expression is reported the
-moment the user writes it, naming the step, and no data is read to find a schema.
+transform their inputs with SQL (``steps``); ``UdfStep`` nodes run a user's function over
+batches (``udf``). Every node checks its invariants when it is built and takes its schema from
+the backend, which binds the step against empty tables of its inputs' schemas: a bad
+expression is reported the moment the user writes it, naming the step, and no data is read to
+find a schema.
 
-Lowering a node onto DuckDB (``to_duckdb`` for sources, ``apply`` for steps) builds a lazy
-``DuckDBPyRelation``; runners decide where and when it executes. (Issue 26 moves that lowering
-into one DuckDB backend, so that nodes become plain data.)
+Nodes are plain data: they hold no DuckDB object and no DuckDB text. The backend
+(``vane/backend/``) binds them and lowers them onto DuckDB; runners decide where and when the
+result executes.
 """
 
-from vane.plan.nodes.base import Cursor, JoinHow, PlanNode, Relation
+from vane.plan.nodes.base import JoinHow, PlanNode
 from vane.plan.nodes.sources import (
     ArrowScan,
     ArrowStreamScan,
@@ -44,7 +45,6 @@ __all__ = [
     "Aggregate",
     "ArrowScan",
     "ArrowStreamScan",
-    "Cursor",
     "Distinct",
     "Drop",
     "FileScan",
@@ -57,7 +57,6 @@ __all__ = [
     "OrderBy",
     "PlanNode",
     "RangeScan",
-    "Relation",
     "Rename",
     "Select",
     "SortKey",

@@ -1,17 +1,16 @@
-"""The base of every plan node, and the DuckDB objects nodes lower onto."""
+"""The base of every plan node. A node is plain data; its schema is bound by the backend
+(``vane/backend/binding.py``) when the node is built."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import import_module
 from typing import Literal
 
-import duckdb
 import pyarrow as pa
 
 from vane.errors import PlanError, SchemaError
 
-Relation = duckdb.DuckDBPyRelation
-Cursor = duckdb.DuckDBPyConnection
 JoinHow = Literal["inner", "left", "right", "outer", "semi", "anti"]
 
 
@@ -26,6 +25,10 @@ class PlanNode:
     def schema(self) -> pa.Schema:
         schema: pa.Schema = self.__dict__["_schema"]
         return schema
+
+    def _bind(self) -> None:
+        """Take the schema the backend binds for this node (no data is read)."""
+        self._set_schema(_binder()(self))
 
     def _set_schema(self, schema: pa.Schema) -> None:
         names = schema.names
@@ -65,3 +68,15 @@ def check_columns(step: str, names: Sequence[str], node: PlanNode) -> None:
             f"{step}(): no column named {', '.join(map(repr, missing))}; "
             f"the input has {', '.join(node.schema.names)}"
         )
+
+
+_bind_schema: Callable[[PlanNode], pa.Schema] | None = None
+
+
+def _binder() -> Callable[[PlanNode], pa.Schema]:
+    """The backend's ``bind``: known here by name only, because the backend sits above the plan
+    (it compiles nodes) and binding a node is the one thing the plan asks of it."""
+    global _bind_schema
+    if _bind_schema is None:
+        _bind_schema = import_module("vane.backend.binding").bind
+    return _bind_schema

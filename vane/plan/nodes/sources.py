@@ -3,42 +3,26 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import duckdb
 import pyarrow as pa
 
-from vane import _engine
-from vane._sql import duckdb_message, quote_ident, sql_list
 from vane._text import counted
 from vane.errors import SourceError
 from vane.io import readers
-from vane.io.combine import check_files
 from vane.io.files import FileFormat
 from vane.io.spool import Spool
 from vane.io.tables.base import TableSource
-from vane.plan.nodes.base import Cursor, PlanNode, Relation
+from vane.plan.nodes.base import PlanNode
 
 # --------------------------------------------------------------------------------------------
 # Sources
 
 
 class Source(PlanNode):
-    """A node that produces data; it has no plan inputs."""
-
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        raise NotImplementedError
-
-    def _derive_schema(self) -> None:
-        cursor = _engine.cursor()
-        try:
-            relation = self.to_duckdb(cursor)
-            self._set_schema(relation.limit(0).to_arrow_table().schema)
-        except duckdb.Error as exc:
-            raise SourceError(f"cannot read `{self.describe()}`: {duckdb_message(exc)}") from exc
-        finally:
-            cursor.close()
+    """A node that produces data; it has no plan inputs. The backend reads it
+    (``vane/backend/compile.py``, ``scan``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,39 +70,11 @@ class FileScan(Source):
                     differing = schemas
         elif len(self.files) > 1:
             options.setdefault("union_by_name", True)  # files are combined by column name
+        object.__setattr__(self, "options", tuple(sorted(options.items())))
         object.__setattr__(self, "_restore", restore)
+        object.__setattr__(self, "_differing", differing)
         object.__setattr__(self, "_rows", rows)
-        typed = readers.typed_columns(self.format, options)
-        cursor = _engine.cursor()
-        try:
-            records = None
-            if self.format == "json":
-                sizes = [(self.stamps or {}).get(f, (0, 0, 1, 0))[2] for f in self.files]
-                options, records = readers.complete_json_options(
-                    cursor, self._paths(), options, sizes if self.storage is not None else None
-                )
-            object.__setattr__(self, "options", tuple(sorted(options.items())))
-            object.__setattr__(self, "_records", records)
-            self._derive_schema_on(cursor)
-            if len(self.files) > 1:
-                combined: pa.Schema = self.__dict__["_combined"]
-                skip = typed | (set(combined.names) - set(self.columns or combined.names))
-                check_files(
-                    cursor,
-                    self.format,
-                    self._paths(),
-                    options,
-                    label=self.label,
-                    combined=combined,
-                    schemas=differing,
-                    skip=skip,
-                )
-        except duckdb.Error as exc:
-            raise self.vanished() or SourceError(
-                f"cannot read `{self.describe()}`: {duckdb_message(exc)}"
-            ) from exc
-        finally:
-            cursor.close()
+        self._bind()  # reads the files' headers (their footers are read above)
         self._check_ragged_csv()
         changed = self.vanished()  # replaced while it was being read: say so now
         if changed is not None:
@@ -131,52 +87,18 @@ class FileScan(Source):
         rows: int | None = self.__dict__["_rows"]
         return rows
 
-    def _paths(self) -> list[str]:
-        """The files as DuckDB opens them (a URL through vane's storage layer)."""
-        return readers.duckdb_files(self.files, self.storage)
-
-    def _scan(self, cursor: Cursor) -> Relation:
-        """The files as DuckDB reads them together, before vane's casts and projection."""
-        records: readers.JsonLines | None = self.__dict__["_records"]
-        sql = readers.scan_sql(self.format, self._paths(), dict(self.options), records)
-        return cursor.sql(sql)
-
-    def _shape(self, relation: Relation) -> Relation:
+    @property
+    def restore(self) -> dict[str, pa.DataType]:
+        """Columns the Parquet footers declare fixed-size lists, which DuckDB reads as lists:
+        the scan casts them back."""
         restore: dict[str, pa.DataType] = self.__dict__["_restore"]
-        present = {n: t for n, t in restore.items() if n in relation.columns}
-        if present:
-            from vane.types import arrow_to_duckdb
+        return restore
 
-            casts = sql_list(
-                f"{quote_ident(n)}::{arrow_to_duckdb(t)} AS {quote_ident(n)}"
-                for n, t in present.items()
-            )
-            relation = relation.project(f"* REPLACE ({casts})")
-        if self.columns is not None:
-            relation = relation.project(
-                readers.projection(self.columns, relation.columns, self.label)
-            )
-        return relation
-
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        changed = self.vanished()
-        if changed is not None:
-            raise changed
-        relation = self._scan(cursor)
-        bound = (relation.columns, [str(t) for t in relation.types])
-        if bound != self.__dict__["_bound"]:  # the stamps missed a change: the schema did not
-            raise self._changed(
-                f"its columns were {_columns(*self.__dict__['_bound'])}, and now they are "
-                f"{_columns(*bound)}"
-            )
-        return self._shape(relation)
-
-    def _derive_schema_on(self, cursor: Cursor) -> None:
-        relation = self._scan(cursor)
-        object.__setattr__(self, "_bound", (relation.columns, [str(t) for t in relation.types]))
-        if len(self.files) > 1:  # the types the files are combined into, before vane's casts
-            object.__setattr__(self, "_combined", relation.limit(0).to_arrow_table().schema)
-        self._set_schema(self._shape(relation).limit(0).to_arrow_table().schema)
+    @property
+    def differing(self) -> list[pa.Schema] | None:
+        """The Parquet files' stored schemas, where they differ (None where they agree)."""
+        differing: list[pa.Schema] | None = self.__dict__["_differing"]
+        return differing
 
     def _check_ragged_csv(self) -> None:
         """DuckDB reads a CSV whose rows have different numbers of fields as one text column
@@ -214,29 +136,25 @@ class FileScan(Source):
             if stamps.get(path, now) != now:
                 replaced.append(path)
         if gone:
-            return self._changed(
+            return self.changed(
                 f"{gone[0]!r}"
                 + (f" and {counted(len(gone) - 1, 'other file')}" if len(gone) > 1 else "")
                 + (" no longer exist" if len(gone) > 1 else " no longer exists")
             )
         if replaced:
-            return self._changed(
+            return self.changed(
                 f"{replaced[0]!r}"
                 + (f" and {counted(len(replaced) - 1, 'other file')}" if len(replaced) > 1 else "")
                 + " changed since the relation was built"
             )
         return None
 
-    def _changed(self, what: str) -> SourceError:
+    def changed(self, what: str) -> SourceError:
         return SourceError(
             f"`{self.describe()}`: {what}: the files changed since they were listed (another "
             f"write replaced them?). Build the relation again, e.g. "
             f"vane.read_{self.format}({self.label!r}), to read what is there now"
         )
-
-
-def _columns(names: Sequence[str], types: Sequence[str]) -> str:
-    return ", ".join(f"{n} {t}" for n, t in zip(names, types, strict=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -247,9 +165,6 @@ class ArrowScan(Source):
 
     def __post_init__(self) -> None:
         self._set_schema(self.table.schema)
-
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        return cursor.from_arrow(self.table)
 
     def describe(self) -> str:
         return f"FromArrow rows={self.table.num_rows}"
@@ -265,7 +180,8 @@ class ArrowStreamScan(Source):
     def __post_init__(self) -> None:
         self._set_schema(self.reader.schema)
 
-    def to_duckdb(self, cursor: Cursor) -> Relation:
+    def take_reader(self) -> pa.RecordBatchReader:
+        """The reader, for the one action that reads it."""
         if self._state["consumed"]:
             raise SourceError(
                 "this relation reads a pyarrow RecordBatchReader, which can be read once, and an "
@@ -273,7 +189,7 @@ class ArrowStreamScan(Source):
                 "data several times, or build the relation again from a new reader"
             )
         self._state["consumed"] = True
-        return cursor.from_arrow(self.reader)
+        return self.reader
 
     def describe(self) -> str:
         return "FromArrowStream (readable once)"
@@ -288,17 +204,7 @@ class TableScan(Source):
     table: TableSource
 
     def __post_init__(self) -> None:
-        cursor = _engine.cursor()
-        try:  # the schema as DuckDB gives it back, found without reading a row
-            empty = cursor.from_arrow(self.table.schema.empty_table())
-            self._set_schema(empty.limit(0).to_arrow_table().schema)
-        except duckdb.Error as exc:
-            raise SourceError(f"cannot read `{self.describe()}`: {duckdb_message(exc)}") from exc
-        finally:
-            cursor.close()
-
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        return cursor.from_arrow(self.table.open())
+        self._bind()  # the schema as the backend gives it back, found without reading a row
 
     def describe(self) -> str:
         return self.table.describe()
@@ -313,9 +219,6 @@ class MaterializedScan(Source):
     def __post_init__(self) -> None:
         self._set_schema(self.spool.schema)
 
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        return cursor.from_arrow(self.spool.reader())
-
     def describe(self) -> str:
         return f"Materialized ({self.spool.describe()})"
 
@@ -328,9 +231,6 @@ class RangeScan(Source):
 
     def __post_init__(self) -> None:
         self._set_schema(pa.schema([pa.field("id", pa.int64())]))
-
-    def to_duckdb(self, cursor: Cursor) -> Relation:
-        return cursor.sql(f"SELECT range AS id FROM range({int(self.n)})")
 
     def describe(self) -> str:
         return f"Range n={self.n}"
