@@ -1,0 +1,327 @@
+"""``prompt(..., mode="batch")``: a step's requests sent through OpenAI's Batch API.
+
+The requests are the ones a live step sends, answered by the same code; only the way they
+travel differs. Each call of the step (a batch of its rows) becomes one provider batch: the
+requests not answered by the cache are written as a JSONL file, one line per distinct request
+with its cache key as ``custom_id``, uploaded (``POST /files``, purpose ``batch``), and run
+(``POST /batches`` on ``/v1/chat/completions`` in a ``24h`` window). The batch is then polled
+(``GET /batches/{id}``, every ``batch_poll_interval`` seconds) until it ends, its output and
+error files are downloaded, and each line is matched to its request by ``custom_id``.
+
+Never twice: as soon as a batch is created, its id is written to a journal (``batches.sqlite``
+in the cache directory, else in this machine's cache), one row per request, in one committed
+SQLite transaction. A step that finds a request in the journal polls the batch that holds it
+instead of sending it again, so a job killed while its batches run (or a rerun after any
+failure) picks them up where they are. A request leaves the journal once its answer has been
+handed back (and kept in the cache, when there is one); a batch the server no longer knows
+(HTTP 404) is forgotten and its requests are sent anew. What is not protected: a kill between
+the server creating a batch and the journal's commit, a window of one reply.
+
+An item the batch did not answer (it failed, or the batch expired, failed or was cancelled
+before it) is asked live, as ``mode="live"`` would ask it (``batch_fallback="live"``, the
+default), or fails its row, for ``on_error`` to raise, skip or null (``batch_fallback="error"``).
+A batch that cannot be uploaded or created is such a failure for all its items. A batch that
+cannot be polled or downloaded after the client's retries fails the call: its id stays in the
+journal, so the rerun polls it again rather than paying for its requests twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from vane.ai.protocols import NotFound, PromptRequest, Usage
+from vane.errors import ConfigurationError, ProviderError
+
+JOURNAL = "batches.sqlite"
+ENDPOINT = "/v1/chat/completions"
+_ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
+_RUNNING = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
+log = logging.getLogger("vane")
+
+
+class Client(Protocol):
+    """What a batch is sent through: the OpenAI provider's client, its retries included."""
+
+    base_url: str
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        usage: Usage,
+        payload: bytes | None = None,
+        *,
+        tokens: int = 0,
+        content_type: str | None = None,
+        raw: bool = False,
+    ) -> Any: ...
+
+    def chat_body(self, request: PromptRequest) -> dict[str, Any]: ...
+
+
+class BatchJournal:
+    """Which provider batch holds each request sent and not yet answered: SQLite in WAL mode,
+    shared by the step's actors (threads or processes) and by the reruns of a job."""
+
+    def __init__(self, directory: str | Path) -> None:
+        folder = Path(directory).expanduser()
+        self.path = folder / JOURNAL
+        self._lock = threading.Lock()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            with self._lock:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")  # a batch id survives power loss
+                self._db.execute(
+                    "CREATE TABLE IF NOT EXISTS submitted (key TEXT PRIMARY KEY, "
+                    "batch_id TEXT NOT NULL)"
+                )
+                self._db.commit()
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigurationError(
+                f"mode='batch' keeps the ids of the batches it submits in {self.path}, which "
+                f"cannot be used ({exc}); pass a cache= directory vane may write to, or delete "
+                "the file if it is damaged (batches it names will then be submitted again)"
+            ) from None
+
+    def batches_of(self, keys: Iterable[str]) -> dict[str, str]:
+        """The batch id journaled for each of ``keys`` that has one."""
+        keys = list(keys)
+        found: dict[str, str] = {}
+        with self._lock:
+            for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
+                chunk = keys[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, batch_id FROM submitted WHERE key IN ({marks})",
+                    chunk,
+                )
+                found.update(rows.fetchall())
+        return found
+
+    def record(self, batch_id: str, keys: Sequence[str]) -> None:
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO submitted VALUES (?, ?)", [(k, batch_id) for k in keys]
+            )
+            self._db.commit()
+
+    def forget(self, keys: Iterable[str]) -> None:
+        with self._lock:
+            self._db.executemany("DELETE FROM submitted WHERE key = ?", [(k,) for k in keys])
+            self._db.commit()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM submitted").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a batch made of one request: the chat completion it answered, or why none."""
+
+    reply: Any = None
+    error: str | None = None
+
+
+class BatchDispatch:
+    """One actor's way of sending requests as provider batches, through its ``Client``."""
+
+    def __init__(self, client: Client, journal: str | Path, poll_interval: float) -> None:
+        self.client = client
+        self.journal = BatchJournal(journal)
+        self.poll_interval = poll_interval
+        # The Batch API's own requests (files, batches, polls): the service's, not the model's,
+        # so they are counted apart from the step's requests.
+        self.calls = Usage()
+
+    async def outcomes(self, pending: Mapping[str, PromptRequest]) -> dict[str, Outcome]:
+        """Each of ``pending``'s requests (by key) as a batch answered it: from the batches
+        the journal says hold it, else from one new batch of them all."""
+        journaled = self.journal.batches_of(pending)
+        held: dict[str, list[str]] = {}
+        for key, batch_id in journaled.items():
+            held.setdefault(batch_id, []).append(key)
+        fresh = [key for key in pending if key not in journaled]
+        waits = [self._resume(batch_id, keys, pending) for batch_id, keys in held.items()]
+        if fresh:
+            waits.append(self._run(fresh, pending))
+        found: dict[str, Outcome] = {}
+        for part in await asyncio.gather(*waits):
+            found.update(part)
+        return found
+
+    def delivered(self, keys: Iterable[str]) -> None:
+        """These requests' answers are handed back (and cached): no rerun needs their batch."""
+        self.journal.forget(keys)
+
+    async def _resume(
+        self, batch_id: str, keys: list[str], pending: Mapping[str, PromptRequest]
+    ) -> dict[str, Outcome]:
+        try:
+            return await self._collect(batch_id, keys)
+        except NotFound:
+            log.warning(
+                "the batch %s that the journal %s names is gone from %s: its %d requests are "
+                "submitted again",
+                batch_id,
+                self.journal.path,
+                self.client.base_url,
+                len(keys),
+            )
+            self.journal.forget(keys)
+            return await self._run(keys, pending)
+
+    async def _run(
+        self, keys: list[str], pending: Mapping[str, PromptRequest]
+    ) -> dict[str, Outcome]:
+        try:
+            batch_id = await self._submit(keys, pending)
+        except ProviderError as exc:
+            failed = Outcome(error=f"the batch could not be submitted: {exc}")
+            return dict.fromkeys(keys, failed)
+        return await self._collect(batch_id, keys)
+
+    async def _submit(self, keys: list[str], pending: Mapping[str, PromptRequest]) -> str:
+        lines = (
+            json.dumps(
+                {
+                    "custom_id": key,
+                    "method": "POST",
+                    "url": ENDPOINT,
+                    "body": self.client.chat_body(pending[key]),
+                }
+            )
+            for key in keys
+        )
+        data = "".join(line + "\n" for line in lines).encode()
+        body, content_type = _multipart({"purpose": "batch"}, "file", "requests.jsonl", data)
+        uploaded = await self.client.send(
+            "POST", "/files", self.calls, body, content_type=content_type
+        )
+        create = {
+            "input_file_id": _field(uploaded, "id", "/files"),
+            "endpoint": ENDPOINT,
+            "completion_window": "24h",
+            "metadata": {"created_by": "vane prompt(mode='batch')"},
+        }
+        created = await self.client.send(
+            "POST", "/batches", self.calls, json.dumps(create).encode()
+        )
+        batch_id = str(_field(created, "id", "/batches"))
+        try:
+            self.journal.record(batch_id, keys)
+        except sqlite3.Error as exc:  # the batch runs; only a crash would send it again
+            log.warning(
+                "the batch %s could not be journaled in %s (%s): a crash before it ends would "
+                "submit its requests again",
+                batch_id,
+                self.journal.path,
+                exc,
+            )
+        return batch_id
+
+    async def _collect(self, batch_id: str, keys: list[str]) -> dict[str, Outcome]:
+        """Poll the batch until it ends, then read its output and error files."""
+        while True:
+            batch = await self.client.send("GET", f"/batches/{batch_id}", self.calls)
+            status = batch.get("status") if isinstance(batch, dict) else None
+            if status in _ENDED:
+                break
+            if status not in _RUNNING:
+                raise ProviderError(
+                    f"{self.client.base_url}/batches/{batch_id} says the batch is "
+                    f"{status!r}, not a status of the Batch API"
+                )
+            await asyncio.sleep(self.poll_interval)
+        found: dict[str, Outcome] = {}
+        for name in ("output_file_id", "error_file_id"):
+            file_id = batch.get(name)
+            if isinstance(file_id, str) and file_id:
+                content = await self.client.send(
+                    "GET", f"/files/{file_id}/content", self.calls, raw=True
+                )
+                found.update(_lines(content))
+        unanswered = Outcome(error=f"the batch {batch_id} ended {status}{_why(batch)}")
+        return {key: found.get(key, unanswered) for key in keys}
+
+
+def _lines(content: bytes) -> Iterable[tuple[str, Outcome]]:
+    """The ``(custom_id, outcome)`` of each line of a batch's output or error file; a line
+    that cannot be read says nothing (its request is then unanswered)."""
+    for line in content.decode("utf-8", errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(item, dict) or not isinstance(item.get("custom_id"), str):
+            continue
+        yield item["custom_id"], _outcome(item)
+
+
+def _outcome(item: Mapping[str, Any]) -> Outcome:
+    error = item.get("error")
+    if isinstance(error, dict):
+        code, message = error.get("code"), error.get("message")
+        return Outcome(error=f"the batch did not answer it: {code}: {message}")
+    response = item.get("response")
+    if not isinstance(response, dict):
+        return Outcome(error="the batch's line for it holds no response")
+    status, body = response.get("status_code"), response.get("body")
+    if status == 200 and isinstance(body, dict):
+        return Outcome(reply=body)
+    message = body.get("error", {}).get("message") if isinstance(body, dict) else None
+    return Outcome(error=f"the batch answered it HTTP {status}: {message or body}")
+
+
+def _why(batch: Mapping[str, Any]) -> str:
+    """The batch's own errors (a batch that failed validation lists them), if any."""
+    errors = batch.get("errors")
+    data = errors.get("data") if isinstance(errors, dict) else None
+    if not isinstance(data, list) or not data:
+        return " without answering it"
+    first = data[0] if isinstance(data[0], dict) else {}
+    return f" without answering it: {first.get('code')}: {first.get('message')}"
+
+
+def _field(reply: Any, name: str, path: str) -> Any:
+    value = reply.get(name) if isinstance(reply, dict) else None
+    if not value:
+        raise ProviderError(f"the reply of {path} has no {name}: {str(reply)[:120]}")
+    return value
+
+
+def _multipart(
+    fields: Mapping[str, str], name: str, filename: str, data: bytes
+) -> tuple[bytes, str]:
+    """A multipart/form-data body (the form fields, then the file), and its content type:
+    bytes made once, so that every retry sends the same."""
+    boundary = f"vane-{uuid.uuid4().hex}"
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'.encode()
+        for key, value in fields.items()
+    ]
+    parts.append(
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; '
+            f'filename="{filename}"\r\nContent-Type: application/jsonl\r\n\r\n'
+        ).encode()
+        + data
+        + b"\r\n"
+    )
+    parts.append(f"--{boundary}--\r\n".encode())
+    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
