@@ -29,6 +29,12 @@ pytest.importorskip("aiohttp")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def machine_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """The journal of a step without cache= goes to this machine's cache: a test's own."""
+    monkeypatch.setenv("VANE_CACHE_DIR", str(tmp_path_factory.mktemp("vane-cache")))
+
+
 @pytest.fixture(scope="module")
 def running() -> FakeServer:
     server = FakeServer().start()
@@ -131,25 +137,25 @@ def test_batch_fallback_error_fails_the_unanswered_rows_for_on_error(server):
     assert out[2]["response"] is None and "batch_expired" in out[2]["why"]
 
 
-def _journaled(folder: Path) -> int:
+def _journaled(folder: Path, *, submitted: bool = True) -> int:
+    """How many requests the journal holds: with their batch's id, or (``submitted=False``)
+    only about to be submitted."""
     path = folder / "batches.sqlite"
     if not path.exists():
         return 0
     db = sqlite3.connect(path, timeout=30)
+    which = "NOT NULL" if submitted else "NULL"
     try:
-        return int(db.execute("SELECT count(*) FROM submitted").fetchone()[0])
+        query = f"SELECT count(*) FROM submitted WHERE batch_id IS {which}"
+        return int(db.execute(query).fetchone()[0])
     except sqlite3.OperationalError:  # the table is not made yet
         return 0
     finally:
         db.close()
 
 
-def test_a_job_killed_after_submitting_polls_its_batch_on_rerun(server, tmp_path):
-    """A real process, SIGKILLed once the journal holds its batch's id: the rerun submits no
-    batch and sends no request, and takes the answers from the batch the dead run submitted."""
-    texts = [f"q{i}" for i in range(20)]
-    server.reset(Behaviour(batch_polls=10**9))  # the batch runs until the test says
-    cache = tmp_path / "cache"
+def _killed_while(server: FakeServer, texts: list[str], cache: Path, folder: Path, ready) -> None:
+    """Run a batch prompt job in a process of its own, and SIGKILL it once ``ready()``."""
     script = textwrap.dedent(
         f"""
         import vane
@@ -159,29 +165,60 @@ def test_a_job_killed_after_submitting_polls_its_batch_on_rerun(server, tmp_path
                    batch_poll_interval=0.05, cache={str(cache)!r}).write_parquet("out")
         """
     )
-    job = subprocess.Popen(
-        [sys.executable, "-c", script],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        give_up = time.monotonic() + 120  # a guard against a hang, not a measure
-        while _journaled(cache) < len(texts) and job.poll() is None:
-            assert time.monotonic() < give_up, "the job never journaled its batch"
-            time.sleep(0.05)
-        assert job.poll() is None, job.communicate()[0]
-    finally:
-        job.send_signal(signal.SIGKILL)
-        job.wait(timeout=60)
+    with open(folder / "job.log", "wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, "-c", script],
+            cwd=folder,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            give_up = time.monotonic() + 120  # a guard against a hang, not a measure
+            while not ready() and job.poll() is None:
+                assert time.monotonic() < give_up, "the job never got there"
+                time.sleep(0.05)
+            assert job.poll() is None, (folder / "job.log").read_text()
+        finally:
+            job.send_signal(signal.SIGKILL)
+            job.wait(timeout=60)
+
+
+def test_a_job_killed_after_submitting_polls_its_batch_on_rerun(server, tmp_path):
+    """A real process, SIGKILLed once the journal holds its batch's id: the rerun submits no
+    batch and sends no request, and takes the answers from the batch the dead run submitted."""
+    texts = [f"q{i}" for i in range(20)]
+    server.reset(Behaviour(batch_polls=10**9))  # the batch runs until the test says
+    cache = tmp_path / "cache"
+    _killed_while(server, texts, cache, tmp_path, lambda: _journaled(cache) == len(texts))
     assert len(server.batches) == 1 and server.batches["batch-1"]["status"] == "in_progress"
     server.behaviour.batch_polls = 0  # the batch ends at its next poll
 
     out = responses(ask(server, texts, cache=str(cache)))
     assert out == [answer_for(t) for t in texts]
     assert len(server.batches) == 1 and server.requests == 0
-    assert _journaled(cache) == 0  # answered and cached: no rerun needs the batch again
+    assert _journaled(cache) == _journaled(cache, submitted=False) == 0  # all answered
+
+
+def test_a_job_killed_before_its_batch_id_came_back_finds_the_batch_on_rerun(server, tmp_path):
+    """Killed after the server made the batch and before its reply came: the journal holds
+    only the submission's token, and the rerun finds the batch by it in the server's list."""
+    texts = [f"q{i}" for i in range(5)]
+    server.reset(Behaviour(batch_polls=0, batch_create_stall=True))
+    cache = tmp_path / "cache"
+    _killed_while(server, texts, cache, tmp_path, lambda: len(server.batches) == 1)
+    assert _journaled(cache, submitted=False) == len(texts) and _journaled(cache) == 0
+    server.behaviour.batch_create_stall = False
+    server.batches["batch-2"] = {  # a newer batch of someone else's, listed before it
+        **server.batches["batch-1"],
+        "id": "batch-2",
+        "metadata": None,
+        "polls": 0,
+    }
+
+    assert responses(ask(server, texts, cache=str(cache))) == [answer_for(t) for t in texts]
+    assert len(server.batches) == 2 and server.requests == 0
+    assert set(server.batch_items) == set(texts)  # batch-1's items, answered once
 
 
 def test_a_batch_the_server_forgot_is_submitted_again(server, tmp_path, caplog):
@@ -190,7 +227,8 @@ def test_a_batch_the_server_forgot_is_submitted_again(server, tmp_path, caplog):
     from vane.ai.providers.openai_batch import BatchJournal
 
     journal = BatchJournal(cache)
-    journal.record("batch-gone", _keys(server, texts))  # a batch the server never had
+    submission = journal.intend(_keys(server, texts))
+    journal.record(submission.token, "batch-gone")  # a batch the server never had
     journal.close()
     server.reset()
     assert responses(ask(server, texts, cache=str(cache))) == [answer_for(t) for t in texts]

@@ -16,8 +16,10 @@ A batch's time is counted in polls, not seconds, so tests of it are deterministi
 ``in_progress`` for ``batch_polls`` retrievals, then ends ``completed`` with an output file
 (and an error file for the items whose prompt is in ``batch_fail``), or, with
 ``batch_expire_after=n``, ``expired`` with only its first n items answered and the rest in
-the error file as ``batch_expired``. Batch items are answered as chat requests are, and counted
-apart (``batch_items``), never in ``requests``.
+the error file as ``batch_expired``. ``GET /v1/batches`` lists them, newest first;
+``batch_create_stall`` makes a create hold its reply, its batch made, until it is unset. Batch
+items are answered as chat requests are, and counted apart (``batch_items``), never in
+``requests``.
 
 In a test::
 
@@ -80,6 +82,7 @@ class Behaviour:
     batch_polls: int = 1
     batch_fail: set[str] = field(default_factory=set)
     batch_expire_after: int | None = None
+    batch_create_stall: bool = False  # a create, its batch made, replies once this is False
 
 
 @dataclass
@@ -320,7 +323,27 @@ class OpenAIServer:
                 "request_counts": {"total": 0, "completed": 0, "failed": 0},
                 "polls": 0,
             }
+        while self.behaviour.batch_create_stall:  # made; the reply waits to be let go
+            await asyncio.sleep(0.02)
         return web.json_response(self._batch_object(batch_id))
+
+    async def list_batches(self, request: web.Request) -> web.Response:
+        """The batches, newest first, ``limit`` at a time after the batch ``after``."""
+        limit = int(request.query.get("limit", "20"))
+        with self._lock:
+            ids = list(reversed(self.batches))
+        after = request.query.get("after")
+        if after in ids:
+            ids = ids[ids.index(after) + 1 :]
+        page = [self._batch_object(batch_id) for batch_id in ids[:limit]]
+        body = {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(ids) > limit,
+        }
+        return web.json_response(body)
 
     def _batch_object(self, batch_id: str) -> dict[str, Any]:
         with self._lock:
@@ -425,6 +448,7 @@ class OpenAIServer:
         app.router.add_get("/v1/files/{file_id}/content", self.file_content)
         app.router.add_post("/v1/batches", self.create_batch)
         app.router.add_get("/v1/batches/{batch_id}", self.retrieve_batch)
+        app.router.add_get("/v1/batches", self.list_batches)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/stats", self.stats)
@@ -450,6 +474,7 @@ class OpenAIServer:
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
+        self._loop.close()
 
     def stop(self) -> None:
         if self._loop is not None:

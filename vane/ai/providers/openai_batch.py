@@ -8,14 +8,18 @@ with its cache key as ``custom_id``, uploaded (``POST /files``, purpose ``batch`
 (``GET /batches/{id}``, every ``batch_poll_interval`` seconds) until it ends, its output and
 error files are downloaded, and each line is matched to its request by ``custom_id``.
 
-Never twice: as soon as a batch is created, its id is written to a journal (``batches.sqlite``
-in the cache directory, else in this machine's cache), one row per request, in one committed
-SQLite transaction. A step that finds a request in the journal polls the batch that holds it
-instead of sending it again, so a job killed while its batches run (or a rerun after any
-failure) picks them up where they are. A request leaves the journal once its answer has been
-handed back (and kept in the cache, when there is one); a batch the server no longer knows
-(HTTP 404) is forgotten and its requests are sent anew. What is not protected: a kill between
-the server creating a batch and the journal's commit, a window of one reply.
+Never twice: a journal (``batches.sqlite`` in the cache directory, else in this machine's
+cache) holds one row per request sent and not yet answered, each SQLite transaction committed
+(``synchronous=FULL``) before the step goes on. Before anything is sent, the requests are
+journaled with a fresh token, which the batch carries in its ``metadata``; once the server has
+created the batch, its id is journaled beside them. A step that finds a request in the journal
+polls the batch that holds it instead of sending it again, so a job killed while its batches
+run (or a rerun after any failure) picks them up where they are. A job killed while submitting
+leaves the token alone: the rerun looks for it in the server's list of batches
+(``GET /batches``) and polls the batch it finds, or submits the requests if the server never
+made one (the same is done when a create's reply is lost). A request leaves the journal once
+its answer has been handed back (and kept in the cache, when there is one); a batch the server
+no longer knows (HTTP 404) is forgotten and its requests are sent anew.
 
 An item the batch did not answer (it failed, or the batch expired, failed or was cancelled
 before it) is asked live, as ``mode="live"`` would ask it (``batch_fallback="live"``, the
@@ -32,6 +36,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +48,8 @@ from vane.errors import ConfigurationError, ProviderError
 
 JOURNAL = "batches.sqlite"
 ENDPOINT = "/v1/chat/completions"
+_COLUMNS = ["key", "token", "since", "batch_id"]
+TOKEN = "vane_submission"  # the metadata key of the token a batch is found again by
 _ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _RUNNING = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
 log = logging.getLogger("vane")
@@ -68,6 +75,16 @@ class Client(Protocol):
     def chat_body(self, request: PromptRequest) -> dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class Submission:
+    """A batch as the journal knows it: the token vane put in its metadata, when vane began
+    to submit it, and its id once the server has said it (None before)."""
+
+    token: str
+    since: float
+    batch_id: str | None
+
+
 class BatchJournal:
     """Which provider batch holds each request sent and not yet answered: SQLite in WAL mode,
     shared by the step's actors (threads or processes) and by the reruns of a job."""
@@ -84,36 +101,53 @@ class BatchJournal:
                 self._db.execute("PRAGMA synchronous=FULL")  # a batch id survives power loss
                 self._db.execute(
                     "CREATE TABLE IF NOT EXISTS submitted (key TEXT PRIMARY KEY, "
-                    "batch_id TEXT NOT NULL)"
+                    "token TEXT NOT NULL, since REAL NOT NULL, batch_id TEXT)"
                 )
                 self._db.commit()
+                table = self._db.execute("PRAGMA table_info(submitted)")
+                columns = [row[1] for row in table]
         except (OSError, sqlite3.Error) as exc:
-            raise ConfigurationError(
-                f"mode='batch' keeps the ids of the batches it submits in {self.path}, which "
-                f"cannot be used ({exc}); pass a cache= directory vane may write to, or delete "
-                "the file if it is damaged (batches it names will then be submitted again)"
-            ) from None
+            raise self._unusable(exc) from None
+        if columns != _COLUMNS:
+            self._db.close()
+            raise self._unusable(f"its table has the columns {columns}")
 
-    def batches_of(self, keys: Iterable[str]) -> dict[str, str]:
-        """The batch id journaled for each of ``keys`` that has one."""
+    def _unusable(self, why: object) -> ConfigurationError:
+        return ConfigurationError(
+            f"mode='batch' keeps the ids of the batches it submits in {self.path}, which "
+            f"cannot be used ({why}); pass a cache= directory vane may write to, or delete the "
+            "file if it is damaged or not vane's (batches it names will be submitted again)"
+        )
+
+    def submissions(self, keys: Iterable[str]) -> dict[str, Submission]:
+        """The submission journaled for each of ``keys`` that has one."""
         keys = list(keys)
-        found: dict[str, str] = {}
+        found: dict[str, Submission] = {}
         with self._lock:
             for start in range(0, len(keys), 500):  # SQLite's limit on bound parameters
                 chunk = keys[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
-                    f"SELECT key, batch_id FROM submitted WHERE key IN ({marks})",
+                    f"SELECT key, token, since, batch_id FROM submitted WHERE key IN ({marks})",
                     chunk,
                 )
-                found.update(rows.fetchall())
+                found.update((key, Submission(*rest)) for key, *rest in rows.fetchall())
         return found
 
-    def record(self, batch_id: str, keys: Sequence[str]) -> None:
+    def intend(self, keys: Sequence[str]) -> Submission:
+        """Journal ``keys`` as about to be submitted, before anything is sent: a kill between
+        the server creating the batch and ``record`` leaves the token to find it by."""
+        submission = Submission(uuid.uuid4().hex, time.time(), None)
+        rows = [(key, submission.token, submission.since) for key in keys]
         with self._lock:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO submitted VALUES (?, ?)", [(k, batch_id) for k in keys]
-            )
+            self._db.executemany("INSERT OR REPLACE INTO submitted VALUES (?, ?, ?, NULL)", rows)
+            self._db.commit()
+        return submission
+
+    def record(self, token: str, batch_id: str) -> None:
+        """The server created the submission's batch: its id."""
+        with self._lock:
+            self._db.execute("UPDATE submitted SET batch_id = ? WHERE token = ?", (batch_id, token))
             self._db.commit()
 
     def forget(self, keys: Iterable[str]) -> None:
@@ -122,8 +156,10 @@ class BatchJournal:
             self._db.commit()
 
     def __len__(self) -> int:
+        """How many requests are journaled with a batch id."""
         with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM submitted").fetchone()[0])
+            query = "SELECT count(*) FROM submitted WHERE batch_id IS NOT NULL"
+            return int(self._db.execute(query).fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
@@ -152,12 +188,12 @@ class BatchDispatch:
     async def outcomes(self, pending: Mapping[str, PromptRequest]) -> dict[str, Outcome]:
         """Each of ``pending``'s requests (by key) as a batch answered it: from the batches
         the journal says hold it, else from one new batch of them all."""
-        journaled = self.journal.batches_of(pending)
-        held: dict[str, list[str]] = {}
-        for key, batch_id in journaled.items():
-            held.setdefault(batch_id, []).append(key)
+        journaled = self.journal.submissions(pending)
+        held: dict[Submission, list[str]] = {}
+        for key, submission in journaled.items():
+            held.setdefault(submission, []).append(key)
         fresh = [key for key in pending if key not in journaled]
-        waits = [self._resume(batch_id, keys, pending) for batch_id, keys in held.items()]
+        waits = [self._resume(submission, keys, pending) for submission, keys in held.items()]
         if fresh:
             waits.append(self._run(fresh, pending))
         found: dict[str, Outcome] = {}
@@ -170,8 +206,16 @@ class BatchDispatch:
         self.journal.forget(keys)
 
     async def _resume(
-        self, batch_id: str, keys: list[str], pending: Mapping[str, PromptRequest]
+        self, submission: Submission, keys: list[str], pending: Mapping[str, PromptRequest]
     ) -> dict[str, Outcome]:
+        """The outcomes of a batch an earlier run submitted (or began to)."""
+        batch_id = submission.batch_id
+        if batch_id is None:  # killed while submitting: did the server create the batch?
+            batch_id = await self._find(submission)
+            if batch_id is None:
+                self.journal.forget(keys)
+                return await self._run(keys, pending)
+            self.journal.record(submission.token, batch_id)
         try:
             return await self._collect(batch_id, keys)
         except NotFound:
@@ -189,14 +233,31 @@ class BatchDispatch:
     async def _run(
         self, keys: list[str], pending: Mapping[str, PromptRequest]
     ) -> dict[str, Outcome]:
+        submission = self.journal.intend(keys)
         try:
-            batch_id = await self._submit(keys, pending)
+            batch_id = await self._submit(submission, keys, pending)
         except ProviderError as exc:
-            failed = Outcome(error=f"the batch could not be submitted: {exc}")
-            return dict.fromkeys(keys, failed)
+            # A create whose reply was lost may have made the batch all the same.
+            try:
+                found = await self._find(submission)
+            except ProviderError:  # no list of batches to look in: it was not made, then
+                found = None
+            if found is None:
+                self.journal.forget(keys)
+                failed = Outcome(error=f"the batch could not be submitted: {exc}")
+                return dict.fromkeys(keys, failed)
+            batch_id = found
+        try:
+            self.journal.record(submission.token, batch_id)
+        except sqlite3.Error as exc:  # the batch runs; a rerun would find it by its token
+            log.warning(
+                "the batch %s could not be journaled in %s (%s)", batch_id, self.journal.path, exc
+            )
         return await self._collect(batch_id, keys)
 
-    async def _submit(self, keys: list[str], pending: Mapping[str, PromptRequest]) -> str:
+    async def _submit(
+        self, submission: Submission, keys: list[str], pending: Mapping[str, PromptRequest]
+    ) -> str:
         lines = (
             json.dumps(
                 {
@@ -217,23 +278,35 @@ class BatchDispatch:
             "input_file_id": _field(uploaded, "id", "/files"),
             "endpoint": ENDPOINT,
             "completion_window": "24h",
-            "metadata": {"created_by": "vane prompt(mode='batch')"},
+            "metadata": {"created_by": "vane prompt(mode='batch')", TOKEN: submission.token},
         }
         created = await self.client.send(
             "POST", "/batches", self.calls, json.dumps(create).encode()
         )
-        batch_id = str(_field(created, "id", "/batches"))
-        try:
-            self.journal.record(batch_id, keys)
-        except sqlite3.Error as exc:  # the batch runs; only a crash would send it again
-            log.warning(
-                "the batch %s could not be journaled in %s (%s): a crash before it ends would "
-                "submit its requests again",
-                batch_id,
-                self.journal.path,
-                exc,
+        return str(_field(created, "id", "/batches"))
+
+    async def _find(self, submission: Submission) -> str | None:
+        """The id of the batch whose metadata holds the submission's token, if the server
+        made one: its list of batches, newest first, read back to an hour before vane began
+        to submit (a margin for clocks that disagree)."""
+        after = ""
+        while True:
+            page = await self.client.send(
+                "GET", f"/batches?limit=100{after and f'&after={after}'}", self.calls
             )
-        return batch_id
+            data = page.get("data") if isinstance(page, dict) else None
+            if not isinstance(data, list) or not data:
+                return None
+            for batch in data:
+                metadata = batch.get("metadata") if isinstance(batch, dict) else None
+                if isinstance(metadata, dict) and metadata.get(TOKEN) == submission.token:
+                    return str(batch["id"])
+            last = data[-1] if isinstance(data[-1], dict) else {}
+            created = last.get("created_at")
+            older = isinstance(created, (int, float)) and created < submission.since - 3600
+            if older or not page.get("has_more") or not last.get("id"):
+                return None
+            after = str(last["id"])
 
     async def _collect(self, batch_id: str, keys: list[str]) -> dict[str, Outcome]:
         """Poll the batch until it ends, then read its output and error files."""
