@@ -105,6 +105,16 @@ def test_a_rerun_takes_every_answer_from_the_cache(server, tmp_path):
     assert server.requests == 0
 
 
+def test_a_request_repeated_across_calls_is_sent_in_one_batch(server, tmp_path):
+    """Calls of 2 rows, run at once by the actor: those after the first wait for its batch
+    (or, once it is done, find its answers in the cache)."""
+    server.reset(Behaviour(batch_polls=3))
+    texts = ["a", "b"] * 10
+    out = responses(ask(server, texts, batch_size=2, cache=str(tmp_path)))
+    assert out == [answer_for(t) for t in texts]
+    assert len(server.batches) == 1 and dict(server.batch_items) == {"a": 1, "b": 1}
+
+
 def test_failed_items_are_asked_live_for_those_rows_only(server, tmp_path):
     texts = [f"q{i}" for i in range(12)]
     server.reset(Behaviour(batch_fail={"q3", "q7"}))

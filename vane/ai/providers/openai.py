@@ -484,21 +484,54 @@ class Client:
         self, batches: BatchDispatch, requests: Sequence[PromptRequest], usage: Usage, read: Read
     ) -> list[Answer]:
         """The same requests, answered from the cache, else by a provider batch, else (what
-        the batch did not answer) live or as the row's error, as ``batch_fallback`` says."""
+        the batch did not answer) live or as the row's error, as ``batch_fallback`` says. A
+        request that another call of this actor is already asking is sent once, as live."""
         keys = [self._key(request) for request in requests]
         answers: dict[str, Answer] = {}
         pending: dict[str, PromptRequest] = {}
+        elsewhere: dict[str, asyncio.Future[Answer]] = {}
         for key, request in zip(keys, requests, strict=True):
-            if key in answers or key in pending:  # the same request twice: sent once
+            if key in answers or key in pending or key in elsewhere:  # twice: sent once
                 usage.cache_hits += 1
+                continue
+            if key in self._inflight:
+                usage.cache_hits += 1
+                elsewhere[key] = self._inflight[key]
                 continue
             kept = self._kept(key, usage, read)
             if kept is not None:
                 answers[key] = kept
             else:
                 pending[key] = request
-        if not pending:
-            return [answers[key] for key in keys]
+        if pending:
+            loop = asyncio.get_running_loop()
+            mine = {key: loop.create_future() for key in pending}
+            self._inflight.update(mine)
+            try:
+                answers.update(await self._batched(batches, pending, usage, read))
+                for key, future in mine.items():
+                    future.set_result(answers[key])
+            except BaseException as exc:
+                for future in mine.values():
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: no warning if nobody waits
+                raise
+            finally:
+                for key in mine:
+                    del self._inflight[key]
+        for key, future in elsewhere.items():
+            answers[key] = await asyncio.shield(future)
+        return [answers[key] for key in keys]
+
+    async def _batched(
+        self,
+        batches: BatchDispatch,
+        pending: Mapping[str, PromptRequest],
+        usage: Usage,
+        read: Read,
+    ) -> dict[str, Answer]:
+        """``pending``'s answers (by key), each kept in the cache as it is read."""
+        answers: dict[str, Answer] = {}
         live = []
         for key, outcome in (await batches.outcomes(pending)).items():
             if outcome.reply is not None:
@@ -509,10 +542,15 @@ class Client:
                 live.append(key)
             else:
                 answers[key] = Answer(error=str(outcome.error))
-        asked = await asyncio.gather(*(self._answer(pending[key], usage, read) for key in live))
-        answers.update(zip(live, asked, strict=True))
+
+        async def ask_live(key: str) -> Answer:
+            answer, text = await self._ask(pending[key], usage, read)
+            self._keep(key, answer, text)
+            return answer
+
+        answers.update(zip(live, await asyncio.gather(*map(ask_live, live)), strict=True))
         batches.delivered(pending)
-        return [answers[key] for key in keys]
+        return answers
 
     def chat_body(self, request: PromptRequest) -> dict[str, Any]:
         """The body of ``/chat/completions`` for ``request``: sent live, or as a batch's line."""
