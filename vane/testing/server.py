@@ -477,7 +477,7 @@ class OpenAIServer:
         self._loop.close()
 
     def stop(self) -> None:
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_closed():  # a second stop: done
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=30)
