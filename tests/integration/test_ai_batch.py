@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import vane
 from tests.ai_server import Behaviour, FakeServer, answer_for
-from vane.errors import ConfigurationError
+from vane.errors import ConfigurationError, UDFError
 from vane.udf.spec import Budget
 
 pytest.importorskip("aiohttp")
@@ -229,6 +229,20 @@ def test_a_job_killed_before_its_batch_id_came_back_finds_the_batch_on_rerun(ser
     assert responses(ask(server, texts, cache=str(cache))) == [answer_for(t) for t in texts]
     assert len(server.batches) == 2 and server.requests == 0
     assert set(server.batch_items) == set(texts)  # batch-1's items, answered once
+
+
+def test_a_batch_that_cannot_be_polled_fails_the_job_and_the_rerun_polls_it(server, tmp_path):
+    """Never paid twice by falling back: a batch whose status cannot be read fails the job
+    (its rows may still be answered), and keeps its id for the rerun."""
+    texts = ["a", "b", "c"]
+    server.reset(Behaviour(batch_polls=0, batch_retrieve_status=503))
+    with pytest.raises(UDFError, match="HTTP 503"):
+        ask(server, texts, cache=str(tmp_path), max_retries=0).to_pylist()
+    assert len(server.batches) == 1 and server.requests == 0
+    assert _journaled(tmp_path) == len(texts)
+    server.behaviour.batch_retrieve_status = None
+    assert responses(ask(server, texts, cache=str(tmp_path))) == [answer_for(t) for t in texts]
+    assert len(server.batches) == 1 and server.requests == 0
 
 
 def test_a_batch_the_server_forgot_is_submitted_again(server, tmp_path, caplog):

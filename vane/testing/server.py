@@ -17,7 +17,8 @@ A batch's time is counted in polls, not seconds, so tests of it are deterministi
 (and an error file for the items whose prompt is in ``batch_fail``), or, with
 ``batch_expire_after=n``, ``expired`` with only its first n items answered and the rest in
 the error file as ``batch_expired``. ``GET /v1/batches`` lists them, newest first;
-``batch_create_stall`` makes a create hold its reply, its batch made, until it is unset. Batch
+``batch_create_stall`` makes a create hold its reply, its batch made, until it is unset, and
+``batch_retrieve_status`` fails every retrieval with that status. Batch
 items are answered as chat requests are, and counted apart (``batch_items``), never in
 ``requests``.
 
@@ -83,6 +84,7 @@ class Behaviour:
     batch_fail: set[str] = field(default_factory=set)
     batch_expire_after: int | None = None
     batch_create_stall: bool = False  # a create, its batch made, replies once this is False
+    batch_retrieve_status: int | None = None  # a batch's retrievals fail with this status
 
 
 @dataclass
@@ -351,6 +353,9 @@ class OpenAIServer:
 
     async def retrieve_batch(self, request: web.Request) -> web.Response:
         batch_id = request.match_info["batch_id"]
+        if self.behaviour.batch_retrieve_status is not None:
+            error = {"error": {"message": "injected", "type": "injected"}}
+            return web.json_response(error, status=self.behaviour.batch_retrieve_status)
         with self._lock:
             batch = self.batches.get(batch_id)
             if batch is not None and batch["status"] in ("validating", "in_progress"):
