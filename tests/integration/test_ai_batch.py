@@ -245,6 +245,15 @@ def test_a_batch_that_cannot_be_polled_fails_the_job_and_the_rerun_polls_it(serv
     assert len(server.batches) == 1 and server.requests == 0
 
 
+def test_a_batch_that_cannot_be_submitted_is_asked_live_and_said(server, tmp_path, caplog):
+    texts = ["a", "b"]
+    server.reset(Behaviour(batch_upload_status=404))
+    assert responses(ask(server, texts, cache=str(tmp_path))) == [answer_for(t) for t in texts]
+    assert not server.batches and server.requests == 2
+    assert "could not be submitted" in caplog.text and "asked live" in caplog.text
+    assert _journaled(tmp_path) == _journaled(tmp_path, submitted=False) == 0
+
+
 def test_a_batch_the_server_forgot_is_submitted_again(server, tmp_path, caplog):
     texts = ["a", "b"]
     cache = tmp_path / "cache"

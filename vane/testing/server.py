@@ -18,7 +18,8 @@ A batch's time is counted in polls, not seconds, so tests of it are deterministi
 ``batch_expire_after=n``, ``expired`` with only its first n items answered and the rest in
 the error file as ``batch_expired``. ``GET /v1/batches`` lists them, newest first;
 ``batch_create_stall`` makes a create hold its reply, its batch made, until it is unset, and
-``batch_retrieve_status`` fails every retrieval with that status. Batch
+``batch_retrieve_status`` (``batch_upload_status``) fails every retrieval (upload) with that
+status. Batch
 items are answered as chat requests are, and counted apart (``batch_items``), never in
 ``requests``.
 
@@ -85,6 +86,7 @@ class Behaviour:
     batch_expire_after: int | None = None
     batch_create_stall: bool = False  # a create, its batch made, replies once this is False
     batch_retrieve_status: int | None = None  # a batch's retrievals fail with this status
+    batch_upload_status: int | None = None  # file uploads fail with this status
 
 
 @dataclass
@@ -286,6 +288,9 @@ class OpenAIServer:
         return {"id": file_id, "object": "file", "bytes": len(data), "purpose": purpose}
 
     async def upload(self, request: web.Request) -> web.Response:
+        if self.behaviour.batch_upload_status is not None:
+            error = {"error": {"message": "injected", "type": "injected"}}
+            return web.json_response(error, status=self.behaviour.batch_upload_status)
         form = await request.post()
         upload, purpose = form.get("file"), form.get("purpose")
         if purpose != "batch" or not isinstance(upload, web.FileField):

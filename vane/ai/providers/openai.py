@@ -289,7 +289,9 @@ class Client:
         self._batches: BatchDispatch | None = None
         if settings.mode == "batch":
             assert settings.journal is not None
-            self._batches = BatchDispatch(self, settings.journal, settings.batch_poll_interval)
+            self._batches = BatchDispatch(
+                self, settings.journal, settings.batch_poll_interval, settings.batch_fallback
+            )
 
     # ---- HTTP ---------------------------------------------------------------------------------
 

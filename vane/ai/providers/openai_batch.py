@@ -177,8 +177,11 @@ class Outcome:
 class BatchDispatch:
     """One actor's way of sending requests as provider batches, through its ``Client``."""
 
-    def __init__(self, client: Client, journal: str | Path, poll_interval: float) -> None:
+    def __init__(
+        self, client: Client, journal: str | Path, poll_interval: float, fallback: str = "live"
+    ) -> None:
         self.client = client
+        self.fallback = fallback  # batch_fallback: "live" or "error", for the log to say
         self.journal = BatchJournal(journal)
         self.poll_interval = poll_interval
         # The Batch API's own requests (files, batches, polls): the service's, not the model's,
@@ -244,6 +247,13 @@ class BatchDispatch:
                 found = None
             if found is None:
                 self.journal.forget(keys)
+                log.warning(
+                    "a batch of %d requests could not be submitted to %s (%s): they are %s",
+                    len(keys),
+                    self.client.base_url,
+                    exc,
+                    "asked live" if self.fallback == "live" else "failed",
+                )
                 failed = Outcome(error=f"the batch could not be submitted: {exc}")
                 return dict.fromkeys(keys, failed)
             batch_id = found
