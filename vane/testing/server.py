@@ -289,8 +289,8 @@ class OpenAIServer:
 
     async def upload(self, request: web.Request) -> web.Response:
         if self.behaviour.batch_upload_status is not None:
-            error = {"error": {"message": "injected", "type": "injected"}}
-            return web.json_response(error, status=self.behaviour.batch_upload_status)
+            injected = {"error": {"message": "injected", "type": "injected"}}
+            return web.json_response(injected, status=self.behaviour.batch_upload_status)
         form = await request.post()
         upload, purpose = form.get("file"), form.get("purpose")
         if purpose != "batch" or not isinstance(upload, web.FileField):
