@@ -75,6 +75,17 @@ def test_batch_answers_are_live_answers_in_row_order_from_one_batch(server, tmp_
     assert "requests" not in usage  # no model request was sent live
 
 
+def test_actors_in_processes_of_their_own_send_batches_too(server, tmp_path):
+    texts = [f"q{i}" for i in range(8)]
+    out = ask(
+        server, texts, cache=str(tmp_path), batch_size=4, concurrency=2,
+        execution_backend="subprocess_actor",
+    )  # fmt: skip
+    assert responses(out) == [answer_for(t) for t in texts]
+    assert len(server.batches) == 2 and server.requests == 0
+    assert _journaled(tmp_path) == 0
+
+
 @settings(
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
