@@ -12,6 +12,8 @@ system prompt added), and counts:
 - output tokens, at most: ``max_tokens`` times the requests, where ``max_tokens`` is given;
 - cost, where ``prices`` are given in dollars per million tokens (``{"input": 0.15, "output":
   0.60}``); without ``max_tokens`` the output's cost is unknown and the cost covers the input.
+  A step with ``mode="batch"`` is priced at half, as the Batch API bills (what a batch leaves
+  unanswered and is asked live would cost more).
 
 Nothing is sent to a model, and nothing is cached: the estimate reads and renders only.
 """
@@ -42,6 +44,7 @@ from vane.ir.expr import Column
 from vane.plan.nodes import Limit, PlanNode, Select, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import walk
+from vane.udf.spec import BATCH_DISCOUNT
 
 _TASKS: dict[type, str] = {
     PromptRunner: "prompt",
@@ -173,6 +176,8 @@ def _step(
         cost = tokens * prices["input"] / 1e6
         if output is not None:
             cost += output * prices.get("output", 0.0) / 1e6
+        if getattr(getattr(descriptor, "settings", None), "mode", "live") == "batch":
+            cost *= 1 - BATCH_DISCOUNT
     return StepEstimate(
         step=call.udf.name,
         task=task,

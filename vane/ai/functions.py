@@ -49,6 +49,9 @@ DEFAULT_BATCH_SIZE = {
     "classify_text": 64,
     "classify_image": 32,
 }
+# prompt(mode="batch"): the rows of one provider batch (OpenAI takes up to 50,000 requests and
+# 200 MB in one; each of the 16 calls an actor runs at once is one batch).
+BATCH_MODE_BATCH_SIZE = 10_000
 
 
 def _column(value: Any, where: str) -> Expr:
@@ -154,6 +157,7 @@ def _call(
         on_error=execution.get("on_error", "raise"),
         backend=execution.get("execution_backend"),
         error_column=execution.get("error_column"),
+        local_only=execution.get("local_only"),
     )
     instance = ClassInstance(ClassUdf(runner, options), (descriptor,), dict(runner_options))
     udf = make_column_udf(
@@ -188,6 +192,14 @@ def prompt(
     ``files`` (paths, URLs or file references: PDFs, text files) adds OpenAI ``file`` parts,
     each file's bytes as a ``data:`` URI of its media type.
 
+    ``mode="batch"`` sends the requests through the provider's Batch API instead of one by one
+    (OpenAI's: answered within 24 hours, at half the price; budgets and ``prices`` count its
+    tokens at half). Each call of ``batch_size`` rows (10,000 by default in this mode) is one
+    provider batch, polled every ``batch_poll_interval`` seconds (30); batch ids are journaled
+    so that a rerun after a crash polls them rather than sending their requests again, and what
+    a batch did not answer is asked live (``batch_fallback="live"``) or fails its row for
+    ``on_error`` (``batch_fallback="error"``). See ``providers/openai_batch.py``.
+
     ``return_format`` (a pydantic model class or a JSON schema) asks for structured output and
     makes the column a STRUCT of its fields. ``template`` (``"Summarize: {text}"``) fills its
     placeholders from columns of those names instead of using ``expr``. Generation options
@@ -195,6 +207,18 @@ def prompt(
     ``max_concurrent_requests``, ``requests_per_minute``, ``cache``, ...) pass through.
     """
     execution, provider_options = _split(options)
+    if provider_options.get("mode", "live") == "batch":
+        if not registry.PROVIDERS.get(provider, ("",))[0].endswith(".openai"):
+            raise ConfigurationError(
+                f"prompt(): mode='batch' sends requests through OpenAI's Batch API, which "
+                f"provider {provider!r} does not speak; use provider='openai' (any server "
+                "with /v1/batches), or leave mode out"
+            )
+        execution.setdefault("batch_size", BATCH_MODE_BATCH_SIZE)
+        execution["local_only"] = (
+            "mode='batch' journals its batch ids on this machine's disk, so that a rerun never "
+            "submits a request twice"
+        )
     parsed: Template | None = None
     if template is not None:
         if not isinstance(template, str):

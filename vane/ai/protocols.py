@@ -32,6 +32,11 @@ class Usage:
     retries: int = 0
     cache_hits: int = 0
     failures: int = 0
+    # Requests answered through a provider batch (mode="batch"), and their tokens: counted in
+    # prompt_tokens and completion_tokens too, and priced at half (see ``Budget``).
+    batch_requests: int = 0
+    batch_prompt_tokens: int = 0
+    batch_completion_tokens: int = 0
 
     def add(self, other: Usage) -> None:
         for name in self.__dataclass_fields__:
@@ -54,6 +59,10 @@ class Answer:
 class RequestRefused(ProviderError):
     """The provider refused a request for what it holds (HTTP 400, 413, 422): one of the
     inputs it carried may be to blame, so a request of several rows is worth splitting."""
+
+
+class NotFound(ProviderError):
+    """The server has no such thing (HTTP 404): a batch or a file it no longer keeps."""
 
 
 # A model's raw output -> the row's value, or ``ValueError`` saying why it is no answer.

@@ -54,6 +54,15 @@ PIPELINE = "pipeline.json"
 _META = b"vane.resume"
 
 
+def cache_root() -> Path:
+    """This machine's cache for what vane keeps between runs: ``$VANE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/vane``, else ``~/.cache/vane``."""
+    root = os.environ.get("VANE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vane"
+    )
+    return Path(root)
+
+
 def store_path(destination: str) -> Path:
     """The folder a resumable write to ``destination`` keeps its work in: beside a local
     destination; for a URL (an object store, any remote filesystem), in this machine's cache
@@ -62,11 +71,8 @@ def store_path(destination: str) -> Path:
     if "://" in destination:
         import hashlib
 
-        root = os.environ.get("VANE_CACHE_DIR") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "vane"
-        )
         digest = hashlib.blake2b(destination.rstrip("/").encode(), digest_size=16).hexdigest()
-        return Path(root) / "resume" / digest
+        return cache_root() / "resume" / digest
     target = Path(destination.rstrip("/") or destination)
     return target.parent / f".{target.name}.vane-resume"
 

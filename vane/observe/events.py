@@ -104,8 +104,11 @@ def add_counts(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
 # own counters follow, named as it named them.
 _USAGE_ORDER = {
     "requests": "request",
+    "batch_requests": "batch request",
     "prompt_tokens": "prompt token",
     "completion_tokens": "completion token",
+    "batch_prompt_tokens": "batch prompt token",
+    "batch_completion_tokens": "batch completion token",
     "retries": "retry",
     "cache_hits": "cache hit",
     "failures": "failure",

@@ -43,6 +43,7 @@ def step_options(udf: ColumnUdf) -> StepOptions:
         on_error=options.on_error,
         batch_timeout_s=options.batch_timeout_s,
         budget=options.budget,
+        local_only=options.local_only,
     )
 
 
@@ -55,3 +56,4 @@ class StepOptions(TypedDict):
     on_error: str
     batch_timeout_s: float | None
     budget: Budget | None
+    local_only: str | None

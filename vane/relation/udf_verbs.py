@@ -180,7 +180,8 @@ class UdfVerbs(RelationalVerbs):
         """Ask an LLM about each row: ``column`` is the prompt, or ``template`` fills
         ``{placeholders}`` from columns; the answer is added as ``output_column``. Takes
         ``batch_size``, ``concurrency``, ``execution_backend``, ``gpus_per_actor``,
-        ``on_error``, and the provider's options (see docs/ai-functions.md)."""
+        ``on_error``, and the provider's options (see docs/ai-functions.md); ``mode="batch"``
+        sends the requests through OpenAI's Batch API at half the price (docs/resume.md)."""
         from vane.ai import prompt
 
         if column is None and template is None:

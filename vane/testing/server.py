@@ -10,6 +10,19 @@ a given prompt or embedded text. It counts requests (per prompt and per text too
 in flight, and keeps the ``image_url`` and ``file`` parts it was sent (an answer says how many
 it got).
 
+It also runs OpenAI's Batch API: ``POST /v1/files`` (a JSONL file of requests, purpose
+``batch``), ``GET /v1/files/{id}/content``, ``POST /v1/batches`` and ``GET /v1/batches/{id}``.
+A batch's time is counted in polls, not seconds, so tests of it are deterministic: it is
+``in_progress`` for ``batch_polls`` retrievals, then ends ``completed`` with an output file
+(and an error file for the items whose prompt is in ``batch_fail``), or, with
+``batch_expire_after=n``, ``expired`` with only its first n items answered and the rest in
+the error file as ``batch_expired``. ``GET /v1/batches`` lists them, newest first;
+``batch_create_stall`` makes a create hold its reply, its batch made, until it is unset, and
+``batch_retrieve_status`` (``batch_upload_status``) fails every retrieval (upload) with that
+status. Batch
+items are answered as chat requests are, and counted apart (``batch_items``), never in
+``requests``.
+
 In a test::
 
     from vane.testing import OpenAIServer
@@ -66,6 +79,14 @@ class Behaviour:
     scripted: dict[str, Scripted] = field(default_factory=dict)
     exit_after: int = 0  # the process exits (code 3) on request n+1, unanswered (0: never)
     hang_after: int = 0  # the server stops answering anything, health included, on request n+1
+    # The Batch API: how many retrievals see a batch in progress before it ends; prompts whose
+    # batch items fail (HTTP 500 in the error file); expiry with only the first n items answered.
+    batch_polls: int = 1
+    batch_fail: set[str] = field(default_factory=set)
+    batch_expire_after: int | None = None
+    batch_create_stall: bool = False  # a create, its batch made, replies once this is False
+    batch_retrieve_status: int | None = None  # a batch's retrievals fail with this status
+    batch_upload_status: int | None = None  # file uploads fail with this status
 
 
 @dataclass
@@ -105,6 +126,9 @@ class OpenAIServer:
         self.files: list[dict[str, Any]] = []  # their file parts' "file" objects, as sent
         self.by_client: Counter[str] = Counter()  # requests by the client's User-Agent
         self.arrivals: list[float] = []
+        self.batches: dict[str, dict[str, Any]] = {}  # the Batch API's batches, by id
+        self.uploads: dict[str, bytes] = {}  # files, by id: uploaded, and the batches' results
+        self.batch_items: Counter[str] = Counter()  # prompts answered in batches, each time
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -123,6 +147,9 @@ class OpenAIServer:
             self.files.clear()
             self.by_client.clear()
             self.arrivals.clear()
+            self.batches.clear()
+            self.uploads.clear()
+            self.batch_items.clear()
             self.max_in_flight = self.in_flight
 
     @property
@@ -198,22 +225,27 @@ class OpenAIServer:
             if prompt in self.behaviour.refuse:
                 error = {"error": {"message": f"refused: {prompt}", "type": "invalid_request"}}
                 return web.json_response(error, status=400)
-            content = self._content(prompt, body.get("response_format"))
-            if images and not body.get("response_format"):
-                content += f" (with {len(images)} image{'s' if len(images) > 1 else ''})"
-            if files and not body.get("response_format"):
-                content += f" (with {len(files)} file{'s' if len(files) > 1 else ''})"
-            words = len(prompt.split())
-            reply = {
-                "id": f"chat-{number}",
-                "object": "chat.completion",
-                "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
-                "usage": {"prompt_tokens": words, "completion_tokens": words + 2},
-            }
-            return web.json_response(reply)
+            return web.json_response(self._completion(body, prompt, images, files, number))
         finally:
             self._done()
+
+    def _completion(
+        self, body: Any, prompt: str, images: list[str], files: list[Any], number: int
+    ) -> dict[str, Any]:
+        """The chat completion for ``prompt``: what a live request and a batch item get."""
+        content = self._content(prompt, body.get("response_format"))
+        if images and not body.get("response_format"):
+            content += f" (with {len(images)} image{'s' if len(images) > 1 else ''})"
+        if files and not body.get("response_format"):
+            content += f" (with {len(files)} file{'s' if len(files) > 1 else ''})"
+        words = len(prompt.split())
+        return {
+            "id": f"chat-{number}",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": words, "completion_tokens": words + 2},
+        }
 
     def _content(self, prompt: str, response_format: Any) -> str:
         if not response_format:
@@ -243,6 +275,156 @@ class OpenAIServer:
         finally:
             self._done()
 
+    # ---- the Batch API ---------------------------------------------------------------------
+
+    def _new_file(self, data: bytes, prefix: str = "file") -> str:
+        with self._lock:
+            file_id = f"{prefix}-{len(self.uploads) + 1}"
+            self.uploads[file_id] = data
+        return file_id
+
+    @staticmethod
+    def _file_object(file_id: str, data: bytes, purpose: str) -> dict[str, Any]:
+        return {"id": file_id, "object": "file", "bytes": len(data), "purpose": purpose}
+
+    async def upload(self, request: web.Request) -> web.Response:
+        if self.behaviour.batch_upload_status is not None:
+            injected = {"error": {"message": "injected", "type": "injected"}}
+            return web.json_response(injected, status=self.behaviour.batch_upload_status)
+        form = await request.post()
+        upload, purpose = form.get("file"), form.get("purpose")
+        if purpose != "batch" or not isinstance(upload, web.FileField):
+            error = {"message": "send a file and purpose=batch as multipart/form-data"}
+            return web.json_response({"error": error}, status=400)
+        data = upload.file.read()
+        return web.json_response(self._file_object(self._new_file(data), data, "batch"))
+
+    async def file_content(self, request: web.Request) -> web.Response:
+        data = self.uploads.get(request.match_info["file_id"])
+        if data is None:
+            return web.json_response({"error": {"message": "no such file"}}, status=404)
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def create_batch(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        if (
+            body.get("input_file_id") not in self.uploads
+            or body.get("endpoint") != "/v1/chat/completions"
+            or body.get("completion_window") != "24h"
+        ):
+            error = {"message": f"not a batch this server runs: {json.dumps(body)[:200]}"}
+            return web.json_response({"error": error}, status=400)
+        with self._lock:
+            batch_id = f"batch-{len(self.batches) + 1}"
+            self.batches[batch_id] = {
+                "id": batch_id,
+                "object": "batch",
+                "endpoint": body["endpoint"],
+                "input_file_id": body["input_file_id"],
+                "completion_window": body["completion_window"],
+                "metadata": body.get("metadata"),
+                "status": "validating",
+                "output_file_id": None,
+                "error_file_id": None,
+                "created_at": int(time.time()),
+                "request_counts": {"total": 0, "completed": 0, "failed": 0},
+                "polls": 0,
+            }
+        while self.behaviour.batch_create_stall:  # made; the reply waits to be let go
+            await asyncio.sleep(0.02)
+        return web.json_response(self._batch_object(batch_id))
+
+    async def list_batches(self, request: web.Request) -> web.Response:
+        """The batches, newest first, ``limit`` at a time after the batch ``after``."""
+        limit = int(request.query.get("limit", "20"))
+        with self._lock:
+            ids = list(reversed(self.batches))
+        after = request.query.get("after")
+        if after in ids:
+            ids = ids[ids.index(after) + 1 :]
+        page = [self._batch_object(batch_id) for batch_id in ids[:limit]]
+        body = {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(ids) > limit,
+        }
+        return web.json_response(body)
+
+    def _batch_object(self, batch_id: str) -> dict[str, Any]:
+        with self._lock:
+            return {k: v for k, v in self.batches[batch_id].items() if k != "polls"}
+
+    async def retrieve_batch(self, request: web.Request) -> web.Response:
+        batch_id = request.match_info["batch_id"]
+        if self.behaviour.batch_retrieve_status is not None:
+            error = {"error": {"message": "injected", "type": "injected"}}
+            return web.json_response(error, status=self.behaviour.batch_retrieve_status)
+        with self._lock:
+            batch = self.batches.get(batch_id)
+            if batch is not None and batch["status"] in ("validating", "in_progress"):
+                batch["polls"] += 1
+                batch["status"] = "in_progress"
+                due = batch["polls"] > self.behaviour.batch_polls
+            else:
+                due = False
+        if batch is None:
+            return web.json_response({"error": {"message": f"no batch {batch_id}"}}, status=404)
+        if due:
+            self._run_batch(batch)
+        return web.json_response(self._batch_object(batch_id))
+
+    def _run_batch(self, batch: dict[str, Any]) -> None:
+        """Answer the batch's items, as its time is up: each into the output file, or the
+        error file when its prompt is to fail or the batch expired before it."""
+        lines = self.uploads[batch["input_file_id"]].decode().splitlines()
+        items = [json.loads(line) for line in lines if line.strip()]
+        expire_after = self.behaviour.batch_expire_after
+        output, errors = [], []
+        for position, item in enumerate(items):
+            line: dict[str, Any] = {"id": f"{batch['id']}-req-{position}", "error": None}
+            line["custom_id"] = item["custom_id"]
+            content = item["body"]["messages"][-1]["content"]
+            prompt = _text(content)
+            if expire_after is not None and position >= expire_after:
+                line["response"] = None
+                line["error"] = {
+                    "code": "batch_expired",
+                    "message": "This request could not be executed before the completion "
+                    "window expired.",
+                }
+                errors.append(line)
+                continue
+            if prompt in self.behaviour.batch_fail:
+                error = {"message": f"injected batch item failure: {prompt}", "type": "server"}
+                line["response"] = {"status_code": 500, "body": {"error": error}}
+                errors.append(line)
+                continue
+            with self._lock:
+                self.batch_items[prompt] += 1
+            images, files = _image_urls(content), _file_parts(content)
+            reply = self._completion(item["body"], prompt, images, files, position)
+            line["response"] = {"status_code": 200, "request_id": line["id"], "body": reply}
+            output.append(line)
+
+        def jsonl(lines: list[dict[str, Any]]) -> bytes:
+            return "".join(json.dumps(line) + "\n" for line in lines).encode()
+
+        output_id = self._new_file(jsonl(output), "output") if output else None
+        error_id = self._new_file(jsonl(errors), "errors") if errors else None
+        with self._lock:
+            batch.update(
+                status="expired" if expire_after is not None else "completed",
+                output_file_id=output_id,
+                error_file_id=error_id,
+                request_counts={
+                    "total": len(items),
+                    "completed": len(output),
+                    "failed": len(errors),
+                },
+            )
+
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -261,6 +443,8 @@ class OpenAIServer:
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
+                "batches": len(self.batches),
+                "batch_items": dict(self.batch_items),
             }
         return web.json_response(body)
 
@@ -270,6 +454,11 @@ class OpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/embeddings", self.embeddings)
+        app.router.add_post("/v1/files", self.upload)
+        app.router.add_get("/v1/files/{file_id}/content", self.file_content)
+        app.router.add_post("/v1/batches", self.create_batch)
+        app.router.add_get("/v1/batches/{batch_id}", self.retrieve_batch)
+        app.router.add_get("/v1/batches", self.list_batches)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/stats", self.stats)
@@ -295,9 +484,10 @@ class OpenAIServer:
         self._ready.set()
         self._loop.run_forever()
         self._loop.run_until_complete(runner.cleanup())
+        self._loop.close()
 
     def stop(self) -> None:
-        if self._loop is not None:
+        if self._loop is not None and not self._loop.is_closed():  # a second stop: done
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=30)

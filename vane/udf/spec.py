@@ -23,6 +23,8 @@ BATCH_FORMATS: tuple[str, ...] = ("pyarrow", "pandas", "numpy")
 
 ERROR_COLUMN = "error"
 DEFAULT_MAX_CONCURRENCY_PER_ACTOR = 16
+# What a provider's Batch API takes off its live prices (OpenAI's: half).
+BATCH_DISCOUNT = 0.5
 # Rows per batch handed to a UDF when the step does not say (Ray Data's default too).
 DEFAULT_BATCH_SIZE = 1024
 # How long an actor may take to construct its UDF: generous, since loading a large model can
@@ -48,7 +50,10 @@ class Budget:
     """How much a step may spend, by what its UDF counts (``usage_counters``: an AI function's
     ``prompt_tokens`` and ``completion_tokens``): tokens in all, or dollars at ``prices`` (per
     million tokens, ``{"input": ..., "output": ...}``). The stage stops the job once a batch's
-    answer takes the step past it; the batches in flight then may add a little more."""
+    answer takes the step past it; the batches in flight then may add a little more. Tokens
+    answered through a provider's Batch API (``batch_prompt_tokens`` and
+    ``batch_completion_tokens``, also counted in the totals) cost half the prices, as OpenAI
+    bills them."""
 
     max_cost: float | None = None
     max_total_tokens: int | None = None
@@ -59,10 +64,10 @@ class Budget:
         if not self.prices:
             return tokens, None
         prices = dict(self.prices)
-        cost = (
-            usage.get("prompt_tokens", 0) * prices.get("input", 0.0)
-            + usage.get("completion_tokens", 0) * prices.get("output", 0.0)
-        ) / 1e6
+        batched = usage.get("batch_prompt_tokens", 0), usage.get("batch_completion_tokens", 0)
+        prompt = usage.get("prompt_tokens", 0) - BATCH_DISCOUNT * batched[0]
+        completion = usage.get("completion_tokens", 0) - BATCH_DISCOUNT * batched[1]
+        cost = (prompt * prices.get("input", 0.0) + completion * prices.get("output", 0.0)) / 1e6
         return tokens, cost
 
     def __vane_identity__(self) -> str:
@@ -128,6 +133,8 @@ class UdfSpec:
     error_shown_as: str | None = ERROR_COLUMN
     # What the step may spend (None: no limit).
     budget: Budget | None = None
+    # Why only the local runner may run the step (None: any runner may).
+    local_only: str | None = None
 
     @property
     def is_class(self) -> bool:

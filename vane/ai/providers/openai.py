@@ -41,7 +41,16 @@ from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
 from vane.ai.node_server import NODE_ID_ENV, NodeEntry, ServerRoute, read_state
-from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
+from vane.ai.protocols import (
+    Answer,
+    NotFound,
+    PromptRequest,
+    Read,
+    RequestRefused,
+    Usage,
+    answered,
+)
+from vane.ai.providers.openai_batch import BatchDispatch
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
 
@@ -56,7 +65,12 @@ _CLIENT_OPTIONS = {
     "timeout",
     "cache",
     "server",
+    "mode",
+    "batch_poll_interval",
+    "batch_fallback",
 }
+MODES = ("live", "batch")
+BATCH_FALLBACKS = ("live", "error")
 # Final statuses that may be caused by what the request carried (one text too long, say).
 _REFUSED_FOR_CONTENT = frozenset({400, 413, 422})
 
@@ -74,6 +88,12 @@ class ClientSettings:
     timeout: float = 600.0
     cache: str | None = None
     route: ServerRoute | None = None  # a server per node (``server=``): each actor asks its own
+    # mode="batch": the Batch API (``openai_batch.py``), its poll interval, what an item it
+    # did not answer becomes, and the directory of the journal of the batches submitted
+    mode: str = "live"
+    batch_poll_interval: float = 30.0
+    batch_fallback: str = "live"
+    journal: str | None = None
 
     def __vane_identity__(self) -> str:
         """What a resumable write knows these settings by: the server by its name when it is
@@ -128,6 +148,12 @@ def _settings(provider: str, model: str | None, options: Mapping[str, Any]) -> C
     from vane.config import get_config
 
     cache = options.get("cache") or get_config().ai_cache
+    mode, interval, fallback = _batch_options(provider, options, route)
+    journal = None
+    if mode == "batch":
+        from vane.io.resume import cache_root
+
+        journal = str(cache) if cache is not None else str(cache_root() / "batches")
     return ClientSettings(
         provider=provider,
         model=model,
@@ -140,7 +166,40 @@ def _settings(provider: str, model: str | None, options: Mapping[str, Any]) -> C
         timeout=float(options.get("timeout", 600.0)),
         cache=None if cache is None else str(cache),
         route=route,
+        mode=mode,
+        batch_poll_interval=interval,
+        batch_fallback=fallback,
+        journal=journal,
     )
+
+
+def _batch_options(
+    provider: str, options: Mapping[str, Any], route: ServerRoute | None
+) -> tuple[str, float, str]:
+    mode = options.get("mode", "live")
+    if mode not in MODES:
+        raise ConfigurationError(
+            f"provider {provider!r}: mode={mode!r} is not 'live' (a request per row, answered "
+            "at once) or 'batch' (the Batch API: answered within 24 hours, at half the price)"
+        )
+    if mode == "batch" and route is not None:
+        raise ConfigurationError(
+            f"provider {provider!r}: mode='batch' needs a server with OpenAI's Batch API "
+            "(/v1/batches); a server that vane.ai.serve started has none: leave mode out"
+        )
+    interval = options.get("batch_poll_interval", 30.0)
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval < 0:
+        raise ConfigurationError(
+            f"batch_poll_interval is the seconds between two looks at a batch, a number >= 0, "
+            f"got {interval!r}"
+        )
+    fallback = options.get("batch_fallback", "live")
+    if fallback not in BATCH_FALLBACKS:
+        raise ConfigurationError(
+            f"batch_fallback={fallback!r} is not 'live' (ask what a batch did not answer as "
+            "live requests) or 'error' (fail those rows, for on_error to handle)"
+        )
+    return mode, float(interval), fallback
 
 
 @dataclass(frozen=True)
@@ -187,6 +246,11 @@ def prompter(provider: str, model: str | None, options: Mapping[str, Any]) -> Op
 def text_embedder(
     provider: str, model: str | None, options: Mapping[str, Any]
 ) -> OpenAITextEmbedder:
+    if options.get("mode", "live") != "live":
+        raise ConfigurationError(
+            f"provider {provider!r}: mode={options['mode']!r} is for prompt(); embeddings are "
+            "asked live, a batch of texts per request"
+        )
     settings = _settings(provider, model, options)
     return OpenAITextEmbedder(provider, settings.model, settings, options.get("dimensions"))
 
@@ -222,6 +286,12 @@ class Client:
         state = read_state(self._node) if self._node is not None else None
         self._restarts = int(state.get("restarts", 0)) if state else 0
         self._comeback: asyncio.Future[int] | None = None
+        self._batches: BatchDispatch | None = None
+        if settings.mode == "batch":
+            assert settings.journal is not None
+            self._batches = BatchDispatch(
+                self, settings.journal, settings.batch_poll_interval, settings.batch_fallback
+            )
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
@@ -246,12 +316,28 @@ class Client:
     async def _post(self, path: str, body: Mapping[str, Any], tokens: int, usage: Usage) -> Any:
         """The server's JSON reply, after retries; ``ProviderError`` when it will not come
         (``RequestRefused`` when the server refused what the request holds)."""
+        return await self.send("POST", path, usage, json.dumps(body).encode(), tokens=tokens)
+
+    async def send(
+        self,
+        method: str,
+        path: str,
+        usage: Usage,
+        payload: bytes | None = None,
+        *,
+        tokens: int = 0,
+        content_type: str | None = None,
+        raw: bool = False,
+    ) -> Any:
+        """One request to the server, retried as every request is: its JSON reply (its bytes
+        with ``raw``), or ``ProviderError``. ``content_type`` replaces JSON's (a file upload's
+        multipart form)."""
         import aiohttp
 
         session = self._open()
         assert self._slots is not None
         url = f"{self.base_url}{path}"
-        payload = json.dumps(body)
+        headers_sent = {"Content-Type": content_type} if content_type else None
         last = ""
         async with self._slots:
             attempt, resent = 0, False
@@ -265,20 +351,26 @@ class Client:
                 restarts_before = self._restarts
                 try:
                     usage.requests += 1
-                    async with session.post(url, data=payload) as response:
+                    async with session.request(
+                        method, url, data=payload, headers=headers_sent
+                    ) as response:
                         self._answered_once = True
-                        raw = await response.read()
+                        body = await response.read()
                         if response.status == 200:
+                            if raw:
+                                return body
                             try:
-                                return json.loads(raw)
+                                return json.loads(body)
                             except (ValueError, RecursionError):  # not JSON, or not text
-                                raise _Retry(f"the reply is not JSON: {raw[:80]!r}") from None
-                        message = _error_message(raw)
+                                raise _Retry(f"the reply is not JSON: {body[:80]!r}") from None
+                        message = _error_message(body)
                         if response.status in RETRYABLE_STATUS:
                             raise _Retry(f"HTTP {response.status}: {message}", response.headers)
                         error = f"{url} answered HTTP {response.status}: {message}"
                         if response.status in _REFUSED_FOR_CONTENT:
                             raise RequestRefused(error)
+                        if response.status == 404:
+                            raise NotFound(error)
                         raise ProviderError(error)
                 except _Retry as retry:
                     last, headers = str(retry), retry.headers
@@ -328,13 +420,13 @@ class Client:
     async def answer(
         self, requests: Sequence[PromptRequest], usage: Usage, read: Read
     ) -> list[Answer]:
+        if self._batches is not None:
+            return await self._answer_in_batch(self._batches, requests, usage, read)
         return list(await asyncio.gather(*(self._answer(r, usage, read) for r in requests)))
 
-    async def _answer(self, request: PromptRequest, usage: Usage, read: Read) -> Answer:
-        if self._cache is None:
-            answer, _ = await self._ask(request, usage, read)
-            return answer
-        key = request_key(
+    def _key(self, request: PromptRequest) -> str:
+        """What the cache (and the journal of batches) knows a request by."""
+        return request_key(
             {
                 "provider": self.settings.provider,
                 # a server vane started listens at a new port each run: its name and model
@@ -345,24 +437,42 @@ class Client:
                 "options": request.options,
             }
         )
+
+    def _kept(self, key: str, usage: Usage, read: Read) -> Answer | None:
+        """The cached answer for ``key``, if there is one that is an answer."""
+        kept = self._cache.get(key) if self._cache is not None else None
+        if kept is None:
+            return None
+        answer = answered(kept.text, read, kept.prompt_tokens, kept.completion_tokens)
+        if answer.error is None:
+            usage.cache_hits += 1
+            return answer
+        # Kept by an older vane that kept what it should not have: ask again.
+        assert self._cache is not None
+        self._cache.unreadable(f"a kept answer is no answer ({answer.error})")
+        return None
+
+    def _keep(self, key: str, answer: Answer, text: Any) -> None:
+        if self._cache is not None and answer.error is None:  # a failure is asked again
+            self._cache.put(key, text, answer.prompt_tokens, answer.completion_tokens)
+
+    async def _answer(self, request: PromptRequest, usage: Usage, read: Read) -> Answer:
+        if self._cache is None:
+            answer, _ = await self._ask(request, usage, read)
+            return answer
+        key = self._key(request)
         running = self._inflight.get(key)
         if running is not None:  # the same request, already on its way: send it once
             usage.cache_hits += 1
             return await asyncio.shield(running)
-        kept = self._cache.get(key)
+        kept = self._kept(key, usage, read)
         if kept is not None:
-            answer = answered(kept.text, read, kept.prompt_tokens, kept.completion_tokens)
-            if answer.error is None:
-                usage.cache_hits += 1
-                return answer
-            # Kept by an older vane that kept what it should not have: ask again.
-            self._cache.unreadable(f"a kept answer is no answer ({answer.error})")
+            return kept
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
             answer, text = await self._ask(request, usage, read)
-            if answer.error is None:  # only answers are kept: a failure is asked again
-                self._cache.put(key, text, answer.prompt_tokens, answer.completion_tokens)
+            self._keep(key, answer, text)
             future.set_result(answer)
             return answer
         except BaseException as exc:
@@ -372,20 +482,108 @@ class Client:
         finally:
             del self._inflight[key]
 
-    async def _ask(self, request: PromptRequest, usage: Usage, read: Read) -> tuple[Answer, Any]:
-        """The row's answer, and the model's text it was read from."""
+    async def _answer_in_batch(
+        self, batches: BatchDispatch, requests: Sequence[PromptRequest], usage: Usage, read: Read
+    ) -> list[Answer]:
+        """The same requests, answered from the cache, else by a provider batch, else (what
+        the batch did not answer) live or as the row's error, as ``batch_fallback`` says. A
+        request that another call of this actor is already asking is sent once, as live."""
+        keys = [self._key(request) for request in requests]
+        answers: dict[str, Answer] = {}
+        pending: dict[str, PromptRequest] = {}
+        elsewhere: dict[str, asyncio.Future[Answer]] = {}
+        for key, request in zip(keys, requests, strict=True):
+            if key in answers or key in pending or key in elsewhere:  # twice: sent once
+                usage.cache_hits += 1
+                continue
+            if key in self._inflight:
+                usage.cache_hits += 1
+                elsewhere[key] = self._inflight[key]
+                continue
+            kept = self._kept(key, usage, read)
+            if kept is not None:
+                answers[key] = kept
+            else:
+                pending[key] = request
+        if pending:
+            loop = asyncio.get_running_loop()
+            mine = {key: loop.create_future() for key in pending}
+            self._inflight.update(mine)
+            try:
+                answers.update(await self._batched(batches, pending, usage, read))
+                for key, future in mine.items():
+                    future.set_result(answers[key])
+            except BaseException as exc:
+                for future in mine.values():
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: no warning if nobody waits
+                raise
+            finally:
+                for key in mine:
+                    del self._inflight[key]
+        for key, future in elsewhere.items():
+            answers[key] = await asyncio.shield(future)
+        return [answers[key] for key in keys]
+
+    async def _batched(
+        self,
+        batches: BatchDispatch,
+        pending: Mapping[str, PromptRequest],
+        usage: Usage,
+        read: Read,
+    ) -> dict[str, Answer]:
+        """``pending``'s answers (by key), each kept in the cache as it is read."""
+        answers: dict[str, Answer] = {}
+        live = []
+        for key, outcome in (await batches.outcomes(pending)).items():
+            if outcome.reply is not None:
+                answer, text = self._read(outcome.reply, usage, read, batched=True)
+                self._keep(key, answer, text)
+                answers[key] = answer
+            elif self.settings.batch_fallback == "live":
+                live.append(key)
+            else:
+                answers[key] = Answer(error=str(outcome.error))
+
+        async def ask_live(key: str) -> Answer:
+            answer, text = await self._ask(pending[key], usage, read)
+            self._keep(key, answer, text)
+            return answer
+
+        answers.update(zip(live, await asyncio.gather(*map(ask_live, live)), strict=True))
+        batches.delivered(pending)
+        return answers
+
+    def chat_body(self, request: PromptRequest) -> dict[str, Any]:
+        """The body of ``/chat/completions`` for ``request``: sent live, or as a batch's line."""
         body = {"model": self.settings.model, "messages": list(request.messages)}
         body.update(request.options)
+        return body
+
+    async def _ask(self, request: PromptRequest, usage: Usage, read: Read) -> tuple[Answer, Any]:
+        """The row's answer, and the model's text it was read from."""
+        body = self.chat_body(request)
         estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4
         estimate += _count(request.options.get("max_tokens"))
         try:
             reply = await self._post("/chat/completions", body, estimate, usage)
         except ProviderError as exc:
             return Answer(error=str(exc)), None
+        answer, text = self._read(reply, usage, read)
+        self._limiter.settle(estimate, answer.prompt_tokens + answer.completion_tokens)
+        return answer, text
+
+    def _read(
+        self, reply: Any, usage: Usage, read: Read, *, batched: bool = False
+    ) -> tuple[Answer, Any]:
+        """A chat completion's answer (counted), and the model's text it was read from."""
         prompt_tokens, completion_tokens = _tokens(reply)
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
-        self._limiter.settle(estimate, prompt_tokens + completion_tokens)
+        if batched:  # billed at the Batch API's price
+            usage.batch_requests += 1
+            usage.batch_prompt_tokens += prompt_tokens
+            usage.batch_completion_tokens += completion_tokens
         try:
             text = _chat_text(reply)
         except ValueError as exc:
@@ -413,6 +611,8 @@ class Client:
     def close(self) -> None:
         if self._cache is not None:
             self._cache.close()
+        if self._batches is not None:
+            self._batches.journal.close()
 
     async def aclose(self) -> None:
         """Close the connection pool on the actor's event loop (where it was made), then the

@@ -78,6 +78,11 @@ class RayRunner:
                     "which the local runner keeps in this version; on Ray, leave it out, or run "
                     "the job with vane.configure(runner='local')"
                 )
+            if isinstance(node, UdfStep) and node.udf.local_only is not None:
+                raise ConfigurationError(
+                    f"step `{node.udf.name}` runs on the local runner only in this version: "
+                    f"{node.udf.local_only}. Run the job with vane.configure(runner='local')"
+                )
         check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
