@@ -12,6 +12,7 @@ session's cluster for a start that fails and a driver killed with ``-9``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -29,6 +30,8 @@ import pytest
 import vane
 import vane.ai
 from vane.errors import ConfigurationError, ServerError
+from vane.observe.events import ServerCount, ServerRequests, subscribe
+from vane.observe.progress import ProgressDisplay
 from vane.testing import server as test_server
 
 GONE_WITHIN_S = 60  # a bound for a busy machine, not a measure
@@ -96,6 +99,57 @@ def test_a_command_server_answers_every_row_once_from_every_backend(backend, tmp
     assert "via python" not in step and "via server" in step  # the step names its server
     assert usage["requests"] == 24 and usage.get("retries", 0) == 0
     wait_gone(pid)
+
+
+def release(server: vane.ai.Server) -> None:
+    """Answer every request the test server holds (``--hold``)."""
+    address = server.base_url.removesuffix("/v1")
+    request = urllib.request.Request(f"{address}/release", method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def wait_for(what: str, check) -> None:
+    """Wait until ``check()`` holds: a bound for a busy machine, not a measure."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not check():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_the_progress_line_shows_the_requests_a_server_holds_in_flight(backend):
+    """Six requests held by the server, unanswered: the step's line says so for that server,
+    from either backend (a subprocess actor's counts cross its pipe); once they are answered,
+    the last counts say none is in flight, and the line is gone with its stage."""
+    display = ProgressDisplay(io.StringIO())
+    counts: list[ServerRequests] = []
+    stop_display = subscribe(display)
+    stop_counts = subscribe(lambda e: counts.append(e) if isinstance(e, ServerRequests) else None)
+    try:
+        with vane.ai.serve(command("--hold", "--latency", "0"), health="/health") as server:
+            out = questions(6).prompt(
+                "q",
+                server=server,
+                model="m",
+                batch_size=3,
+                concurrency=2,
+                execution_backend=backend,
+            )
+            job = threading.Thread(target=out.to_arrow)
+            job.start()
+            try:
+                wait_for("6 requests held", lambda: stats(server)["in_flight"] == 6)
+                url = server.base_url
+                shown = f"{url}: 6 in flight, 6 sent"
+                wait_for(shown, lambda: shown in display.text(width=300))
+            finally:
+                release(server)
+                job.join()
+    finally:
+        stop_display()
+        stop_counts()
+    assert counts[-1].servers == (ServerCount(url, 0, 6, 0),)
+    assert display.text() == ""  # every stage finished: no line left
 
 
 def test_a_python_function_server_embeds_and_its_process_ends():

@@ -40,10 +40,11 @@ from typing import Any
 from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
-from vane.ai.node_server import NODE_ID_ENV, NodeEntry, ServerRoute, read_state
+from vane.ai.node_server import LOCAL_NODE, NODE_ID_ENV, NodeEntry, ServerRoute, read_state
 from vane.ai.protocols import Answer, PromptRequest, Read, RequestRefused, Usage, answered
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
+from vane.observe.requests import counts_for
 
 OPENAI_URL = "https://api.openai.com/v1"
 _CLIENT_OPTIONS = {
@@ -222,6 +223,8 @@ class Client:
         state = read_state(self._node) if self._node is not None else None
         self._restarts = int(state.get("restarts", 0)) if state else 0
         self._comeback: asyncio.Future[int] | None = None
+        # Requests in flight to this server, for the progress display; None outside an actor
+        self._counts = counts_for(server_label(self.base_url, self._node))
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
@@ -265,21 +268,7 @@ class Client:
                 restarts_before = self._restarts
                 try:
                     usage.requests += 1
-                    async with session.post(url, data=payload) as response:
-                        self._answered_once = True
-                        raw = await response.read()
-                        if response.status == 200:
-                            try:
-                                return json.loads(raw)
-                            except (ValueError, RecursionError):  # not JSON, or not text
-                                raise _Retry(f"the reply is not JSON: {raw[:80]!r}") from None
-                        message = _error_message(raw)
-                        if response.status in RETRYABLE_STATUS:
-                            raise _Retry(f"HTTP {response.status}: {message}", response.headers)
-                        error = f"{url} answered HTTP {response.status}: {message}"
-                        if response.status in _REFUSED_FOR_CONTENT:
-                            raise RequestRefused(error)
-                        raise ProviderError(error)
+                    return await self._exchange(session, url, payload, bool(attempt or resent))
                 except _Retry as retry:
                     last, headers = str(retry), retry.headers
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -295,6 +284,36 @@ class Client:
                 attempt += 1
         attempts = counted(self.settings.max_retries + 1, "time")
         raise ProviderError(f"{url} failed {attempts}; last: {last}")
+
+    async def _exchange(self, session: Any, url: str, payload: str, retry: bool) -> Any:
+        """One attempt: the reply's JSON, or ``_Retry``, ``ProviderError`` or the transport's
+        error. While it runs, the request counts as in flight to this server (``_counts``)."""
+        counts = self._counts
+        if counts is not None:
+            counts.in_flight += 1
+            counts.sent += 1
+            counts.retried += retry
+            counts.moved()
+        try:
+            async with session.post(url, data=payload) as response:
+                self._answered_once = True
+                raw = await response.read()
+                if response.status == 200:
+                    try:
+                        return json.loads(raw)
+                    except (ValueError, RecursionError):  # not JSON, or not text
+                        raise _Retry(f"the reply is not JSON: {raw[:80]!r}") from None
+                message = _error_message(raw)
+                if response.status in RETRYABLE_STATUS:
+                    raise _Retry(f"HTTP {response.status}: {message}", response.headers)
+                error = f"{url} answered HTTP {response.status}: {message}"
+                if response.status in _REFUSED_FOR_CONTENT:
+                    raise RequestRefused(error)
+                raise ProviderError(error)
+        finally:  # the exchange is over, however it went
+            if counts is not None:
+                counts.in_flight -= 1
+                counts.moved()
 
     def _check_present(self, exc: BaseException) -> None:
         """``ProviderError`` at once when ``exc`` says no server is there at all (nothing has
@@ -422,6 +441,14 @@ class Client:
             self._session = None
             await asyncio.sleep(0)  # the sockets close on the loop's next turn: let it come
         self.close()
+
+
+def server_label(base_url: str, node: NodeEntry | None) -> str:
+    """How the progress display names a server: its base URL, and, for one of a server's
+    nodes on Ray (``vane.ai.serve``), which node (the start of its Ray node id)."""
+    if node is None or node.node == LOCAL_NODE:
+        return base_url
+    return f"{base_url} (node {node.node[:8]})"
 
 
 def _no_server(exc: BaseException) -> str | None:
