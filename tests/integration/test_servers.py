@@ -120,7 +120,8 @@ def wait_for(what: str, check) -> None:
 def test_the_progress_line_shows_the_requests_a_server_holds_in_flight(backend):
     """Six requests held by the server, unanswered: the step's line says so for that server,
     from either backend (a subprocess actor's counts cross its pipe); once they are answered,
-    the last counts say none is in flight, and the line is gone with its stage."""
+    the last counts say none is in flight, and the line is gone with its stage. The plan's
+    explain() names the server and the step that uses it."""
     display = ProgressDisplay(io.StringIO())
     counts: list[ServerRequests] = []
     stop_display = subscribe(display)
@@ -135,6 +136,15 @@ def test_the_progress_line_shows_the_requests_a_server_holds_in_flight(backend):
                 concurrency=2,
                 execution_backend=backend,
             )
+            # explain() shows the server (node, GPUs, port, command) and the step that uses it
+            port = server.nodes[0].port
+            assert f"server {server.name} (health /health):\n  node=local port={port} " in (
+                out.explain()
+            )
+            assert f"gpus=unchanged command: {sys.executable} -m vane.testing.server" in (
+                out.explain()
+            )
+            assert f"used by: prompt[openai m via {server.name}]" in out.explain()
             job = threading.Thread(target=out.to_arrow)
             job.start()
             try:
@@ -422,3 +432,37 @@ def test_a_resumed_job_asks_a_restarted_server_only_what_it_never_answered(tmp_p
     assert [r["response"] for r in got] == [
         test_server.answer_for(f"question {i}") for i in range(48)
     ]
+
+
+@pytest.mark.ray
+def test_on_ray_the_progress_line_shows_the_requests_each_node_server_holds(on_ray):
+    """On Ray the counts come from the actors' workers through the action's tally: the line
+    names the server by its node, and says what it holds in flight while it holds it."""
+    display = ProgressDisplay(io.StringIO())
+    counts: list[ServerRequests] = []
+    stop_display = subscribe(display)
+    stop_counts = subscribe(lambda e: counts.append(e) if isinstance(e, ServerRequests) else None)
+    held = command("--hold", "--latency", "0", "--host", "{host}")
+    try:
+        with vane.ai.serve(held, health="/health", startup_timeout=120) as server:
+            (node,) = server.urls
+            url = server.base_url
+            out = questions(6).prompt("q", server=server, model="m", batch_size=3, concurrency=2)
+            job = threading.Thread(target=out.to_arrow)
+            job.start()
+            try:
+                # However Ray Data hands out the rows, what the server holds is what is shown
+                def shown() -> bool:
+                    holds = stats(server)["in_flight"]
+                    line = f"{url} (node {node[:8]}): {holds} in flight"
+                    return holds > 0 and line in display.text(width=400)
+
+                wait_for("the held requests on the progress line", shown)
+            finally:
+                release(server)
+                job.join()
+    finally:
+        stop_display()
+        stop_counts()
+    assert counts[-1].servers == (ServerCount(f"{url} (node {node[:8]})", 0, 6, 0),)
+    assert display.text() == ""

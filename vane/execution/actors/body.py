@@ -221,6 +221,8 @@ class ActorBody:
             result = self._run_plain(token, task)
             if self._hung:
                 return False  # its host has given up on this thread and moved on
+            if self._load is not None:  # its requests' counts before its result (as below)
+                self._load.flush()
             self._deliver(token, result)
         return not self._aborted
 
@@ -271,6 +273,10 @@ class ActorBody:
             except BaseException as exc:
                 result = self._failure(task, exc)
         if not self._hung:
+            if self._load is not None:
+                # Its requests' counts before its result: a host that reads them once the
+                # last batch is answered (a Ray action's tally) must not miss the last change
+                self._load.flush()
             self._deliver(token, result)
 
     def _failure(self, task: Task, exc: BaseException) -> BaseException:
