@@ -447,7 +447,7 @@ def test_on_ray_the_progress_line_shows_the_requests_each_node_server_holds(on_r
         with vane.ai.serve(held, health="/health", startup_timeout=120) as server:
             (node,) = server.urls
             url = server.base_url
-            out = questions(6).prompt("q", server=server, model="m", batch_size=3, concurrency=2)
+            out = questions(6).prompt("q", server=server, model="m", batch_size=3)
             job = threading.Thread(target=out.to_arrow)
             job.start()
             try:

@@ -54,3 +54,17 @@ def test_the_end_of_an_actor_reports_what_its_timer_still_held():
 
 def test_a_client_made_outside_an_actor_counts_nothing():
     assert counts_for("http://a/v1") is None
+
+
+def test_a_report_that_fails_fails_no_request(caplog):
+    def broken(servers: tuple[ServerCount, ...]) -> None:
+        raise RuntimeError("the tally is gone")
+
+    load = ServerLoad(broken)
+    with counting(load):
+        counts = counts_for("http://a/v1")
+    assert counts is not None
+    counts.sent += 1
+    counts.moved()  # off an event loop: reported at once, and its failure stays its own
+    counts.moved()
+    assert "reporting requests in flight" in caplog.text

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,15 +81,38 @@ class ServerLoad:
 
     def _send(self) -> None:
         self._due = None
-        self._report(self.snapshot())
+        report_safely(self._report, self.snapshot())
 
     def flush(self) -> None:
-        """Report now what a timer still waits to report: the actor's loop is ending (its
-        last batch answered), and the timer would never fire."""
+        """Report now what a timer still waits to report: a batch's result is about to go
+        (a host may read the counts once the last one is in), or the actor's loop is ending
+        and the timer would never fire."""
         due, self._due = self._due, None
         if due is not None:
             due.cancel()
-            self._report(self.snapshot())
+            report_safely(self._report, self.snapshot())
+
+
+def report_safely(report: Report, servers: tuple[ServerCount, ...]) -> None:
+    """Hand ``servers`` to ``report``, which may fail (the Ray action's tally gone as the
+    action ends, say) without failing the requests, or the batch whose result comes next: the
+    counts are watched, never part of the work."""
+    try:
+        report(servers)
+    except Exception:
+        global _failed
+        if not _failed:
+            _failed = True
+            log.warning(
+                "reporting requests in flight to %r failed; the requests and the action go "
+                "on (later failures are not logged)",
+                report,
+                exc_info=True,
+            )
+
+
+_failed = False
+log = logging.getLogger("vane")
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ import pyarrow as pa
 from vane.errors import ActorDiedError, ExecutionError, UDFError, VaneError
 from vane.execution.actors.body import Result, batches_in_flight
 from vane.observe.events import ServerCount, merge_servers
+from vane.observe.requests import report_safely
 from vane.udf.failures import describe_exception
 from vane.udf.runtime import BatchOutcome, Task, failed_rows
 from vane.udf.spec import UdfSpec
@@ -408,7 +409,7 @@ class ActorPool(ABC):
             self._servers[index] = servers
             listener = self.on_requests
             if listener is not None:
-                listener(merge_servers(self._servers.values()))
+                report_safely(listener, merge_servers(self._servers.values()))
 
     def _drop_in_flight(self, index: int) -> None:
         """A lost actor's requests are in flight no more (those it sent still count)."""
