@@ -150,6 +150,8 @@ def test_the_progress_line_shows_the_requests_a_server_holds_in_flight(backend):
             try:
                 wait_for("6 requests held", lambda: stats(server)["in_flight"] == 6)
                 url = server.base_url
+                shown = f"prompt[openai m via {server.name}](q): "  # the step, by its server
+                wait_for(shown, lambda: shown in display.text(width=300))
                 shown = f"{url}: 6 in flight, 6 sent"
                 wait_for(shown, lambda: shown in display.text(width=300))
             finally:

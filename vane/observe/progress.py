@@ -254,7 +254,9 @@ def _rich_progress(display: ProgressDisplay, console: Any) -> Any:
             return Text(display.line(task.fields["step"]))
 
     return Progress(
-        TextColumn("{task.description}"),
+        # Not markup: an AI function's step is named "prompt[openai m via vllm-1a2b3c](q)",
+        # whose brackets rich would take for a style and drop
+        TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=24),
         TaskProgressColumn(),  # a percentage, only when the total is known
         LineColumn(),
