@@ -81,9 +81,10 @@ class ServerCount:
 class ServerRequests:
     """What a step's requests to each server it talks to are doing now (an AI function's over
     HTTP: ``vane.ai.serve``'s servers, any OpenAI-compatible one), sent as they change
-    (coalesced: a few times a second at most, per actor), not per batch: a batch of held
-    requests shows while it is held. ``servers`` holds every server the step has asked so far,
-    in the order of their names, each summed over the step's actors."""
+    (coalesced per actor: a few times a second at most, and before each batch's result), not
+    only per batch: a batch of held requests shows while it is held. ``servers`` holds every
+    server the step has asked so far, in the order of their names, each summed over the
+    step's actors."""
 
     step: str
     step_id: int

@@ -1,6 +1,6 @@
 """Requests in flight per server, counted where they are sent: inside an actor, by its HTTP
 clients (the OpenAI-compatible provider), and reported to the actor's host a few times a
-second at most, whatever the request rate.
+second at most whatever the request rate, and once more before each batch's result.
 
 The host (a thread actor, a worker process, a Ray actor's worker) gives the actor a
 ``ServerLoad`` while its UDF is constructed (``counting``); each client made meanwhile takes a
@@ -8,7 +8,9 @@ The host (a thread actor, a worker process, a Ray actor's worker) gives the acto
 no lock, since an actor's clients all run on its one event loop, and no call per request. A
 change arms one timer on that loop (``REPORT_SECONDS``); when it fires, the actor's counts,
 summed per server, go to the host's ``report`` (which hands them on as a ``ServerRequests``
-event, a frame to the driver, or a note to the Ray action's tally). A client made with no
+event, a frame to the driver, or a note to the Ray action's tally). What a timer still holds
+is reported before each batch's result goes (``flush``): a host that reads the counts once the
+last batch is in (the Ray action's tally) sees the last change. A client made with no
 ``ServerLoad`` around (outside an actor) counts nothing.
 """
 

@@ -67,7 +67,7 @@ HUNG = b"H"  # worker -> driver: token, attempt, where it was stuck; then the wo
 STOP = b"S"  # driver -> worker: finish the batches sent, then exit
 STOP_EARLY = b"X"  # driver -> worker: drop the batches not started, finish the running ones
 STOPPED = b"D"  # worker -> driver: every batch is answered (or dropped) and teardown() ran
-# worker -> driver: the UDF's requests per server (vane.observe.requests), a few times a second
+# worker -> driver: the UDF's requests per server (vane.observe.requests), as they change
 REQUESTS = b"Q"
 
 _IDS = struct.Struct("<qqq")
