@@ -312,6 +312,13 @@ def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
         assert counted["cuda_visible_devices"] == "0"  # the node's one GPU, Ray's to give
         total += counted["requests"]
     assert total == ROWS
+    # The progress line named each node's server that got requests, and said what it got
+    progress = {
+        f"{summary['urls'][node]} (node {node[:8]})": [0, counted["requests"], 0]
+        for node, counted in summary["stats"].items()
+        if counted["requests"]
+    }
+    assert summary["progress"] == progress, summary["progress"]
     # (Both nodes hold actors, and so far both have always got work; that is Ray Data's to
     # decide, though: an actor that starts late on a busy machine may find none left.)
     rows = vane.read_parquet(str(out)).to_arrow().to_pylist()
