@@ -2,7 +2,8 @@
 process of its own, so its cluster is its own): two nodes (the head and one more) with two CPUs
 and one logical GPU each; a server per node, started as a command; a prompt step whose actors
 send their requests to their own node's server; then the same job again, with one server
-killed in the middle. Prints what each server counted, and the second job's usage, as JSON."""
+killed in the middle. Prints what each server counted, what the progress events said last of
+each server in the first job, and the second job's usage, as JSON."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def main() -> None:
 
     import vane
     import vane.ai
+    from vane.observe.events import ServerRequests, subscribe
 
     node = {"num_cpus": 2, "num_gpus": 1}
     cluster = Cluster(initialize_head=True, head_node_args=node)
@@ -58,7 +60,15 @@ def main() -> None:
                 concurrency=3,
                 max_concurrent_requests=2,
             )
-            rel.write_parquet(out)
+            # What the progress line said last of each node's server, from the tally
+            shown: list[ServerRequests] = []
+            stop_showing = subscribe(
+                lambda e: shown.append(e) if isinstance(e, ServerRequests) else None
+            )
+            try:
+                rel.write_parquet(out)
+            finally:
+                stop_showing()
             counted = {node: _stats(url) for node, url in server.urls.items()}
             # A server killed in the middle of a job: restarted on its node, the requests it
             # took down sent again there, every row answered once.
@@ -89,6 +99,10 @@ def main() -> None:
                 "killed": fired[0][0] if fired else None,
                 "in_flight_when_killed": fired[0][1] if fired else 0,
                 "usage": next(iter(second.usage.values())),
+                "progress": {
+                    c.server: [c.in_flight, c.sent, c.retried]
+                    for c in (shown[-1].servers if shown else ())
+                },
             }
         print(json.dumps(summary), flush=True)
     finally:

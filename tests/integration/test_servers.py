@@ -12,6 +12,7 @@ session's cluster for a start that fails and a driver killed with ``-9``.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -29,6 +30,8 @@ import pytest
 import vane
 import vane.ai
 from vane.errors import ConfigurationError, ServerError
+from vane.observe.events import ServerCount, ServerRequests, subscribe
+from vane.observe.progress import ProgressDisplay
 from vane.testing import server as test_server
 
 GONE_WITHIN_S = 60  # a bound for a busy machine, not a measure
@@ -96,6 +99,69 @@ def test_a_command_server_answers_every_row_once_from_every_backend(backend, tmp
     assert "via python" not in step and "via server" in step  # the step names its server
     assert usage["requests"] == 24 and usage.get("retries", 0) == 0
     wait_gone(pid)
+
+
+def release(server: vane.ai.Server) -> None:
+    """Answer every request the test server holds (``--hold``)."""
+    address = server.base_url.removesuffix("/v1")
+    request = urllib.request.Request(f"{address}/release", method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+
+
+def wait_for(what: str, check) -> None:
+    """Wait until ``check()`` holds: a bound for a busy machine, not a measure."""
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not check():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_the_progress_line_shows_the_requests_a_server_holds_in_flight(backend):
+    """Six requests held by the server, unanswered: the step's line says so for that server,
+    from either backend (a subprocess actor's counts cross its pipe); once they are answered,
+    the last counts say none is in flight, and the line is gone with its stage. The plan's
+    explain() names the server and the step that uses it."""
+    display = ProgressDisplay(io.StringIO())
+    counts: list[ServerRequests] = []
+    stop_display = subscribe(display)
+    stop_counts = subscribe(lambda e: counts.append(e) if isinstance(e, ServerRequests) else None)
+    try:
+        with vane.ai.serve(command("--hold", "--latency", "0"), health="/health") as server:
+            out = questions(6).prompt(
+                "q",
+                server=server,
+                model="m",
+                batch_size=3,
+                concurrency=2,
+                execution_backend=backend,
+            )
+            # explain() shows the server (node, GPUs, port, command) and the step that uses it
+            port = server.nodes[0].port
+            assert f"server {server.name} (health /health):\n  node=local port={port} " in (
+                out.explain()
+            )
+            assert f"gpus=unchanged command: {sys.executable} -m vane.testing.server" in (
+                out.explain()
+            )
+            assert f"used by: prompt[openai m via {server.name}]" in out.explain()
+            job = threading.Thread(target=out.to_arrow)
+            job.start()
+            try:
+                wait_for("6 requests held", lambda: stats(server)["in_flight"] == 6)
+                url = server.base_url
+                shown = f"prompt[openai m via {server.name}](q): "  # the step, by its server
+                wait_for(shown, lambda: shown in display.text(width=300))
+                shown = f"{url}: 6 in flight, 6 sent"
+                wait_for(shown, lambda: shown in display.text(width=300))
+            finally:
+                release(server)
+                job.join()
+    finally:
+        stop_display()
+        stop_counts()
+    assert counts[-1].servers == (ServerCount(url, 0, 6, 0),)
+    assert display.text() == ""  # every stage finished: no line left
 
 
 def test_a_python_function_server_embeds_and_its_process_ends():
@@ -246,6 +312,13 @@ def test_on_ray_each_node_gets_a_server_and_keeps_its_requests(tmp_path):
         assert counted["cuda_visible_devices"] == "0"  # the node's one GPU, Ray's to give
         total += counted["requests"]
     assert total == ROWS
+    # The progress line named each node's server that got requests, and said what it got
+    progress = {
+        f"{summary['urls'][node]} (node {node[:8]})": [0, counted["requests"], 0]
+        for node, counted in summary["stats"].items()
+        if counted["requests"]
+    }
+    assert summary["progress"] == progress, summary["progress"]
     # (Both nodes hold actors, and so far both have always got work; that is Ray Data's to
     # decide, though: an actor that starts late on a busy machine may find none left.)
     rows = vane.read_parquet(str(out)).to_arrow().to_pylist()
@@ -368,3 +441,37 @@ def test_a_resumed_job_asks_a_restarted_server_only_what_it_never_answered(tmp_p
     assert [r["response"] for r in got] == [
         test_server.answer_for(f"question {i}") for i in range(48)
     ]
+
+
+@pytest.mark.ray
+def test_on_ray_the_progress_line_shows_the_requests_each_node_server_holds(on_ray):
+    """On Ray the counts come from the actors' workers through the action's tally: the line
+    names the server by its node, and says what it holds in flight while it holds it."""
+    display = ProgressDisplay(io.StringIO())
+    counts: list[ServerRequests] = []
+    stop_display = subscribe(display)
+    stop_counts = subscribe(lambda e: counts.append(e) if isinstance(e, ServerRequests) else None)
+    held = command("--hold", "--latency", "0", "--host", "{host}")
+    try:
+        with vane.ai.serve(held, health="/health", startup_timeout=120) as server:
+            (node,) = server.urls
+            url = server.base_url
+            out = questions(6).prompt("q", server=server, model="m", batch_size=3)
+            job = threading.Thread(target=out.to_arrow)
+            job.start()
+            try:
+                # However Ray Data hands out the rows, what the server holds is what is shown
+                def shown() -> bool:
+                    holds = stats(server)["in_flight"]
+                    line = f"{url} (node {node[:8]}): {holds} in flight"
+                    return holds > 0 and line in display.text(width=400)
+
+                wait_for("the held requests on the progress line", shown)
+            finally:
+                release(server)
+                job.join()
+    finally:
+        stop_display()
+        stop_counts()
+    assert counts[-1].servers == (ServerCount(f"{url} (node {node[:8]})", 0, 6, 0),)
+    assert display.text() == ""

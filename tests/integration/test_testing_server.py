@@ -4,11 +4,15 @@ prompt and embed pipelines against a real HTTP server on 127.0.0.1: in-process, 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
+import urllib.request
 
 import vane
 from vane.testing import OpenAIServer
+from vane.testing.server import Behaviour
 
 
 def test_the_server_answers_prompts_in_process():
@@ -20,6 +24,29 @@ def test_the_server_answers_prompts_in_process():
         server.stop()
     assert [r["response"] for r in out] == ["answer to: hello", "answer to: world"]
     assert server.requests == 2
+
+
+def test_a_held_server_answers_nothing_until_released():
+    server = OpenAIServer(Behaviour(hold=True)).start()
+    try:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        ask = urllib.request.Request(
+            f"{server.base_url}/chat/completions", body.encode(), {"Content-Type": "text/json"}
+        )
+        replies: list[dict] = []
+        asking = threading.Thread(
+            target=lambda: replies.append(json.loads(urllib.request.urlopen(ask).read()))
+        )
+        asking.start()
+        while server.in_flight == 0:  # arrived, and held
+            asking.join(0.02)
+        assert replies == []
+        release = urllib.request.Request(f"{server.base_url[:-3]}/release", method="POST")
+        urllib.request.urlopen(release).close()
+        asking.join()
+    finally:
+        server.stop()
+    assert replies[0]["choices"][0]["message"]["content"] == "answer to: hi"
 
 
 def test_the_server_runs_as_a_command():

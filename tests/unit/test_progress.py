@@ -7,8 +7,17 @@ from __future__ import annotations
 import io
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from vane.observe.events import BatchDone, StageFinished, StageStarted
+from vane.observe.events import (
+    BatchDone,
+    ServerCount,
+    ServerRequests,
+    StageFinished,
+    StageStarted,
+    merge_servers,
+)
 from vane.observe.progress import ProgressDisplay, StageLine, duration
 
 
@@ -88,3 +97,54 @@ def test_the_display_draws_a_percentage_only_for_a_stage_with_a_total():
     assert tag.startswith("tag:") and "%" not in tag and "ETA" not in tag
     assert "100 rows in, 100 out, 50 rows/s, 1/1 actors busy" in tag
     assert display.line(1) == embed.split("50% ")[1].rstrip()
+
+
+def test_a_line_says_what_each_server_has_in_flight_while_its_stage_runs():
+    line = StageLine(StageStarted("prompt", 1, 2), now=0.0)
+    held = ServerRequests(
+        "prompt",
+        1,
+        (
+            ServerCount("http://10.0.0.1:8000/v1 (node 1a2b3c4d)", 3, 5, 2),
+            ServerCount("http://10.0.0.2:8000/v1 (node 5e6f7a8b)", 0, 4),
+        ),
+    )
+    line.servers = held.servers
+    # requests sent before any batch is answered: the actors are up, not starting
+    assert line.text(1.0) == (
+        "0 rows in, 0 out; http://10.0.0.1:8000/v1 (node 1a2b3c4d): 3 in flight, 5 sent, "
+        "2 retried; http://10.0.0.2:8000/v1 (node 5e6f7a8b): 0 in flight, 4 sent"
+    )
+    line.finish(StageFinished("prompt", 1, 4, 4, 0, 0, 2.0, {"requests": 9}))
+    assert "in flight" not in line.text(3.0)  # a finished line says what was done
+
+
+def test_the_display_draws_the_latest_counts_of_a_running_stage_only():
+    display = ProgressDisplay(io.StringIO(), clock=Clock())
+    display(ServerRequests("prompt", 1, (ServerCount("http://a/v1", 1, 1),)))  # not started
+    display(StageStarted("prompt", 1, 1))
+    display(ServerRequests("prompt", 1, (ServerCount("http://a/v1", 2, 2),)))
+    display(ServerRequests("prompt", 1, (ServerCount("http://a/v1", 1, 3, 1),)))
+    assert display.line(1).endswith("; http://a/v1: 1 in flight, 3 sent, 1 retried")
+    display(StageFinished("prompt", 1, 3, 3, 0, 0, 1.0))
+    assert display.text() == ""
+
+
+counts = st.builds(
+    ServerCount,
+    st.sampled_from(["http://a/v1", "http://b/v1", "http://c/v1"]),
+    st.integers(0, 1000),
+    st.integers(0, 1000),
+    st.integers(0, 1000),
+)
+
+
+@given(st.lists(st.lists(counts, max_size=4), max_size=5))
+def test_merged_counts_sum_each_server_once_in_name_order(actors):
+    merged = merge_servers(actors)
+    assert [c.server for c in merged] == sorted({c.server for a in actors for c in a})
+    for total in merged:
+        mine = [c for a in actors for c in a if c.server == total.server]
+        assert total.in_flight == sum(c.in_flight for c in mine)
+        assert total.sent == sum(c.sent for c in mine)
+        assert total.retried == sum(c.retried for c in mine)

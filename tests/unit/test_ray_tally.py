@@ -4,6 +4,7 @@ that runs as a Ray actor: what the progress line shows on Ray is what it decides
 from __future__ import annotations
 
 from vane.execution.ray.actor import Tally
+from vane.observe.events import ServerCount
 
 
 def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
@@ -42,3 +43,18 @@ def test_a_step_takes_its_time_from_its_first_actors_start_to_its_last_answer():
     tally.left(1, "a")
     assert tally.totals()[1].seconds == 5.0
     assert Tally().totals().get(2) is None  # a step that never started says nothing
+
+
+def test_the_tally_sums_each_servers_requests_over_a_steps_actors():
+    # Each actor says its counts as they stand (not what changed): the latest replaces the
+    # last, and an actor that leaves has nothing in flight any more, though what it sent stays.
+    tally = Tally()
+    a, b = "http://10.0.0.1:8000/v1 (node 1a2b3c4d)", "http://10.0.0.2:8000/v1 (node 5e6f7a8b)"
+    tally.requests(1, "x", (ServerCount(a, 4, 4),))
+    tally.requests(1, "y", (ServerCount(a, 1, 1), ServerCount(b, 2, 3, 1)))
+    tally.requests(2, "z", (ServerCount(a, 7, 7),))  # another step's: not this one's
+    tally.requests(1, "x", (ServerCount(a, 2, 6),))
+    assert tally.totals()[1].servers == (ServerCount(a, 3, 7), ServerCount(b, 2, 3, 1))
+    tally.left(1, "y")
+    assert tally.totals()[1].servers == (ServerCount(a, 2, 7), ServerCount(b, 0, 3, 1))
+    assert tally.totals()[2].servers == (ServerCount(a, 7, 7),)

@@ -30,7 +30,15 @@ from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
-from vane.observe.events import BatchDone, EventBus, StageFinished, StageStarted, add_counts
+from vane.observe.events import (
+    BatchDone,
+    EventBus,
+    ServerCount,
+    ServerRequests,
+    StageFinished,
+    StageStarted,
+    add_counts,
+)
 from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
@@ -154,6 +162,8 @@ class UdfStage:
     def _batches(self) -> Generator[pa.RecordBatch, None, None]:
         started = time.perf_counter()
         pool = make_pool(self.spec, self.udf_schema, self.step)
+        if self.events.listening:  # the requests its actors have in flight, per server
+            pool.on_requests = self._requests
         self.cancellation.on_cancel(
             lambda: pool.abort(Interrupted(f"{self.spec.verb} step `{self.step}` was interrupted"))
         )
@@ -209,6 +219,9 @@ class UdfStage:
             pool.teardown(graceful=ending != "failed", early=ending == "early")
             if ending != "failed":
                 self._finish(time.perf_counter() - started)
+
+    def _requests(self, servers: tuple[ServerCount, ...]) -> None:
+        self.events.emit(ServerRequests(self.step, self.step_id, servers))
 
     def _submit(self, pool: ActorPool, task: Task) -> Future[BatchOutcome]:
         """The batch's outcome: the saved answer of a resumable write, or the pool's (started

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from vane._text import counted
@@ -57,6 +57,50 @@ class StageWaiting:
     step: str
     step_id: int
     state: str | None
+
+
+@dataclass(frozen=True)
+class ServerCount:
+    """One server's requests from one step: ``in_flight`` sent and not yet answered now,
+    ``sent`` so far (each attempt, retries included), ``retried`` of those. ``server`` says
+    which server: its base URL, and its node when it is one of several (``vane.ai.serve`` on
+    Ray)."""
+
+    server: str
+    in_flight: int = 0
+    sent: int = 0
+    retried: int = 0
+
+    def describe(self) -> str:
+        """``http://127.0.0.1:8000/v1: 3 in flight, 120 sent, 2 retried``"""
+        text = f"{self.server}: {self.in_flight:,} in flight, {self.sent:,} sent"
+        return text + (f", {self.retried:,} retried" if self.retried else "")
+
+
+@dataclass(frozen=True)
+class ServerRequests:
+    """What a step's requests to each server it talks to are doing now (an AI function's over
+    HTTP: ``vane.ai.serve``'s servers, any OpenAI-compatible one), sent as they change
+    (coalesced per actor: a few times a second at most, and before each batch's result), not
+    only per batch: a batch of held requests shows while it is held. ``servers`` holds every
+    server the step has asked so far, in the order of their names, each summed over the
+    step's actors."""
+
+    step: str
+    step_id: int
+    servers: tuple[ServerCount, ...]
+
+
+def merge_servers(counts: Iterable[Iterable[ServerCount]]) -> tuple[ServerCount, ...]:
+    """Several actors' counts, summed server by server, in the order of the servers' names."""
+    total: dict[str, list[int]] = {}
+    for actor in counts:
+        for count in actor:
+            summed = total.setdefault(count.server, [0, 0, 0])
+            summed[0] += count.in_flight
+            summed[1] += count.sent
+            summed[2] += count.retried
+    return tuple(ServerCount(name, *total[name]) for name in sorted(total))
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """Progress of the UDF stages on stderr, drawn with rich: per step the rows in and out, rows/s,
 actors busy, and, when the stage knows how many rows it will read (``StageStarted.total_rows``,
-never a guess), a bar with a percentage and the time left. Shown only when stderr is a terminal
-and ``vane.configure(progress=...)`` allows it; rich is imported when the first stage starts,
-not at ``import vane``. While the lines are drawn, what reaches fd 2 below Python is printed
-above them (``foreign_output.py``). They end with their stages, or with the action (``close``)
-when a stage failed.
+never a guess), a bar with a percentage and the time left. A step that sends requests to
+servers (an AI function over HTTP: ``vane.ai.serve``'s server per node, or any
+OpenAI-compatible one) says, per server, how many are in flight now, sent and retried
+(``ServerRequests``). Shown only when stderr is a terminal and ``vane.configure(progress=...)``
+allows it; rich is imported when the first stage starts, not at ``import vane``. While the
+lines are drawn, what reaches fd 2 below Python is printed above them (``foreign_output.py``).
+They end with their stages, or with the action (``close``) when a stage failed.
 
 What a line says is decided by ``StageLine`` from the events and a clock, and nothing else, so
 the same events and times always draw the same text.
@@ -21,6 +23,8 @@ from typing import Any, TextIO
 
 from vane.observe.events import (
     BatchDone,
+    ServerCount,
+    ServerRequests,
     StageFinished,
     StageStarted,
     StageWaiting,
@@ -49,6 +53,7 @@ class StageLine:
         self._last = now  # when the latest batch came
         self.finished: StageFinished | None = None
         self.waiting: str | None = None  # what it waits for (StageWaiting), until a batch comes
+        self.servers: tuple[ServerCount, ...] = ()  # its requests per server (ServerRequests)
 
     def batch(self, event: BatchDone, now: float) -> None:
         self.rows_in += event.rows_in
@@ -90,7 +95,8 @@ class StageLine:
 
     def text(self, now: float) -> str:
         """``1,200 of 5,000 rows in, 1,200 out, 400 rows/s, 2 requests, ETA 9s, 2/2 actors
-        busy``: what the line says after its bar at ``now``."""
+        busy``: what the line says after its bar at ``now``; while the stage runs, then each
+        server it sends requests to, ``; http://127.0.0.1:8000/v1: 3 in flight, 120 sent``."""
         done = self.finished
         rows = "row" if self.rows_in == 1 and (self.total is None or done) else "rows"
         if self.total is not None and done is None:
@@ -118,10 +124,11 @@ class StageLine:
         if self.waiting is not None:
             parts.append(self.waiting)
         elif self._first is None:
-            parts.append("starting")
+            if not any(c.sent for c in self.servers):  # (else its actors are up, and asking)
+                parts.append("starting")
         else:
             parts.append(f"{self.busy}/{self.actors} actors busy")
-        return ", ".join(parts)
+        return "; ".join([", ".join(parts), *(c.describe() for c in self.servers)])
 
 
 def duration(seconds: float) -> str:
@@ -169,6 +176,8 @@ class ProgressDisplay:
             line = self._lines[event.step_id]
             line.batch(event, self.clock())
             self._progress.update(self._tasks[event.step_id], completed=line.rows_in)
+        elif isinstance(event, ServerRequests) and event.step_id in self._tasks:
+            self._lines[event.step_id].servers = event.servers
         elif isinstance(event, StageWaiting) and event.step_id in self._tasks:
             # Until the next batch, the line says why nothing moves
             self._lines[event.step_id].waiting = event.state
@@ -245,7 +254,9 @@ def _rich_progress(display: ProgressDisplay, console: Any) -> Any:
             return Text(display.line(task.fields["step"]))
 
     return Progress(
-        TextColumn("{task.description}"),
+        # Not markup: an AI function's step is named "prompt[openai m via vllm-1a2b3c](q)",
+        # whose brackets rich would take for a style and drop
+        TextColumn("{task.description}", markup=False),
         BarColumn(bar_width=24),
         TaskProgressColumn(),  # a percentage, only when the total is known
         LineColumn(),

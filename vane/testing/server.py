@@ -33,7 +33,8 @@ In a test::
 
 or as a command: ``python -m vane.testing.server --port 8000 --latency 0.05`` (what
 ``vane.ai.serve`` tests start; ``--exit-after n`` makes it die after n requests, and
-``--hang-after n`` hang, alive and silent), or as a
+``--hang-after n`` hang, alive and silent; ``--hold`` holds every request, unanswered, until
+``POST /release``), or as a
 server function: ``vane.ai.serve(function=vane.testing.server.run)``. Besides the API it
 answers ``GET /health`` and ``GET /v1/models`` (200 once serving) and ``GET /stats`` (its
 request counts, by prompt, text and client (User-Agent), its process id and
@@ -87,6 +88,7 @@ class Behaviour:
     batch_create_stall: bool = False  # a create, its batch made, replies once this is False
     batch_retrieve_status: int | None = None  # a batch's retrievals fail with this status
     batch_upload_status: int | None = None  # file uploads fail with this status
+    hold: bool = False  # every API request waits, unanswered, until POST /release
 
 
 @dataclass
@@ -135,6 +137,7 @@ class OpenAIServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._gate: asyncio.Event | None = None  # opened by POST /release (Behaviour.hold)
 
     def reset(self, behaviour: Behaviour | None = None) -> None:
         """Forget every request counted so far, and take ``behaviour`` (else a plain one)."""
@@ -151,6 +154,8 @@ class OpenAIServer:
             self.uploads.clear()
             self.batch_items.clear()
             self.max_in_flight = self.in_flight
+        if self._loop is not None and self._gate is not None:  # held again, if told to hold
+            self._loop.call_soon_threadsafe(self._gate.clear)
 
     @property
     def base_url(self) -> str:
@@ -160,6 +165,9 @@ class OpenAIServer:
 
     async def _misbehave(self, number: int) -> web.Response | None:
         b = self.behaviour
+        if b.hold:
+            assert self._gate is not None
+            await self._gate.wait()
         if b.latency:
             await asyncio.sleep(b.latency)
         if b.fail_every and number % b.fail_every == 0:
@@ -425,6 +433,12 @@ class OpenAIServer:
                 },
             )
 
+    async def release(self, request: web.Request) -> web.Response:
+        """Answer every request held (``Behaviour.hold``), and from now on hold none."""
+        assert self._gate is not None
+        self._gate.set()
+        return web.json_response({"released": True})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -462,6 +476,7 @@ class OpenAIServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/stats", self.stats)
+        app.router.add_post("/release", self.release)
         return app
 
     def start(self) -> OpenAIServer:
@@ -476,6 +491,7 @@ class OpenAIServer:
     def _serve(self) -> None:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
+        self._gate = asyncio.Event()
         runner = web.AppRunner(self._app(), access_log=None)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, self.host, self.port, backlog=1024)
@@ -545,10 +561,11 @@ def run(
     host: str = "127.0.0.1",
     exit_after: int = 0,
     hang_after: int = 0,
+    hold: bool = False,
 ) -> None:
     """Serve on ``port`` until the process is ended: the server as a command does, and as a
     server function (``vane.ai.serve(function=run)``) in a process of its own."""
-    behaviour = Behaviour(latency=latency, exit_after=exit_after, hang_after=hang_after)
+    behaviour = Behaviour(latency=latency, exit_after=exit_after, hang_after=hang_after, hold=hold)
     server = OpenAIServer(behaviour, port=port, host=host).start()
     print(f"serving {server.base_url} (pid {os.getpid()})", flush=True)
     try:
@@ -564,6 +581,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--exit-after", type=int, default=0, help="die on request n+1")
     parser.add_argument("--hang-after", type=int, default=0, help="hang on request n+1")
+    parser.add_argument(
+        "--hold", action="store_true", help="hold every request until POST /release"
+    )
     args = parser.parse_args()
     run(
         args.port,
@@ -571,6 +591,7 @@ def main() -> None:
         host=args.host,
         exit_after=args.exit_after,
         hang_after=args.hang_after,
+        hold=args.hold,
     )
 
 

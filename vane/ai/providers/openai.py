@@ -40,7 +40,7 @@ from typing import Any
 from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
-from vane.ai.node_server import NODE_ID_ENV, NodeEntry, ServerRoute, read_state
+from vane.ai.node_server import LOCAL_NODE, NODE_ID_ENV, NodeEntry, ServerRoute, read_state
 from vane.ai.protocols import (
     Answer,
     NotFound,
@@ -53,6 +53,7 @@ from vane.ai.protocols import (
 from vane.ai.providers.openai_batch import BatchDispatch
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
+from vane.observe.requests import counts_for
 
 OPENAI_URL = "https://api.openai.com/v1"
 _CLIENT_OPTIONS = {
@@ -292,6 +293,8 @@ class Client:
             self._batches = BatchDispatch(
                 self, settings.journal, settings.batch_poll_interval, settings.batch_fallback
             )
+        # Requests in flight to this server, for the progress display; None outside an actor
+        self._counts = counts_for(server_label(self.base_url, self._node))
 
     # ---- HTTP ---------------------------------------------------------------------------------
 
@@ -351,27 +354,12 @@ class Client:
                 restarts_before = self._restarts
                 try:
                     usage.requests += 1
-                    async with session.request(
-                        method, url, data=payload, headers=headers_sent
-                    ) as response:
-                        self._answered_once = True
-                        body = await response.read()
-                        if response.status == 200:
-                            if raw:
-                                return body
-                            try:
-                                return json.loads(body)
-                            except (ValueError, RecursionError):  # not JSON, or not text
-                                raise _Retry(f"the reply is not JSON: {body[:80]!r}") from None
-                        message = _error_message(body)
-                        if response.status in RETRYABLE_STATUS:
-                            raise _Retry(f"HTTP {response.status}: {message}", response.headers)
-                        error = f"{url} answered HTTP {response.status}: {message}"
-                        if response.status in _REFUSED_FOR_CONTENT:
-                            raise RequestRefused(error)
-                        if response.status == 404:
-                            raise NotFound(error)
-                        raise ProviderError(error)
+                    return await self._exchange(
+                        session,
+                        (method, url, payload, headers_sent),
+                        raw=raw,
+                        retry=bool(attempt or resent),
+                    )
                 except _Retry as retry:
                     last, headers = str(retry), retry.headers
                 except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -387,6 +375,49 @@ class Client:
                 attempt += 1
         attempts = counted(self.settings.max_retries + 1, "time")
         raise ProviderError(f"{url} failed {attempts}; last: {last}")
+
+    async def _exchange(
+        self,
+        session: Any,
+        request: tuple[str, str, bytes | None, Mapping[str, str] | None],
+        *,
+        raw: bool,
+        retry: bool,
+    ) -> Any:
+        """One attempt at ``request`` (method, URL, payload, headers): the reply's JSON (its
+        bytes with ``raw``), or ``_Retry``, ``ProviderError`` or the transport's error. While it
+        runs, the request counts as in flight to this server (``_counts``)."""
+        method, url, payload, headers = request
+        counts = self._counts
+        if counts is not None:
+            counts.in_flight += 1
+            counts.sent += 1
+            counts.retried += retry
+            counts.moved()
+        try:
+            async with session.request(method, url, data=payload, headers=headers) as response:
+                self._answered_once = True
+                body = await response.read()
+                if response.status == 200:
+                    if raw:
+                        return body
+                    try:
+                        return json.loads(body)
+                    except (ValueError, RecursionError):  # not JSON, or not text
+                        raise _Retry(f"the reply is not JSON: {body[:80]!r}") from None
+                message = _error_message(body)
+                if response.status in RETRYABLE_STATUS:
+                    raise _Retry(f"HTTP {response.status}: {message}", response.headers)
+                error = f"{url} answered HTTP {response.status}: {message}"
+                if response.status in _REFUSED_FOR_CONTENT:
+                    raise RequestRefused(error)
+                if response.status == 404:
+                    raise NotFound(error)
+                raise ProviderError(error)
+        finally:  # the exchange is over, however it went
+            if counts is not None:
+                counts.in_flight -= 1
+                counts.moved()
 
     def _check_present(self, exc: BaseException) -> None:
         """``ProviderError`` at once when ``exc`` says no server is there at all (nothing has
@@ -622,6 +653,14 @@ class Client:
             self._session = None
             await asyncio.sleep(0)  # the sockets close on the loop's next turn: let it come
         self.close()
+
+
+def server_label(base_url: str, node: NodeEntry | None) -> str:
+    """How the progress display names a server: its base URL, and, for one of a server's
+    nodes on Ray (``vane.ai.serve``), which node (the start of its Ray node id)."""
+    if node is None or node.node == LOCAL_NODE:
+        return base_url
+    return f"{base_url} (node {node.node[:8]})"
 
 
 def _no_server(exc: BaseException) -> str | None:

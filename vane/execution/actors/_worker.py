@@ -164,6 +164,7 @@ def main(
             deliver=replies.deliver,
             on_hang=replies.hung,
             name="vane-actor",
+            report=lambda servers: replies.send(ipc.REQUESTS, ipc.requests_to_bytes(servers)),
         )
     except BaseException as exc:  # the spec does not unpickle here
         replies.failed(-1, exc)

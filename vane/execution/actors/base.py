@@ -41,6 +41,8 @@ import pyarrow as pa
 
 from vane.errors import ActorDiedError, ExecutionError, UDFError, VaneError
 from vane.execution.actors.body import Result, batches_in_flight
+from vane.observe.events import ServerCount, merge_servers
+from vane.observe.requests import report_safely
 from vane.udf.failures import describe_exception
 from vane.udf.runtime import BatchOutcome, Task, failed_rows
 from vane.udf.spec import UdfSpec
@@ -182,6 +184,12 @@ class ActorPool(ABC):
         # Batches submitted and not yet finished by an actor, for abort to fail.
         self._requests: set[Request] = set()
         self.slots_per_actor = batches_in_flight(spec)
+        # What the actors' HTTP clients report of their requests, per server, by actor index;
+        # each report goes on to ``on_requests`` (the stage's event, a Ray actor's tally),
+        # summed over the actors, in the order the reports came (hence under the lock).
+        self.on_requests: Callable[[tuple[ServerCount, ...]], None] | None = None
+        self._servers: dict[int, tuple[ServerCount, ...]] = {}
+        self._servers_lock = threading.Lock()
 
     @property
     def where(self) -> str:
@@ -393,6 +401,23 @@ class ActorPool(ABC):
         self._unload(actor)
         self._dispatch(request)
 
+    # ---- requests to servers ------------------------------------------------------------------
+
+    def report_requests(self, index: int, servers: tuple[ServerCount, ...]) -> None:
+        """Actor ``index``'s requests per server now (``vane.observe.requests``)."""
+        with self._servers_lock:
+            self._servers[index] = servers
+            listener = self.on_requests
+            if listener is not None:
+                report_safely(listener, merge_servers(self._servers.values()))
+
+    def _drop_in_flight(self, index: int) -> None:
+        """A lost actor's requests are in flight no more (those it sent still count)."""
+        with self._servers_lock:
+            servers = self._servers.get(index)
+        if servers and any(c.in_flight for c in servers):
+            self.report_requests(index, tuple(replace(c, in_flight=0) for c in servers))
+
     # ---- losing an actor ----------------------------------------------------------------------
 
     def _lost(self, actor: Actor, orphans: list[tuple[Request, Loss | None]]) -> None:
@@ -403,6 +428,7 @@ class ActorPool(ABC):
             self._load.pop(actor.index, None)
             closed = self._closed
         self._release(actor.slot)
+        self._drop_in_flight(actor.index)
         if closed:
             return
         losses = [loss for _, loss in orphans if loss is not None]

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from vane.errors import ConfigurationError
+from vane.observe.requests import Report, ServerLoad, counting
 from vane.udf.runtime import BatchOutcome, Task, UdfRuntime, Watch
 from vane.udf.spec import UdfSpec
 
@@ -121,8 +122,12 @@ class ActorBody:
         on_hang: Callable[[Hang], None],
         name: str,
         constructing: Callable[[], AbstractContextManager[None]] = nullcontext,
+        report: Report | None = None,
     ) -> None:
+        """``report`` receives the requests the UDF's HTTP clients have in flight, per server,
+        as they change (``vane.observe.requests``); None: they count nothing."""
         self.spec = spec
+        self._load = ServerLoad(report) if report is not None else None
         self._constructing = constructing  # what surrounds the UDF's construction
         self._deliver = deliver
         self._on_hang = on_hang
@@ -167,7 +172,7 @@ class ActorBody:
 
             asyncio.set_event_loop(self._loop)
         try:
-            with self._constructing():
+            with self._constructing(), counting(self._load):
                 self.runtime = UdfRuntime(self.spec, schema, step)
         except BaseException as exc:
             settle(self.ready, exc)
@@ -189,6 +194,8 @@ class ActorBody:
             if self._watchdog is not None:
                 self._watchdog.close()
             if not self._hung:
+                if self._load is not None:  # the last counts, before the host's stop returns
+                    self._load.flush()
                 self._release()
 
     def _release(self) -> None:
@@ -214,6 +221,8 @@ class ActorBody:
             result = self._run_plain(token, task)
             if self._hung:
                 return False  # its host has given up on this thread and moved on
+            if self._load is not None:  # its requests' counts before its result (as below)
+                self._load.flush()
             self._deliver(token, result)
         return not self._aborted
 
@@ -264,6 +273,10 @@ class ActorBody:
             except BaseException as exc:
                 result = self._failure(task, exc)
         if not self._hung:
+            if self._load is not None:
+                # Its requests' counts before its result: a host that reads them once the
+                # last batch is answered (a Ray action's tally) must not miss the last change
+                self._load.flush()
             self._deliver(token, result)
 
     def _failure(self, task: Task, exc: BaseException) -> BaseException:

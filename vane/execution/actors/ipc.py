@@ -51,6 +51,7 @@ import cloudpickle
 import pyarrow as pa
 
 from vane.execution.actors.shm import Slots
+from vane.observe.events import ServerCount
 from vane.udf.failures import builtin_base, format_traceback, stand_in
 from vane.udf.runtime import BatchOutcome, Task
 
@@ -66,6 +67,8 @@ HUNG = b"H"  # worker -> driver: token, attempt, where it was stuck; then the wo
 STOP = b"S"  # driver -> worker: finish the batches sent, then exit
 STOP_EARLY = b"X"  # driver -> worker: drop the batches not started, finish the running ones
 STOPPED = b"D"  # worker -> driver: every batch is answered (or dropped) and teardown() ran
+# worker -> driver: the UDF's requests per server (vane.observe.requests), as they change
+REQUESTS = b"Q"
 
 _IDS = struct.Struct("<qqq")
 # Where a table lies: its slot (or INLINE: the rest of the frame) and its size in the slot.
@@ -106,6 +109,15 @@ def read_frame(fd: int) -> tuple[bytes, memoryview]:
     (length,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
     body = _read_exact(fd, length)
     return bytes(body[:1]), body[1:]
+
+
+def requests_to_bytes(servers: tuple[ServerCount, ...]) -> bytes:
+    return json.dumps([[c.server, c.in_flight, c.sent, c.retried] for c in servers]).encode()
+
+
+def requests_from_bytes(body: memoryview) -> tuple[ServerCount, ...]:
+    counts = json.loads(bytes(body))
+    return tuple(ServerCount(str(s), int(f), int(n), int(r)) for s, f, n, r in counts)
 
 
 def pack_ids(a: int, b: int = 0, c: int = 0) -> bytes:

@@ -268,6 +268,9 @@ class SubprocessActor(Actor):
             if kind == ipc.STOPPED:
                 self._finished.set()  # its exit (EOF next) is reaped by _ended, on this thread
                 continue
+            if kind == ipc.REQUESTS:
+                self.pool.report_requests(self.index, ipc.requests_from_bytes(body))
+                continue
             token, a, b, rest = ipc.unpack_ids(body)
             if kind == ipc.RESULT:
                 outcome = ipc.read_outcome(rest, a, self._slots, b)

@@ -10,6 +10,8 @@ not; whatever it holds (memory, a GPU, a connection) stays in use until the proc
 
 from __future__ import annotations
 
+import functools
+
 from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
 from vane.execution.actors.body import ActorBody, Hang
 from vane.execution.model_bars import quiet_while_constructing
@@ -33,6 +35,7 @@ class ThreadActor(Actor):
             name=f"vane-actor-{index}",
             # In the user's process: model libraries' bars are off while the model loads only.
             constructing=quiet_while_constructing,
+            report=functools.partial(pool.report_requests, index),
         )
 
     def wait_ready(self, timeout: float | None) -> None:

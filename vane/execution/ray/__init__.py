@@ -36,6 +36,8 @@ from vane.io.resume import Resume
 from vane.io.sinks import Part, Sink, WriteResult, abort_unfinished, writes_started
 from vane.observe.events import (
     BatchDone,
+    ServerCount,
+    ServerRequests,
     StageFinished,
     StageStarted,
     StageWaiting,
@@ -307,6 +309,7 @@ class _Progress:
         self.watch = watch
         self.events = action_events()
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
+        self._servers_seen: dict[int, tuple[ServerCount, ...]] = {}
         self._waiting: str | None = None  # the state the progress line shows
         self.finished: list[StageFinished] = []
         self._done = False
@@ -367,9 +370,14 @@ class _Progress:
         return wants_progress(get_config().progress)
 
     def _update(self, totals: dict[int, StepCounts]) -> None:
-        """``BatchDone`` for what moved since the last poll (only the polling thread calls
-        this until ``finish`` has stopped it)."""
+        """``BatchDone`` for what moved since the last poll, ``ServerRequests`` for requests
+        whose counts changed (only the polling thread calls this until ``finish`` has stopped
+        it)."""
         for key, counts in totals.items():
+            if key in self.steps and counts.servers != self._servers_seen.get(key, ()):
+                self._servers_seen[key] = counts.servers
+                name = self.steps[key].udf.name
+                self.events.emit(ServerRequests(name, key, counts.servers))
             seen = self._seen.get(key)
             if seen is None or (counts.rows_in, counts.rows_out) == (seen.rows_in, seen.rows_out):
                 continue

@@ -35,7 +35,7 @@ import pyarrow as pa
 from vane.errors import UDFError
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.execution.actors.subprocess import SubprocessPool
-from vane.observe.events import add_counts
+from vane.observe.events import ServerCount, add_counts, merge_servers
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
@@ -78,6 +78,9 @@ class RayUdf:
             self._pool = SubprocessPool(
                 replace(spec, min_actors=1, max_actors=1), udf_schema, step, visible, linger=True
             )
+            # Its requests per server as they change (an AI function's): to the tally, by
+            # which the driver's progress line shows them
+            self._pool.on_requests = lambda servers: tally.requests.remote(key, self.name, servers)
             self._pool.start()
         except BaseException:
             tally.gave_up.remote(key, self.name)
@@ -170,6 +173,8 @@ class Tally:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.steps: dict[int, StepCounts] = {}
         self._calls: dict[tuple[int, str], int] = {}  # (step, actor) -> calls running
+        # (step, actor) -> its requests per server, as it last said
+        self._servers: dict[tuple[int, str], tuple[ServerCount, ...]] = {}
         self._clock = clock
 
     def _step(self, key: int) -> StepCounts:
@@ -203,6 +208,15 @@ class Tally:
         self._step(key).actors -= 1
         if self._calls.pop((key, actor), 0) > 0:
             self._step(key).busy -= 1
+        servers = self._servers.get((key, actor), ())
+        if any(c.in_flight for c in servers):  # what it had in flight is gone with it
+            self.requests(key, actor, tuple(replace(c, in_flight=0) for c in servers))
+
+    def requests(self, key: int, actor: str, servers: tuple[ServerCount, ...]) -> None:
+        """An actor's requests per server now (``vane.observe.requests``)."""
+        self._servers[(key, actor)] = servers
+        mine = [counts for (step, _), counts in self._servers.items() if step == key]
+        self._step(key).servers = merge_servers(mine)
 
     def begin(self, key: int, actor: str) -> None:
         self._stamp(key)
@@ -237,6 +251,7 @@ class StepCounts:
     first_error: str | None = None
     poisoned: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
+    servers: tuple[ServerCount, ...] = ()  # its actors' requests per server, summed
     first: float | None = None  # by the tally's clock: the step's first report
     last: float | None = None  # and its latest
 
