@@ -1,0 +1,156 @@
+"""An error ledger's file: written beside a write's output and committed with it.
+
+``write_*(..., errors_to=path)`` wraps the write's sink in a ``LedgeredSink``. Its write stages
+the output as the sink always does and, once the last row is written (every step has run, so
+the ledger is whole), stages the ledger as one Parquet file in a staging directory of its own
+beside ``path`` (``commit.Staging``, the protocol every local write uses). The commit commits
+the output first, then moves the ledger into place (one ``rename``). So:
+
+- the write fails or is killed before its commit: both stagings are removed (by the abort, or
+  by the next write to either path), and neither the output nor the ledger changes;
+- the output's commit fails: the ledger is aborted too, and neither changes;
+- the output is committed: the ledger follows in one rename, replacing the ledger of an earlier
+  run. Only a kill in the instant between the output's commit and that rename leaves the new
+  output with the old ledger (or none): one rename, where a second commit protocol for two
+  paths would buy little (docs/resume.md says so).
+
+An empty ledger (no row failed) is still written, so a reader can rely on finding one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from vane.errors import LedgerError
+from vane.io.commit import Staging, abort_surely
+from vane.io.files import is_uri
+from vane.io.sinks import Committed, Sink
+
+
+def check_path(path: object, output: str, caller: str) -> str:
+    """``errors_to`` as a local path a ledger can be written to, apart from the output."""
+    if not isinstance(path, (str, Path)) or not str(path):
+        raise LedgerError(
+            f"{caller}(): errors_to must be a path such as 'errors.parquet', got {path!r}"
+        )
+    text = str(path)
+    if is_uri(text):
+        raise LedgerError(
+            f"{caller}(errors_to={text!r}): the error ledger is written on this machine's disk in "
+            "this version; pass a local path such as 'errors.parquet'"
+        )
+    where = Path(text).expanduser().absolute()
+    if where.is_dir():
+        raise LedgerError(
+            f"{caller}(errors_to={text!r}) is a directory; the ledger is one Parquet file. "
+            "Pass a file path such as 'errors.parquet'"
+        )
+    if not is_uri(output):
+        target = Path(output).expanduser().absolute()
+        if where == target or target in where.parents:
+            raise LedgerError(
+                f"{caller}(errors_to={text!r}) lies in the output {output!r}, where a reader "
+                "would take it for output rows. Put the ledger beside the output instead"
+            )
+    return text
+
+
+def read(path: str, caller: str) -> pa.Table:
+    """A ledger file's rows, with its metadata."""
+    import pyarrow.parquet as pq
+
+    where = Path(path).expanduser()
+    if not where.is_file():
+        raise LedgerError(
+            f"{caller}({path!r}): there is no error ledger there. Pass the path a write was "
+            "given as errors_to= (that write must have committed)"
+        )
+    try:
+        return pq.read_table(where)
+    except (OSError, pa.ArrowException) as exc:
+        raise LedgerError(
+            f"{caller}({path!r}) cannot be read as an error ledger: {exc}. Pass the path a "
+            "write was given as errors_to="
+        ) from exc
+
+
+@dataclass(frozen=True)
+class LedgeredSink:
+    """``sink``, with the ledger ``rows()`` (called once every row is written) committed at
+    ``path`` together with its output (see the module's text)."""
+
+    sink: Sink
+    ledger_path: str
+    rows: Callable[[], pa.Table]
+
+    @property
+    def path(self) -> str:
+        return self.sink.path
+
+    @property
+    def single_file(self) -> bool:
+        return self.sink.single_file
+
+    @property
+    def format(self) -> str:
+        return str(getattr(self.sink, "format", "table"))
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        self.sink.check_schema(schema)
+
+    def start(self) -> LedgeredWrite:
+        write = self.sink.start()
+        try:
+            staging = Staging(
+                Path(self.ledger_path).expanduser().absolute(), "overwrite", single_file=True
+            )
+        except BaseException:
+            abort_surely(write.abort)
+            raise
+        return LedgeredWrite(write, staging, self.rows)
+
+
+class LedgeredWrite:
+    """The output's write and the ledger's staging, committed and aborted together."""
+
+    def __init__(self, write: Any, staging: Staging, rows: Callable[[], pa.Table]) -> None:
+        self.write = write
+        self.staging = staging
+        self.writer = _LedgerWriter(write.writer, staging, rows)
+
+    def commit(self, parts: list[Any]) -> Committed:
+        try:
+            committed: Committed = self.write.commit(parts)
+        except BaseException:
+            abort_surely(self.staging.abort)
+            raise
+        self.staging.commit()
+        return committed
+
+    def abort(self) -> None:
+        try:
+            self.write.abort()
+        finally:
+            self.staging.abort()
+
+
+@dataclass(frozen=True)
+class _LedgerWriter:
+    """The output's writer; after the last row, the ledger's file too."""
+
+    writer: Any
+    staging: Staging
+    rows: Callable[[], pa.Table]
+
+    def write(self, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> list[Any]:
+        import pyarrow.parquet as pq
+
+        parts: list[Any] = self.writer.write(batches, schema)
+        name = self.staging.destination.name
+        pq.write_table(self.rows(), self.staging.directory / name)
+        return parts
