@@ -95,12 +95,18 @@ def test_the_ledger_keeps_each_failed_row_its_step_error_and_attempts(tmp_path):
     assert _ids(out) == sorted(set(range(40)) - {3, 17, 18})
 
 
-def test_retries_add_the_rows_that_succeed_once_and_keep_those_that_fail_again(tmp_path):
+@pytest.mark.parametrize("key", [None, "id"])
+def test_retries_add_the_rows_that_succeed_once_and_keep_those_that_fail_again(tmp_path, key):
+    """Keyed by every input column (the default), the ledger's rows are run again as they are;
+    keyed by id, they are found again in the step's input."""
     model = Flaky(tmp_path / "failing.json")
     out, errors = tmp_path / "out", tmp_path / "errors.parquet"
     job = _job(model, max_retries=1)
     model.fail([0, 9, 10, 39])
-    job.write_parquet(str(out), errors_to=str(errors))
+    job.write_parquet(str(out), errors_to=str(errors), errors_key=key)
+    assert pq.read_table(errors).schema.names[:2] == (
+        ["id", "k"] if key is None else ["id", "step"]
+    )
     assert sorted(pq.read_table(errors)["id"].to_pylist()) == [0, 9, 10, 39]
 
     model.fail([10])  # the model is back, but for id 10
@@ -129,11 +135,9 @@ def _down_at_7(batch: pa.Table) -> pa.Table:  # the model of KILLED, in this pro
     return pa.table({"id": batch["id"]})
 
 
-@pytest.mark.parametrize("key", [None, "id"])
-def test_a_row_is_retried_from_the_step_that_failed_it(tmp_path, key):
+def test_a_row_is_retried_from_the_step_that_failed_it(tmp_path):
     """Two steps that skip rows: a row the first dropped runs through both again, a row the
-    second dropped through the second only (with every input column kept), or through both
-    (keyed by id alone: the second's input is found again by its key)."""
+    second dropped through the second only."""
     first, second = Flaky(tmp_path / "first.json"), Flaky(tmp_path / "second.json")
     calls = tmp_path / "calls"
 
@@ -157,7 +161,7 @@ def test_a_row_is_retried_from_the_step_that_failed_it(tmp_path, key):
     first.fail([5, 6])
     second.fail([20])
     out, errors = tmp_path / "out", tmp_path / "errors.parquet"
-    job.write_parquet(str(out), errors_to=str(errors), errors_key=key)
+    job.write_parquet(str(out), errors_to=str(errors))
     ledger = pq.read_table(errors)
     steps = [step.rsplit(".", 1)[-1] for step in ledger["step"].to_pylist()]  # (qualnames)
     assert sorted(zip(ledger["id"].to_pylist(), steps, strict=True)) == [
@@ -165,8 +169,7 @@ def test_a_row_is_retried_from_the_step_that_failed_it(tmp_path, key):
         (6, "Flaky"),
         (20, "counted"),
     ]
-    if key is None:  # the second step's input holds the first's answer, kept to replay the row
-        assert ledger.schema.names[:2] == ["id", "y"]
+    assert ledger.schema.names[:2] == ["id", "y"]  # the second step's input: the whole row
     first.fail([])
     second.fail([])
     calls.unlink()
@@ -175,6 +178,14 @@ def test_a_row_is_retried_from_the_step_that_failed_it(tmp_path, key):
     rows = vane.read_parquet(str(out)).to_pylist()
     assert all(r["y"] == 2 * r["id"] and r["z"] == 2 * r["id"] for r in rows)
     assert sum(int(n) for n in calls.read_text().split()) == 3  # the second step: 5, 6, 20
+
+    # Keyed by id alone, a row of the second step is found again by running the first on
+    # every row, which could drop rows the output holds: refused, saying why.
+    (tmp_path / "out").rename(tmp_path / "old")
+    first.fail([5])
+    job.write_parquet(str(out), errors_to=str(errors), errors_key="id")
+    with pytest.raises(LedgerError, match="could fail rows the output holds already"):
+        job.retry_failed(str(errors))
 
 
 def test_on_error_null_keeps_the_rows_in_the_output_and_in_the_ledger(tmp_path):
@@ -239,8 +250,7 @@ def test_a_write_killed_as_it_commits_leaves_the_last_output_and_ledger(tmp_path
     hook): the output and the ledger of the run before are both as they were."""
     out, errors = tmp_path / "out", tmp_path / "errors.parquet"
     vane.range(3).select("id", "id AS y").write_parquet(str(out))
-    old_ledger = pa.table({"id": [99]})  # what the last run's ledger held, as far as this test goes
-    pq.write_table(old_ledger, errors)
+    pq.write_table(pa.table({"id": [99]}), errors)  # the last run's ledger, as far as it matters
     marker = tmp_path / "paused"
     env = dict(os.environ, VANE_COMMIT_PAUSE=f"staged:{marker}")
     process = subprocess.Popen(
@@ -263,7 +273,10 @@ def test_a_write_killed_as_it_commits_leaves_the_last_output_and_ledger(tmp_path
         marker.unlink(missing_ok=True)
     assert _ids(out) == [0, 1, 2]
     assert pq.read_table(errors).to_pylist() == [{"id": 99}]
-    assert sorted(os.listdir(tmp_path)) != ["errors.parquet", "out"]  # the killed one's staging
+    # The killed writer had staged both: its new ledger waits, unseen, beside the old one.
+    staged = [p for p in tmp_path.iterdir() if p.name.startswith(".errors.parquet.vane-staging-")]
+    assert [pq.read_table(p / "errors.parquet")["id"].to_pylist() for p in staged] == [[7]]
+    assert any(p.name.startswith(".out.vane-staging-") for p in tmp_path.iterdir())
     # The next write removes what the killed one staged, and commits both.
     job = vane.range(20).map_batches(
         _down_at_7, schema={"id": "BIGINT"}, batch_size=4, on_error="skip"
@@ -398,3 +411,19 @@ def test_mistakes_are_refused_with_what_to_do(tmp_path):
         job.retry_failed(errors).write_parquet(out, mode="append")
     with pytest.raises(LedgerError, match="needs all rows at once"):
         job.aggregate("count(*) AS n").retry_failed(errors)
+
+
+@pytest.mark.parametrize("fmt", ["deltalake", "lance"])
+def test_table_formats_commit_a_ledger_and_take_a_retry_as_a_new_version(tmp_path, fmt):
+    pytest.importorskip(fmt)
+    model = Flaky(tmp_path / "failing.json")
+    model.fail([6])
+    table, errors = str(tmp_path / "table"), str(tmp_path / "errors.parquet")
+    job = _job(model, rows=12)
+    getattr(job, f"write_{fmt}")(table, errors_to=errors)
+    assert pq.read_table(errors)["id"].to_pylist() == [6]
+    model.fail([])
+    getattr(job.retry_failed(errors), f"write_{fmt}")(table, mode="append", errors_to=errors)
+    read = getattr(vane, f"read_{fmt}")
+    assert sorted(r["id"] for r in read(table).to_pylist()) == list(range(12))
+    assert pq.read_table(errors).num_rows == 0

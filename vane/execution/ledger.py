@@ -217,6 +217,7 @@ def retry_plan(plan: PlanNode, table: pa.Table, path: str) -> PlanNode:
             replayed = rows.select(names).cast(node.input.schema)
             source: PlanNode = LedgerScan(replayed, path, tuple(keep))
         else:  # the step's input, filtered to the kept keys (steps below it run again)
+            _check_below(node, label, path)
             distinct = rows.group_by(keys).aggregate([])
             source = Join(node.input, LedgerScan(distinct, path, tuple(keep)), "semi", tuple(keys))
         pieces.append(_replaced(plan, node, with_inputs(node, (source,)), label, path))
@@ -224,6 +225,22 @@ def retry_plan(plan: PlanNode, table: pa.Table, path: str) -> PlanNode:
     for piece in pieces[1:]:
         combined = Union(combined, piece)
     return combined
+
+
+def _check_below(node: UdfStep, label: str, path: str) -> None:
+    """Found again by its keys, a row runs through the steps below its step again, with every
+    other row: one of them that drops or nulls rows could fail a row the output holds
+    already, and the next retry would add that row a second time."""
+    for below in walk(node.input):
+        if isinstance(below, UdfStep) and below.udf.on_error != "raise":
+            raise LedgerError(
+                f"retry_failed({path!r}): the ledger keeps only some columns of the rows step "
+                f"`{label}` failed (errors_key=), so a retry finds them again by running the "
+                f"steps below it on every row; step `{below.udf.name}` there has "
+                f"on_error={below.udf.on_error!r} and could fail rows the output holds "
+                "already, which a later retry would add twice. Write the job without "
+                "errors_key (the ledger then keeps whole rows, run again from their step)"
+            )
 
 
 def check_retry(plan: PlanNode, errors_to: str | None, caller: str) -> None:
