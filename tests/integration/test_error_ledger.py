@@ -76,11 +76,13 @@ def _ids(path: Path) -> list[int]:
     return sorted(r["id"] for r in vane.read_parquet(str(path)).select("id").to_pylist())
 
 
-def test_the_ledger_keeps_each_failed_row_its_step_error_and_attempts(tmp_path):
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_the_ledger_keeps_each_failed_row_its_step_error_and_attempts(tmp_path, backend):
     model = Flaky(tmp_path / "failing.json")
     model.fail([3, 17, 18])
     out, errors = tmp_path / "out", tmp_path / "errors.parquet"
-    result = _job(model).write_parquet(str(out), errors_to=str(errors))
+    job = _job(model, execution_backend=backend)
+    result = job.write_parquet(str(out), errors_to=str(errors))
     assert result.rows == 37
     ledger = pq.read_table(errors)
     assert ledger.schema.names == ["id", "k", "step", "error_type", "error_message", "attempts"]
@@ -115,6 +117,7 @@ def test_retries_add_the_rows_that_succeed_once_and_keep_those_that_fail_again(t
     )
     assert result.rows == 3
     again = pq.read_table(errors).to_pylist()
+    assert list(again[0])[:2] == (["id", "k"] if key is None else ["id", "step"])  # same keys
     # The 4 retried rows are one batch: called twice (max_retries=1), then halves of 2 and 1.
     assert [(r["id"], r["attempts"]) for r in again] == [(10, 4)]
     assert _ids(out) == [i for i in range(40) if i != 10]

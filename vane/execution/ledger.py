@@ -57,6 +57,15 @@ def step_labels(plan: PlanNode) -> dict[int, str]:
     return labels
 
 
+def retried_keys(plan: PlanNode) -> dict[str, tuple[str, ...]]:
+    """For a retry's write, each step's key columns in the ledger it replaces, by name."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for node in walk(plan):
+        if isinstance(node, LedgerScan):
+            keys.update(dict(node.keys))
+    return keys
+
+
 def split_error(text: str) -> tuple[str, str]:
     """``"ValueError: bad row"`` as its type and message (a text with no type: ``"Error"``)."""
     found = _TYPED.fullmatch(text)
@@ -73,6 +82,7 @@ class Ledger:
     def __init__(self, plan: PlanNode, path: str, key: Sequence[str] | None, caller: str) -> None:
         self.path = path
         labels = step_labels(plan)
+        kept = retried_keys(plan)  # a retry keeps the keys of the ledger it replaces
         steps = [
             node
             for node in walk(plan)
@@ -90,7 +100,8 @@ class Ledger:
         self._labels: dict[int, str] = {}
         described: dict[str, Any] = {}
         for node in steps:
-            names = node.input.schema.names if key is None else list(key)
+            label = labels[node.step_id]
+            names = list(key or kept.get(label) or node.input.schema.names)
             missing = [n for n in names if n not in node.input.schema.names]
             if missing:
                 raise ConfigurationError(
@@ -193,6 +204,7 @@ def retry_plan(plan: PlanNode, table: pa.Table, path: str) -> PlanNode:
             "whose write made it"
         )
     keep = sorted(labels.items())
+    keyed = tuple(sorted((label, tuple(d["keys"])) for label, d in steps.items()))
     pieces: list[PlanNode] = []
     for label, described in steps.items():
         node = by_label[label]
@@ -215,11 +227,12 @@ def retry_plan(plan: PlanNode, table: pa.Table, path: str) -> PlanNode:
         rows = table.filter(mask).select(keys)
         if set(keys) == set(names):  # the whole row is kept: run it from this step
             replayed = rows.select(names).cast(node.input.schema)
-            source: PlanNode = LedgerScan(replayed, path, tuple(keep))
+            source: PlanNode = LedgerScan(replayed, path, tuple(keep), keyed)
         else:  # the step's input, filtered to the kept keys (steps below it run again)
             _check_below(node, label, path)
             distinct = rows.group_by(keys).aggregate([])
-            source = Join(node.input, LedgerScan(distinct, path, tuple(keep)), "semi", tuple(keys))
+            scan = LedgerScan(distinct, path, tuple(keep), keyed)
+            source = Join(node.input, scan, "semi", tuple(keys))
         pieces.append(_replaced(plan, node, with_inputs(node, (source,)), label, path))
     combined = pieces[0]
     for piece in pieces[1:]:
