@@ -430,3 +430,26 @@ def test_table_formats_commit_a_ledger_and_take_a_retry_as_a_new_version(tmp_pat
     read = getattr(vane, f"read_{fmt}")
     assert sorted(r["id"] for r in read(table).to_pylist()) == list(range(12))
     assert pq.read_table(errors).num_rows == 0
+
+
+def test_a_ledger_older_than_its_output_is_never_retried(tmp_path):
+    """A write killed between its output's commit and its ledger's leaves the output with the
+    ledger before it (as restoring that ledger does here): its rows may be in the output, so
+    a retry of it is refused; so is a retry into another output."""
+    model = Flaky(tmp_path / "failing.json")
+    out, errors = tmp_path / "out", tmp_path / "errors.parquet"
+    job = _job(model, rows=16)
+    model.fail([2, 12])
+    job.write_parquet(str(out), errors_to=str(errors))
+    old = errors.read_bytes()
+    with pytest.raises(LedgerError, match="Retry into the output the ledger goes with"):
+        job.retry_failed(str(errors)).write_parquet(
+            str(tmp_path / "elsewhere"), errors_to=str(errors)
+        )
+    model.fail([12])
+    job.retry_failed(str(errors)).write_parquet(str(out), mode="append", errors_to=str(errors))
+    assert _ids(out) == [i for i in range(16) if i != 12]
+    errors.write_bytes(old)  # as if the ledger's rename had not happened
+    with pytest.raises(LedgerError, match="has changed since the ledger"):
+        job.retry_failed(str(errors)).write_parquet(str(out), mode="append", errors_to=str(errors))
+    assert _ids(out) == [i for i in range(16) if i != 12]  # row 2 is not added twice

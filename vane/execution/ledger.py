@@ -189,9 +189,12 @@ def described_steps(table: pa.Table, path: str) -> dict[str, dict[str, Any]]:
     return steps
 
 
-def retry_plan(plan: PlanNode, table: pa.Table, path: str) -> PlanNode:
+def retry_plan(
+    plan: PlanNode, table: pa.Table, path: str, output: tuple[str, tuple[str, ...]] | None
+) -> PlanNode:
     """``plan`` (optimized) run again on the rows of the ledger ``table`` read from ``path``:
-    each row from the step that failed it (see the module's text)."""
+    each row from the step that failed it (see the module's text); ``output``: the output the
+    ledger goes with, and its files then, for the retry's write to check."""
     steps = described_steps(table, path)
     labels = step_labels(plan)
     by_label = {labels[n.step_id]: n for n in walk(plan) if isinstance(n, UdfStep)}
@@ -227,11 +230,11 @@ def retry_plan(plan: PlanNode, table: pa.Table, path: str) -> PlanNode:
         rows = table.filter(mask).select(keys)
         if set(keys) == set(names):  # the whole row is kept: run it from this step
             replayed = rows.select(names).cast(node.input.schema)
-            source: PlanNode = LedgerScan(replayed, path, tuple(keep), keyed)
+            source: PlanNode = LedgerScan(replayed, path, tuple(keep), keyed, output)
         else:  # the step's input, filtered to the kept keys (steps below it run again)
             _check_below(node, label, path)
             distinct = rows.group_by(keys).aggregate([])
-            scan = LedgerScan(distinct, path, tuple(keep), keyed)
+            scan = LedgerScan(distinct, path, tuple(keep), keyed, output)
             source = Join(node.input, scan, "semi", tuple(keys))
         pieces.append(_replaced(plan, node, with_inputs(node, (source,)), label, path))
     combined = pieces[0]
@@ -256,10 +259,13 @@ def _check_below(node: UdfStep, label: str, path: str) -> None:
             )
 
 
-def check_retry(plan: PlanNode, errors_to: str | None, caller: str) -> None:
+def check_retry(plan: PlanNode, errors_to: str | None, caller: str, output: str = "") -> None:
     """A write of ``retry_failed``'s rows must replace the ledger they came from in its commit:
-    else a second write of them would add the rows that succeed a second time."""
+    else a second write of them would add the rows that succeed a second time. It goes to the
+    output the ledger goes with, unchanged since (where the ledger recorded its files)."""
     import os
+
+    from vane.io.ledger import check_output
 
     for node in walk(plan):
         if isinstance(node, LedgerScan):
@@ -273,6 +279,8 @@ def check_retry(plan: PlanNode, errors_to: str | None, caller: str) -> None:
                     f"the rows that succeed again. Pass errors_to={node.ledger!r} (with "
                     "mode='append' to add them to the job's output)"
                 )
+            if node.output is not None and output:
+                check_output(node.ledger, node.output, output)
 
 
 def _replaced(

@@ -374,7 +374,7 @@ class LocalRunner:
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
-        check_retry(plan, errors_to, caller)
+        check_retry(plan, errors_to, caller, sink.path)
         ledger = None
         if errors_to is not None:
             ledger = Ledger(plan, errors_to, errors_key, caller)

@@ -11,14 +11,18 @@ the output first, then moves the ledger into place (one ``rename``). So:
 - the output's commit fails: the ledger is aborted too, and neither changes;
 - the output is committed: the ledger follows in one rename, replacing the ledger of an earlier
   run. Only a kill in the instant between the output's commit and that rename leaves the new
-  output with the old ledger (or none): one rename, where a second commit protocol for two
-  paths would buy little (docs/resume.md says so).
+  output with the old ledger (or none). So that such a ledger is never retried (its rows may be
+  in the output already), a ledger of a local folder records the files the output holds once
+  it is committed (those it held, for an append, and those this write adds), and a retry is
+  refused when the output holds other files (``check_output``).
 
 An empty ledger (no row failed) is still written, so a reader can rely on finding one.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +34,9 @@ from vane.errors import LedgerError
 from vane.io.commit import Staging, abort_surely
 from vane.io.files import is_uri
 from vane.io.sinks import Committed, Sink
+
+# The ledger's Parquet metadata key for the output it goes with: its path and files.
+OUTPUT = b"vane.output"
 
 
 def check_path(path: object, output: str, caller: str) -> str:
@@ -58,6 +65,49 @@ def check_path(path: object, output: str, caller: str) -> str:
                 "would take it for output rows. Put the ledger beside the output instead"
             )
     return text
+
+
+def output_files(destination: Path) -> list[str]:
+    """The files of a local output folder, by their paths inside it (vane's own hidden files,
+    such as a journal, left out), sorted."""
+    if not destination.is_dir():
+        return []
+    found = []
+    for root, directories, files in os.walk(destination):
+        directories[:] = [d for d in directories if not d.startswith(".")]
+        for name in files:
+            if not name.startswith("."):
+                found.append(os.path.relpath(os.path.join(root, name), destination))
+    return sorted(found)
+
+
+def recorded_output(table: pa.Table) -> tuple[str, tuple[str, ...]] | None:
+    """The output a ledger goes with and the files it held once committed (None: a ledger of
+    an output whose files are not recorded: an object store, a table format, one file)."""
+    raw = (table.schema.metadata or {}).get(OUTPUT)
+    if raw is None:
+        return None
+    output = json.loads(raw)
+    return str(output["path"]), tuple(str(f) for f in output["files"])
+
+
+def check_output(ledger: str, recorded: tuple[str, tuple[str, ...]], output: str) -> None:
+    """A retry of ``ledger`` writes to the output it goes with, which holds the files it held
+    when the ledger was committed: else the ledger may list rows the output holds already."""
+    path, files = recorded
+    target = Path(output).expanduser().absolute()
+    if os.path.realpath(target) != os.path.realpath(path):
+        raise LedgerError(
+            f"the ledger {ledger!r} lists the rows that failed in a write to {path!r}, and this "
+            f"write goes to {output!r}. Retry into the output the ledger goes with"
+        )
+    if tuple(output_files(target)) != files:
+        raise LedgerError(
+            f"the output {output!r} has changed since the ledger {ledger!r} was committed with "
+            "it (another write committed there, or a write was killed between committing its "
+            "output and its ledger), so the ledger may list rows the output holds now. Rerun "
+            "the job with mode='overwrite' to write the output and its ledger afresh"
+        )
 
 
 def read(path: str, caller: str) -> pa.Table:
@@ -121,7 +171,9 @@ class LedgeredWrite:
     def __init__(self, write: Any, staging: Staging, rows: Callable[[], pa.Table]) -> None:
         self.write = write
         self.staging = staging
-        self.writer = _LedgerWriter(write.writer, staging, rows)
+        output = getattr(write, "staging", None)
+        local = output if isinstance(output, Staging) else None
+        self.writer = _LedgerWriter(write.writer, staging, rows, local)
 
     def commit(self, parts: list[Any]) -> Committed:
         try:
@@ -146,11 +198,22 @@ class _LedgerWriter:
     writer: Any
     staging: Staging
     rows: Callable[[], pa.Table]
+    output: Staging | None  # the output's staging, for a local folder of files
 
     def write(self, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> list[Any]:
         import pyarrow.parquet as pq
 
         parts: list[Any] = self.writer.write(batches, schema)
+        table = self.rows()
+        if self.output is not None and not self.output.single_file:
+            # The files the output will hold once committed (see check_output).
+            staged = self.output.directory
+            files = {os.path.relpath(part.path, staged) for part in parts}
+            if self.output.mode == "append":
+                files |= set(output_files(self.output.destination))
+            where = {"path": str(self.output.destination), "files": sorted(files)}
+            metadata = {**(table.schema.metadata or {}), OUTPUT: json.dumps(where).encode()}
+            table = table.replace_schema_metadata(metadata)
         name = self.staging.destination.name
-        pq.write_table(self.rows(), self.staging.directory / name)
+        pq.write_table(table, self.staging.directory / name)
         return parts

@@ -108,7 +108,8 @@ class Writes(RelationBase):
 
         path = str(errors_path)
         table = ledger.read(path, "retry_failed")
-        return self._derive(retry_plan(optimize(self._plan), table, path))
+        output = ledger.recorded_output(table)
+        return self._derive(retry_plan(optimize(self._plan), table, path, output))
 
     @checked
     def write_lance(

@@ -267,6 +267,8 @@ class LedgerScan(ArrowScan):
     labels: tuple[tuple[int, str], ...] = ()
     # Each step's key columns in that ledger, by name: the retry's own ledger keeps the same.
     keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The output the ledger goes with and the files it held then (None: not recorded).
+    output: tuple[str, tuple[str, ...]] | None = None
 
     def describe(self) -> str:
         return f"FromErrorLedger {self.ledger!r} rows={self.table.num_rows}"
