@@ -453,3 +453,24 @@ def test_a_ledger_older_than_its_output_is_never_retried(tmp_path):
     with pytest.raises(LedgerError, match="has changed since the ledger"):
         job.retry_failed(str(errors)).write_parquet(str(out), mode="append", errors_to=str(errors))
     assert _ids(out) == [i for i in range(16) if i != 12]  # row 2 is not added twice
+
+
+def test_a_rerun_with_retry_failed_true_retries_the_ledgers_rows(tmp_path):
+    """``write_*(retry_failed=True)`` is ``retry_failed(errors_to)`` written; with
+    ``resume=True`` the retry keeps its answers as it goes, as any resumable write."""
+    model = Flaky(tmp_path / "failing.json")
+    out, errors = str(tmp_path / "out"), str(tmp_path / "errors.parquet")
+    job = _job(model, rows=20)
+    model.fail([1, 11])
+    job.write_parquet(out, errors_to=errors, resume=True)
+    with pytest.raises(ConfigurationError, match="pass errors_to="):
+        job.write_parquet(out, mode="append", retry_failed=True)
+    with pytest.raises(ConfigurationError, match="pass mode='append'"):
+        job.write_parquet(out, errors_to=errors, retry_failed=True)
+    model.fail([11])
+    options = {"mode": "append", "errors_to": errors, "retry_failed": True, "resume": True}
+    assert job.write_parquet(out, **options).rows == 1
+    model.fail([])
+    assert job.write_parquet(out, **options).rows == 1
+    assert _ids(tmp_path / "out") == list(range(20))
+    assert pq.read_table(errors).num_rows == 0

@@ -46,6 +46,7 @@ class Writes(RelationBase):
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
         sink = FileSink(
             fmt,
@@ -55,17 +56,32 @@ class Writes(RelationBase):
             rows_per_file,
             _storage(path, storage_options, f"write_{fmt}"),
         )
-        return self._run(sink, f"write_{fmt}", resume, errors_to, errors_key)
+        return self._run(sink, f"write_{fmt}", resume, errors_to, errors_key, retry_failed)
 
-    def _run(
+    def _run(  # noqa: PLR0917 - private; the write_* methods name every argument
         self,
         sink: Sink,
         caller: str,
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
-        """Hand the write to the runner, with its resume and error-ledger options checked."""
+        """Hand the write to the runner, with its resume and error-ledger options checked;
+        ``retry_failed``: the rows of the ledger ``errors_to``, as ``retry_failed()`` gives."""
+        plan = self._plan
+        if retry_failed:
+            if errors_to is None:
+                raise ConfigurationError(
+                    f"{caller}(retry_failed=True) runs again the rows of an error ledger: pass "
+                    "errors_to= with the ledger an earlier write made"
+                )
+            if getattr(sink, "mode", "append") != "append":
+                raise ConfigurationError(
+                    f"{caller}(retry_failed=True) adds the retried rows to the output, which "
+                    "holds the others already: pass mode='append'"
+                )
+            plan = self.retry_failed(errors_to)._plan
         ledger = None
         if errors_to is not None:
             from vane.io.ledger import check_path
@@ -78,7 +94,7 @@ class Writes(RelationBase):
             )
         key = None if errors_key is None else _as_tuple(errors_key, "errors_key")
         return current_runner().write(
-            self._plan,
+            plan,
             sink,
             resume=_resume(resume, caller),
             errors_to=ledger,
@@ -124,6 +140,7 @@ class Writes(RelationBase):
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
         """Stream the rows into a Lance dataset, committed as one new version: on failure the
         dataset stays at its previous version.
@@ -146,7 +163,7 @@ class Writes(RelationBase):
             storage_options,
             VectorIndex.parse(vector_index),
         )
-        return self._run(sink, "write_lance", resume, errors_to, errors_key)
+        return self._run(sink, "write_lance", resume, errors_to, errors_key, retry_failed)
 
     @checked
     def write_deltalake(
@@ -161,6 +178,7 @@ class Writes(RelationBase):
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
         """Stream the rows into a Delta Lake table (delta-rs), committed as one new version:
         on failure the table stays at its previous version.
@@ -180,7 +198,7 @@ class Writes(RelationBase):
             storage_options,
             target_file_size,
         )
-        return self._run(sink, "write_deltalake", resume, errors_to, errors_key)
+        return self._run(sink, "write_deltalake", resume, errors_to, errors_key, retry_failed)
 
     @checked
     def write_iceberg(
@@ -217,6 +235,7 @@ class Writes(RelationBase):
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
         """Stream the rows into Parquet files under ``path`` (or one file if ``path`` ends in
         ``.parquet``), committed atomically: on failure ``path`` is left as it was.
@@ -238,7 +257,8 @@ class Writes(RelationBase):
         ``"null"``) dropped (or nulled) in an error ledger, a Parquet file committed with the
         output (a failed write leaves neither): the row's key columns (``errors_key``; by
         default every input column of the step), the step's name, the error's type and message
-        and the calls it was in. ``retry_failed(errors_to)`` runs only those rows again.
+        and the calls it was in. ``retry_failed(errors_to)`` runs only those rows again, and so
+        does this write with ``retry_failed=True`` (and ``mode="append"``).
         """
         return self._write(
             "parquet",
@@ -250,6 +270,7 @@ class Writes(RelationBase):
             resume=resume,
             errors_to=errors_to,
             errors_key=errors_key,
+            retry_failed=retry_failed,
         )
 
     @checked
@@ -264,6 +285,7 @@ class Writes(RelationBase):
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as CSV files with a header row."""
         return self._write(
@@ -276,6 +298,7 @@ class Writes(RelationBase):
             resume=resume,
             errors_to=errors_to,
             errors_key=errors_key,
+            retry_failed=retry_failed,
         )
 
     @checked
@@ -290,6 +313,7 @@ class Writes(RelationBase):
         resume: Resume = False,
         errors_to: str | None = None,
         errors_key: str | Sequence[str] | None = None,
+        retry_failed: bool = False,
     ) -> WriteResult:
         """Like ``write_parquet``, as newline-delimited JSON files (one object per row)."""
         return self._write(
@@ -302,6 +326,7 @@ class Writes(RelationBase):
             resume=resume,
             errors_to=errors_to,
             errors_key=errors_key,
+            retry_failed=retry_failed,
         )
 
 
