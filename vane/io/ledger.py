@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from vane.errors import LedgerError
+from vane.errors import LedgerError, SinkError
 from vane.io.commit import Staging, abort_surely
 from vane.io.files import is_uri
 from vane.io.sinks import Committed, Sink
@@ -181,7 +181,15 @@ class LedgeredWrite:
         except BaseException:
             abort_surely(self.staging.abort)
             raise
-        self.staging.commit()
+        try:
+            self.staging.commit()
+        except SinkError as exc:
+            raise SinkError(
+                f"the output {committed.path!r} was committed, but its error ledger could not "
+                f"be moved into {str(self.staging.shown)!r}: {exc.__cause__ or exc}. The ledger "
+                "there is an earlier run's (or none), whose rows may be in the output now: "
+                "rerun the job with mode='overwrite' to write the output and its ledger afresh"
+            ) from exc
         return committed
 
     def abort(self) -> None:
