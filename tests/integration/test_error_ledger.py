@@ -186,6 +186,7 @@ def test_a_row_is_retried_from_the_step_that_failed_it(tmp_path):
     # every row, which could drop rows the output holds: refused, saying why.
     (tmp_path / "out").rename(tmp_path / "old")
     first.fail([5])
+    second.fail([21])
     job.write_parquet(str(out), errors_to=str(errors), errors_key="id")
     with pytest.raises(LedgerError, match="could fail rows the output holds already"):
         job.retry_failed(str(errors))

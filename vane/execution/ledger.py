@@ -226,8 +226,9 @@ def retry_plan(
                 f"no input column {absent[0]!r} here (its input: {', '.join(names)}). Retry it "
                 "with the pipeline whose write made it"
             )
-        mask = pc.equal(table["step"], label)
-        rows = table.filter(mask).select(keys)
+        rows = table.filter(pc.equal(table["step"], label)).select(keys)
+        if not rows.num_rows:
+            continue  # (a step below would run on every row to find none)
         if set(keys) == set(names):  # the whole row is kept: run it from this step
             replayed = rows.select(names).cast(node.input.schema)
             source: PlanNode = LedgerScan(replayed, path, tuple(keep), keyed, output)
@@ -237,6 +238,11 @@ def retry_plan(
             scan = LedgerScan(distinct, path, tuple(keep), keyed, output)
             source = Join(node.input, scan, "semi", tuple(keys))
         pieces.append(_replaced(plan, node, with_inputs(node, (source,)), label, path))
+    if not pieces:  # an empty ledger: the pipeline's rows from its first step, which are none
+        first = next(iter(steps))
+        node = by_label[first]
+        empty = LedgerScan(node.input.schema.empty_table(), path, tuple(keep), keyed, output)
+        pieces.append(_replaced(plan, node, with_inputs(node, (empty,)), first, path))
     combined = pieces[0]
     for piece in pieces[1:]:
         combined = Union(combined, piece)
