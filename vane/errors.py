@@ -7,8 +7,10 @@ the vane error also inherits it, so ``except ValueError`` keeps working::
 
     VaneError
     ├── ConfigurationError        (ValueError)  bad argument to a vane function or vane.configure
-    │   └── ArgumentError         (TypeError)   a call with an unknown, misspelled or missing
-    │                                           argument (named, with the closest valid ones)
+    │   ├── ArgumentError         (TypeError)   a call with an unknown, misspelled or missing
+    │   │                                       argument (named, with the closest valid ones)
+    │   └── LedgerError                         an error ledger (errors_to=, retry_failed) that
+    │                                           cannot be written, read or retried here
     ├── SchemaError               (ValueError)  an invalid type name or schema specification
     │   └── SchemaMismatchError                 data that does not match the declared schema
     ├── PlanError                 (ValueError)  a step that cannot be built: SQL that does not bind,
@@ -44,6 +46,7 @@ __all__ = [
     "BudgetExceededError",
     "ConfigurationError",
     "ExecutionError",
+    "LedgerError",
     "MissingDependencyError",
     "PlanError",
     "ProviderError",
@@ -74,6 +77,12 @@ class ConfigurationError(VaneError, ValueError):
 class ArgumentError(ConfigurationError, TypeError):
     """A call with an argument the function does not take (a misspelled keyword, say) or
     without one it needs; the message names the closest valid ones."""
+
+
+class LedgerError(ConfigurationError):
+    """An error ledger (``write_*(errors_to=...)``, ``retry_failed``) that cannot be used as
+    asked: a path that is not a ledger, a ledger another pipeline wrote, rows that cannot be
+    retried without holding them twice. The message says which and how to go on."""
 
 
 class SchemaError(VaneError, ValueError):

@@ -30,11 +30,13 @@ from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
+from vane.execution.ledger import Ledger, check_retry
 from vane.execution.lowering import row_caps
 from vane.execution.resume import Checkpoint, fingerprint, step_key
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
+from vane.io.ledger import LedgeredSink
 from vane.io.resume import Resume, ResumeStore
 from vane.io.sinks import Sink, WriteResult, abort_unfinished, write_to, writes_started
 from vane.io.spool import Spool
@@ -80,6 +82,8 @@ class Execution:
         self.caller = Caller()
         # A resumable write's saved work, which its UDF stages answer batches from.
         self.resume: ResumeStore | None = None
+        # A write's error ledger (errors_to=), which its UDF stages record failed rows in.
+        self.ledger: Ledger | None = None
 
     def _summary(self, event: object) -> None:
         if isinstance(event, StageFinished):
@@ -206,6 +210,7 @@ class Execution:
             limit=self._caps.get(id(node)),
             total_rows=self._totals.get(id(node)),
             checkpoint=None if self.resume is None else Checkpoint(self.resume, step_key(node)),
+            ledger=None if self.ledger is None else self.ledger.recorder(node),
         )
         stream = self._guard(stage.batches())
         self._stages.append((stage, stream))
@@ -354,19 +359,34 @@ class LocalRunner:
         with _action(plan) as execution:  # every row is read: DuckDB may run ahead
             yield from exact_batches(execution.reader(plan, size), size)
 
-    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult:
+    def write(
+        self,
+        plan: PlanNode,
+        sink: Sink,
+        *,
+        resume: Resume | None = None,
+        errors_to: str | None = None,
+        errors_key: tuple[str, ...] | None = None,
+    ) -> WriteResult:
         # Timed from the call to the action's end: the rows are computed as they are read,
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
         started = time.perf_counter()
+        caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
+        check_retry(plan, errors_to, caller, sink.path)
+        ledger = None
+        if errors_to is not None:
+            ledger = Ledger(plan, errors_to, errors_key, caller)
+            sink = LedgeredSink(sink, errors_to, ledger.table)
         store = None
         if resume:
-            store = ResumeStore(sink.path, f"write_{getattr(sink, 'format', 'table')}")
+            store = ResumeStore(sink.path, caller)
             store.open(fingerprint(plan), restart=resume == "restart")
         with _action(plan) as execution:
             execution.resume = store
+            execution.ledger = ledger
             committed = write_to(sink, execution.reader(plan, get_config().batch_size))
         if store is not None:
             store.finish()  # the output holds every row: the saved work has served

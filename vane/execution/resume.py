@@ -29,7 +29,7 @@ from vane.io.resume import ResumeStore
 from vane.plan.explain import explain
 from vane.plan.nodes import FileScan, PlanNode, UdfStep
 from vane.plan.traverse import walk
-from vane.udf.runtime import BatchOutcome
+from vane.udf.runtime import BatchOutcome, RowError
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _DEPTH = 10
@@ -107,6 +107,7 @@ class Checkpoint:
             first_error=meta.get("first_error"),
             dropped=[int(i) for i in meta.get("dropped", [])],
             poisoned=[str(p) for p in meta.get("poisoned", [])],
+            errors=[RowError(int(r), str(e), int(a)) for r, e, a in meta.get("errors", [])],
         )
         return digest, outcome
 
@@ -119,6 +120,7 @@ class Checkpoint:
             "first_error": outcome.first_error,
             "dropped": outcome.dropped,
             "poisoned": outcome.poisoned,
+            "errors": [[e.row, e.error, e.attempts] for e in outcome.errors],
         }
         self.store.put(self.key, digest, outcome.table, meta)
 

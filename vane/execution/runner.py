@@ -33,7 +33,15 @@ class Runner(Protocol):
     def count(self, plan: PlanNode) -> int: ...
     def stream(self, plan: PlanNode, batch_size: int | None) -> Iterator[pa.RecordBatch]: ...
     def materialize(self, plan: PlanNode) -> MaterializedScan: ...
-    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult: ...
+    def write(
+        self,
+        plan: PlanNode,
+        sink: Sink,
+        *,
+        resume: Resume | None = None,
+        errors_to: str | None = None,
+        errors_key: tuple[str, ...] | None = None,
+    ) -> WriteResult: ...
 
 
 # name -> (module, class); imported the first time the runner is used.

@@ -45,6 +45,7 @@ from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import Budget, UdfSpec
 
 if TYPE_CHECKING:
+    from vane.execution.ledger import Recorder
     from vane.execution.resume import Checkpoint
 
 # An autoscaling pool adds an actor once every actor has been busy, with batches waiting, for
@@ -77,6 +78,7 @@ class UdfStage:
         limit: int | None = None,
         total_rows: int | None = None,
         checkpoint: Checkpoint | None = None,
+        ledger: Recorder | None = None,
     ) -> None:
         """``udf_schema`` is what the actors return; ``schema`` what the stage yields (the same,
         or for a pass-through step the input columns followed by it). ``cancellation`` stops
@@ -85,7 +87,8 @@ class UdfStage:
         step, ends the stage once it has them; ``total_rows`` is the rows it will read, when
         that is certain (``totals.py``). ``checkpoint`` (a resumable write's) answers each
         batch whose answer a killed run kept, and keeps each new one before handing it on; the
-        actors start only for a batch it cannot answer."""
+        actors start only for a batch it cannot answer. ``ledger`` (a write's ``errors_to``)
+        is given each batch's input rows that ``on_error`` dropped or nulled, with why."""
         self.spec = spec
         self.udf_schema = udf_schema
         self.schema = schema
@@ -108,6 +111,7 @@ class UdfStage:
         # Whether the stream's next batch is already in hand (see ``in_hand``).
         self._in_hand = False
         self.checkpoint = checkpoint
+        self.ledger = ledger
         self.rows_resumed = 0  # rows whose answers came from a killed run's saved work
         self._digests: dict[Future[BatchOutcome], str] = {}
         self._pool_started = False
@@ -261,6 +265,8 @@ class UdfStage:
         digest = self._digests.pop(future, None)
         if digest is not None and self.checkpoint is not None:
             self.checkpoint.put(digest, outcome)  # kept before its rows go on
+        if self.ledger is not None and outcome.errors:
+            self.ledger(chunk, outcome.errors)
         resumed = rows_in if future in self._saved else 0
         self._saved.discard(future)
         self.rows_resumed += resumed

@@ -36,6 +36,19 @@ if TYPE_CHECKING:
 Watch = Callable[[int], AbstractContextManager[None]]
 
 
+@dataclass(frozen=True)
+class RowError:
+    """One input row that ``on_error`` dropped or nulled: its position in the batch, its error
+    text as ``describe_exception`` gives it, and the calls of the function it was in."""
+
+    row: int
+    error: str
+    attempts: int
+
+    def shifted(self, rows: int) -> RowError:
+        return RowError(self.row + rows, self.error, self.attempts)
+
+
 @dataclass
 class BatchOutcome:
     """One batch's output and what ``on_error`` did to it."""
@@ -59,6 +72,9 @@ class BatchOutcome:
     # holds the answers before it, to be handed on first, and this error, to raise next (a
     # `limit` met by those answers never sees it).
     failure: BaseException | None = None
+    # Each row on_error handled, for an error ledger (``write_*(errors_to=...)``): its position
+    # within the batch, its error ("Type: message") and how many calls it was in.
+    errors: list[RowError] = field(default_factory=list)
 
     def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
         """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
@@ -75,6 +91,7 @@ class BatchOutcome:
             self.seconds + other.seconds,
             self.calls + other.calls,
             other.failure,
+            self.errors + [error.shifted(rows) for error in other.errors],
         )
 
 
@@ -175,7 +192,13 @@ class RowCountError(ContractError):
 
 
 def failed_rows(
-    spec: UdfSpec, schema: pa.Schema, inputs: pa.Table, error: str, poisoned: Sequence[str] = ()
+    spec: UdfSpec,
+    schema: pa.Schema,
+    inputs: pa.Table,
+    error: str,
+    poisoned: Sequence[str] = (),
+    *,
+    attempts: int = 1,
 ) -> BatchOutcome:
     """The failing input rows ``inputs`` under ``on_error="skip"`` (dropped) or ``"null"`` (one
     row each, with the error text); ``schema`` is the step's output, error column included.
@@ -183,8 +206,17 @@ def failed_rows(
     column: a value there would pass the input off as the function's answer. (Columns a step
     carries past the function, a column UDF's input columns, are untouched.)"""
     rows = inputs.num_rows
+    errors = [RowError(row, error, attempts) for row in range(rows)]
     if spec.on_error == "skip":
-        return BatchOutcome(schema.empty_table(), rows, 0, error, list(range(rows)), list(poisoned))
+        return BatchOutcome(
+            schema.empty_table(),
+            rows,
+            0,
+            error,
+            list(range(rows)),
+            list(poisoned),
+            errors=errors,
+        )
     columns = [
         pa.array([error] * rows, pa.string())
         if f.name == spec.error_column
@@ -192,7 +224,13 @@ def failed_rows(
         for f in schema
     ]
     return BatchOutcome(
-        pa.Table.from_arrays(columns, schema=schema), 0, rows, error, [], list(poisoned)
+        pa.Table.from_arrays(columns, schema=schema),
+        0,
+        rows,
+        error,
+        [],
+        list(poisoned),
+        errors=errors,
     )
 
 
@@ -416,11 +454,13 @@ class UdfRuntime:
         reported as it is, since retrying cannot change it."""
         last = self.spec.max_retries
         error: Exception | None = None
+        tries = 0  # the calls the batch was in (with those an actor that hung spent)
         for number in range(min(task.attempts_done, last), last + 1):
+            tries = number + 1
             try:
                 return await self._attempt(task.table, number, watch)
             except RowFailures as failures:  # answered, with some rows failed on their own
-                return self._some_rows_failed(task, failures)
+                return self._some_rows_failed(task, failures, tries)
             except (RowCountError, ServerError):  # no row is to blame: nothing to salvage
                 raise
             except ContractError as exc:
@@ -438,9 +478,9 @@ class UdfRuntime:
         assert error is not None
         if self.spec.on_error == "raise":
             raise self.failure(task, error) from error
-        return await self._salvage(task.table, error, last, watch)
+        return await self._salvage(task.table, error, last, watch, tries)
 
-    def _some_rows_failed(self, task: Task, failures: RowFailures) -> BatchOutcome:
+    def _some_rows_failed(self, task: Task, failures: RowFailures, tries: int) -> BatchOutcome:
         """The UDF answered the batch but some rows failed on their own (one request of many):
         ``on_error`` applies to those rows only; nothing is re-run, no neighbour is touched."""
         first = failures.errors[0]
@@ -458,16 +498,22 @@ class UdfRuntime:
             raise ContractError(
                 f"{where} answered {counted(table.num_rows, 'row')} for {task.table.num_rows}"
             )
+        errors = [
+            RowError(row, text, tries)
+            for row, text in zip(failures.rows, failures.errors, strict=True)
+        ]
         if self.spec.on_error == "skip":
             keep = np.ones(table.num_rows, dtype=bool)
             keep[failures.rows] = False
             kept = self._complete(table.filter(pa.array(keep))).table
-            return BatchOutcome(kept, len(failures.rows), 0, first, list(failures.rows))
+            return BatchOutcome(
+                kept, len(failures.rows), 0, first, list(failures.rows), errors=errors
+            )
         texts: list[str | None] = [None] * table.num_rows
         for row, text in zip(failures.rows, failures.errors, strict=True):
             texts[row] = text
         table = table.append_column(pa.field(self.spec.error_column, pa.string()), pa.array(texts))
-        return BatchOutcome(table, 0, len(failures.rows), first)
+        return BatchOutcome(table, 0, len(failures.rows), first, errors=errors)
 
     def _empty(self) -> pa.Table:
         return pa.table({}) if self.declared is None else self.declared.empty_table()
@@ -499,22 +545,24 @@ class UdfRuntime:
         return BatchOutcome(table)
 
     async def _salvage(
-        self, table: pa.Table, error: Exception, number: int, watch: Watch
+        self, table: pa.Table, error: Exception, number: int, watch: Watch, tries: int
     ) -> BatchOutcome:
-        """Bisect a failing batch down to the rows that fail; keep the output of the others."""
+        """Bisect a failing batch down to the rows that fail; keep the output of the others.
+        ``tries``: the calls the rows of ``table`` were in so far (each half is one more)."""
         if table.num_rows <= 1:
-            return failed_rows(self.spec, self.schema, table, describe_exception(error))
+            text = describe_exception(error)
+            return failed_rows(self.spec, self.schema, table, text, attempts=tries)
         middle = table.num_rows // 2
         outcome: BatchOutcome | None = None
         for part in (table.slice(0, middle), table.slice(middle)):
             try:
                 piece = await self._attempt(part, number, watch)
             except RowFailures as failures:  # answered: only its own failed rows need on_error
-                piece = self._some_rows_failed(Task(0, 0, part), failures)
+                piece = self._some_rows_failed(Task(0, 0, part), failures, tries + 1)
             except (RowCountError, ServerError):  # no row is to blame: nothing to salvage
                 raise
             except Exception as exc:
-                piece = await self._salvage(part, exc, number, watch)
+                piece = await self._salvage(part, exc, number, watch, tries + 1)
             outcome = piece if outcome is None else outcome.then(piece, middle)
         assert outcome is not None
         return outcome

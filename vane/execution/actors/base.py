@@ -493,7 +493,10 @@ class ActorPool(ABC):
             self._split(request, loss)
         else:
             poisoned = [f"input row {task.row(0)}: {loss.text}"]
-            outcome = failed_rows(spec, self.schema, task.table, loss.row_error, poisoned)
+            attempts = max(request.deaths, loss.attempt + 1 if loss.hung else 1)
+            outcome = failed_rows(
+                spec, self.schema, task.table, loss.row_error, poisoned, attempts=attempts
+            )
             _resolve(request.future, outcome)
 
     def _split(self, request: Request, loss: Loss) -> None:

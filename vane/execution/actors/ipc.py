@@ -53,7 +53,7 @@ import pyarrow as pa
 from vane.execution.actors.shm import Slots
 from vane.observe.events import ServerCount
 from vane.udf.failures import builtin_base, format_traceback, stand_in
-from vane.udf.runtime import BatchOutcome, Task
+from vane.udf.runtime import BatchOutcome, RowError, Task
 
 _HEADER = struct.Struct("<Q")
 
@@ -200,6 +200,7 @@ def outcome_parts(
             outcome.usage,
             outcome.seconds,
             outcome.calls,
+            [[e.row, e.error, e.attempts] for e in outcome.errors],
         ]
     ).encode()
     # The error that ended a unit part way (BatchOutcome.failure), as FAILED carries one.
@@ -218,7 +219,9 @@ def read_outcome(
     meta = json.loads(bytes(rest[:meta_size]))
     failure = rest[meta_size : meta_size + failure_size]
     _, table = read_table(rest[meta_size + failure_size :], slots)
+    errors = [RowError(*error) for error in meta.pop()]
     outcome = BatchOutcome(table, *meta)
+    outcome.errors = errors
     if failure_size:
         outcome.failure = error_from_bytes(failure)
     return outcome

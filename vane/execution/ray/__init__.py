@@ -148,9 +148,26 @@ class RayRunner:
         # every row is read: Ray may prefetch
         return materialized(plan, self._stream(plan, get_config().batch_size, streaming=False))
 
-    def write(self, plan: PlanNode, sink: Sink, *, resume: Resume | None = None) -> WriteResult:
+    def write(
+        self,
+        plan: PlanNode,
+        sink: Sink,
+        *,
+        resume: Resume | None = None,
+        errors_to: str | None = None,
+        errors_key: tuple[str, ...] | None = None,
+    ) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
         write's staging directory; the driver commits them all at once (or none)."""
+        from vane.execution.ledger import check_retry
+
+        check_retry(plan, errors_to, "write")
+        if errors_to is not None or errors_key is not None:
+            raise ConfigurationError(
+                "write(errors_to=...): the error ledger is written by the local runner in "
+                "this version; on Ray, leave errors_to out (or run the job with "
+                "vane.configure(runner='local'))"
+            )
         if resume:
             raise ConfigurationError(
                 "write(resume=...): resumable writes run on the local runner in "

@@ -171,6 +171,25 @@ class ArrowScan(Source):
 
 
 @dataclass(frozen=True, eq=False)
+class LedgerScan(ArrowScan):
+    """The rows of an error ledger that ``retry_failed`` runs again: an in-memory table like any
+    other, which also says which ledger it came from (a write of it must replace that ledger
+    in its commit, so no row is retried twice) and each UDF step's name in the pipeline that
+    wrote the ledger, by step id (the retried steps keep their names, and their key columns, in
+    the new ledger)."""
+
+    ledger: str = ""
+    labels: tuple[tuple[int, str], ...] = ()
+    # Each step's key columns in that ledger, by name: the retry's own ledger keeps the same.
+    keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The output the ledger goes with and the files it held then (None: not recorded).
+    output: tuple[str, tuple[str, ...]] | None = None
+
+    def describe(self) -> str:
+        return f"FromErrorLedger {self.ledger!r} rows={self.table.num_rows}"
+
+
+@dataclass(frozen=True, eq=False)
 class ArrowStreamScan(Source):
     """A ``RecordBatchReader``: streamed lazily, so it can be read by one action only."""
 
