@@ -35,6 +35,8 @@ import pyarrow as pa
 from vane.errors import UDFError
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.execution.actors.subprocess import SubprocessPool
+from vane.io.file_stores import FileStores
+from vane.io.file_stores import install as install_file_stores
 from vane.observe.events import add_counts
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
@@ -56,8 +58,12 @@ class RayUdf:
         *,
         tally: Any,
         key: int,
+        file_stores: FileStores | None = None,
     ) -> None:
         import ray
+
+        # The driver's storage options: this process's worker is sent them in turn.
+        install_file_stores(file_stores)
 
         self.spec = spec
         self.schema = schema
