@@ -60,8 +60,8 @@ class UdfVerbs(RelationalVerbs):
         over batches of ``batch_size`` rows, each a ``pa.Table`` (``batch_format="pandas"``: a
         DataFrame; ``"numpy"``: a dict of arrays; a column of images of one shape is one
         ``(n, h, w, c)`` array). ``batch_bytes`` caps a batch's input bytes as well as its rows
-        (a batch of 4K images holds few of them; a larger row is a batch of its own; the local
-        runner). ``functools.partial`` binds arguments;
+        (a batch of 4K images holds few of them; a larger row is a batch of its own; on Ray, the
+        actor cuts each batch of ``batch_size`` rows so). ``functools.partial`` binds arguments;
         ``fn_args``/``fn_kwargs`` are passed after the batch.
 
         It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of
