@@ -222,7 +222,9 @@ class UdfVerbs(RelationalVerbs):
         model: str | None = None,
         **options: Any,
     ) -> Self:
-        """Add an embedding of each row's image (bytes or a file path) as ``output_column``."""
+        """Add an embedding of each row's image (bytes, a path or URL, a file reference, pixels)
+        as ``output_column``: a CLIP-style model, or an OpenAI-compatible server's
+        ``/embeddings`` with ``provider="openai"`` (``vane.ai.embed_image``)."""
         from vane.ai import embed_image
 
         call = embed_image(column, provider=provider, model=model, **options)
@@ -254,8 +256,9 @@ class UdfVerbs(RelationalVerbs):
         model: str | None = None,
         **options: Any,
     ) -> Self:
-        """Add the label among ``labels`` that fits each row's image best (zero-shot, CLIP-style)
-        as ``output_column``."""
+        """Add the label among ``labels`` that fits each row's image best as ``output_column``:
+        zero-shot, CLIP-style, or chosen by a vision chat model with ``provider="openai"``
+        (``vane.ai.classify_image``)."""
         from vane.ai import classify_image
 
         call = classify_image(column, labels, provider=provider, model=model, **options)
