@@ -104,3 +104,25 @@ def test_a_column_of_urls_opens_with_the_configured_storage_options(server, monk
     finally:
         vane.configure(storage_options={})
     assert row["got"].startswith("bbbbb:5:")
+
+
+class StoresSeen:
+    """The storage options a Ray actor's worker process was sent, by bucket (never values)."""
+
+    @vane.method(return_dtype="VARCHAR")
+    def read(self, audio: vane.File) -> str:
+        from vane.io import file_stores
+
+        installed = file_stores._installed
+        buckets = [name for name, _ in installed.buckets] if installed is not None else []
+        return f"{audio.read().decode()}:{','.join(buckets)}"
+
+
+@pytest.mark.ray
+def test_files_in_a_store_open_in_ray_actors_with_the_listing_storage_options(server, on_ray):
+    options = {"endpoint_url": server, "key": "testing", "secret": SECRET}
+    listed = vane.from_glob_path("s3://audio/clips/a.wav", storage_options=options)
+    reader = vane.cls(StoresSeen)  # on the Ray runner: a Ray actor hosting a worker process
+    [row] = listed.select(reader().read(F.file("path")).alias("got")).to_pylist()
+    content, buckets = row["got"].split(":", 1)
+    assert content == "aaaaa" and "s3://audio" in buckets.split(",")
