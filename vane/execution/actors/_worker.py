@@ -155,7 +155,7 @@ def main(
     assert kind == ipc.INIT, kind
     init = cloudpickle.loads(body)
     sys.path[:0] = [p for p in init["sys_path"] if p not in sys.path]
-    file_stores.install(init["file_stores"])
+    file_stores.install(init.get("file_stores"))  # (None: the environment's credentials only)
     slots = Slots.attach(slot_fds, init["slot_limit"]) if slot_fds else None
     replies = _Replies(write_fd, slots)
     try:
