@@ -25,7 +25,7 @@ from typing import IO, Any, Protocol
 
 import pyarrow as pa
 
-from vane.errors import SourceError, SourceNotFoundError
+from vane.errors import SourceError, SourceNotFoundError, VaneError
 
 __all__ = ["FILE", "File", "is_file_type"]
 
@@ -102,8 +102,10 @@ def local_path(url: str) -> str | None:
 @dataclass(frozen=True)
 class File:
     """A file a UDF can open: ``url`` is a local path, ``file://``, ``http(s)://`` or any
-    protocol ``pyarrow.fs`` knows (``s3://``, ``gs://``, ``hdfs://``); ``size`` in bytes if
-    known. Nothing is read until ``open()``, ``read()`` or ``to_tempfile()``."""
+    protocol vane reads (``s3://``, ``gs://``, ``hf://``...: through vane's stores, with the
+    storage options its bucket was listed with, else the configured ones; see
+    io/file_stores.py); ``size`` in bytes if known. Nothing is read until ``open()``,
+    ``read()`` or ``to_tempfile()``."""
 
     url: str
     size: int | None = None
@@ -129,6 +131,8 @@ class File:
                 response: IO[bytes] = urllib.request.urlopen(self.url, timeout=_HTTP_TIMEOUT_S)
                 return response
             return _remote.open(self.url)
+        except VaneError:  # a store's error, translated already (with no credential in it)
+            raise
         except FileNotFoundError as exc:
             raise SourceNotFoundError(f"the file {self.url!r} does not exist") from exc
         except (OSError, pa.ArrowException) as exc:
