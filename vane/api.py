@@ -279,20 +279,21 @@ def range(n: int) -> Relation:
     return Relation(nodes.RangeScan(n))
 
 
-def _file_listing(files: Sequence[str]) -> pa.Table:
+def _file_listing(files: Sequence[str], storage: Any) -> pa.Table:
     """One row per file: its path, size and modification time (UTC), read from the file
     system now, as ``read_parquet`` reads its files' metadata when the plan is built."""
     import datetime as dt
+
+    from vane.io.storage import locate_with, storage_errors
 
     sizes: list[int] = []
     times: list[dt.datetime] = []
     for path in files:
         try:
-            if is_uri(path):  # an object store's listing: through pyarrow's file systems
-                from pyarrow import fs
-
-                filesystem, inner = fs.FileSystem.from_uri(path)
-                found = filesystem.get_file_info(inner)
+            if is_uri(path):  # an object store's listing: through its store
+                where = locate_with(path, storage or ())
+                with storage_errors(path, "from_glob_path(): cannot read", where.store):
+                    found = where.store.filesystem().get_file_info(where.path)
                 sizes.append(int(found.size or 0))
                 mtime = found.mtime or dt.datetime.fromtimestamp(0, dt.timezone.utc)
                 times.append(mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.timezone.utc))
@@ -311,20 +312,33 @@ def _file_listing(files: Sequence[str]) -> pa.Table:
     )
 
 
+def _remembered(resolved: Any) -> None:
+    """Files listed in an object store are opened, wherever a UDF opens them, with the options
+    their listing had (io/file_stores.py)."""
+    if resolved.storage is not None:
+        from vane.io import file_stores
+
+        file_stores.remember(resolved.files, resolved.storage)
+
+
 @checked
-def from_glob_path(path: Paths) -> Relation:
+def from_glob_path(path: Paths, *, storage_options: Mapping[str, Any] | None = None) -> Relation:
     """One row per file that ``path`` (a glob such as ``"audio/**/*.mp3"``, a directory read
     recursively, a file, or a list of them) matches: ``path``, ``size`` in bytes and
     ``modification_time``, as Daft's ``from_glob_path``. Nothing is read from the files; hand
     ``path`` to ``vane.functions.file`` (a ``vane.File`` for a UDF), ``read_bytes`` or the image
     functions, which read in the workers.
 
+    In an object store, ``storage_options`` (as ``read_parquet`` takes them) list the files,
+    and stay with their bucket: a ``vane.File`` from it opens with them in any worker.
+
     >>> import vane
     >>> vane.from_glob_path("audio/*.mp3").columns  # doctest: +SKIP
     ['path', 'size', 'modification_time']
     """
-    files = resolve_files(path, "file", "from_glob_path").files
-    return Relation(nodes.ArrowScan(storable_table(_file_listing(files))))
+    found = resolve_files(path, "file", "from_glob_path", storage_options)
+    _remembered(found)
+    return Relation(nodes.ArrowScan(storable_table(_file_listing(found.files, found.storage))))
 
 
 @checked
@@ -335,6 +349,7 @@ def read_images(
     mode: str | None = "RGB",
     include_paths: bool = True,
     on_error: str = "raise",
+    storage_options: Mapping[str, Any] | None = None,
 ) -> Relation:
     """Images in a folder, a glob, or a list of them (``.jpg``, ``.png``, ``.gif``, ``.bmp``,
     ``.tiff``, ``.webp``), as Ray Data's ``read_images``: a column ``image`` of decoded pixels,
@@ -342,12 +357,15 @@ def read_images(
     resized to it (a ``UTINYINT[c][w][h]`` column: ``(n, h, w, c)`` numpy batches); without, they
     keep their own sizes. ``mode`` is ``"RGB"``, ``"RGBA"``, ``"L"`` (or None: the file's own).
     Decoding runs in the workers, in batches; a corrupt file fails the run naming its row, or
-    gives a null image with ``on_error="null"``.
+    gives a null image with ``on_error="null"``. ``storage_options`` are for an object store,
+    as ``from_glob_path`` takes them.
 
     >>> import vane
     >>> rel = vane.read_images("photos/", size=(224, 224))  # doctest: +SKIP
     """
-    files = resolve_files(path, "image", "read_images").files
+    found = resolve_files(path, "image", "read_images", storage_options)
+    _remembered(found)
+    files = found.files
     if size is not None:
         if (
             not isinstance(size, (tuple, list))

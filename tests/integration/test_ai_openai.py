@@ -334,7 +334,7 @@ def test_unknown_provider_missing_model_and_missing_key_are_clear(monkeypatch):
     with pytest.raises(ConfigurationError, match="OPENAI_API_KEY"):
         questions(1).prompt("text", model="gpt-4o-mini")
     with pytest.raises(ConfigurationError, match="does not do embed_image"):
-        questions(1).embed_image("text", provider="openai", model="m", api_key="k")
+        questions(1).embed_image("text", provider="vllm", model="m")
 
 
 def test_a_missing_package_names_the_extra():

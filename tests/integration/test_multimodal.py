@@ -268,3 +268,27 @@ def test_images_and_files_on_the_ray_runner(good, on_ray):
     assert {tuple(r["shape"][1:]) for r in out} == {(5, 4, 3)}
     sizes = {r["path"]: r["bytes"] for r in rel.select("path", "bytes").to_pylist()}
     assert sizes == {p: os.path.getsize(p) for p in good}
+
+
+@pytest.mark.ray
+def test_batch_bytes_caps_each_call_on_the_ray_runner(on_ray):
+    sizes = [1000, 1000, 1000, 5000, 1000, 1000]  # the 5000-byte row is past the cap
+    rel = vane.from_arrow(
+        pa.table({"i": pa.array(range(6), pa.int64()), "blob": [b"x" * n for n in sizes]})
+    )
+
+    def calls(batch: pa.Table) -> pa.Table:
+        n = batch.num_rows
+        return pa.table({"i": batch["i"], "rows": pa.array([n] * n, pa.int64())})
+
+    out = rel.map_batches(
+        calls,
+        batch_size=6,
+        batch_bytes=2 * 1000 + 100,  # two 1000-byte rows (and their ids and offsets)
+        execution_backend="ray_actor",
+        schema={"i": "BIGINT", "rows": "BIGINT"},
+    ).to_pylist()
+    rows = {r["i"]: r["rows"] for r in out}
+    assert sorted(rows) == list(range(6))
+    assert rows[3] == 1  # a row larger than batch_bytes is a call of its own
+    assert max(rows.values()) == 2  # the bytes, not batch_size=6, decided

@@ -8,14 +8,17 @@ import base64
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import vane
 from tests.images import pattern, png_bytes
 from tests.tiny_models import tiny_clip_with_tokenizer
 from vane import functions as F
+from vane.ai import embed_image
 from vane.errors import ConfigurationError
 from vane.testing import OpenAIServer
+from vane.testing.server import Behaviour, Scripted, label_for_images, vector_for
 
 pytest.importorskip("transformers")
 LABELS = ["cat", "dog", "car"]
@@ -150,3 +153,87 @@ def test_prompt_sends_files_as_file_parts_with_their_media_type(server, tmp_path
     assert sent["invoice.pdf"].startswith("data:application/pdf;base64,")
     assert base64.b64decode(sent["invoice.pdf"].split(",", 1)[1]) == pdf.read_bytes()
     assert sent["notes.txt"].startswith("data:text/plain;base64,")
+
+
+def _data_uri(path: str) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode()
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_embed_image_sends_each_image_to_the_servers_embeddings_as_vllm_takes_them(
+    server, photos, backend
+):
+    server.reset()
+    rel = vane.from_pydict({"path": [photos[0], None, photos[1]], "url": ["https://x/a.png"] * 3})
+    out = rel.select(
+        embed_image(
+            "path",
+            provider="openai",
+            model="an-embedding-model",
+            base_url=server.base_url,
+            api_key="k",
+            dimensions=6,
+            instruction="Represent the given image.",
+            execution_backend=backend,
+        ).alias("vector"),
+        embed_image(
+            "url", provider="openai", model="m", base_url=server.base_url, api_key="k"
+        ).alias("from_url"),
+    )
+    assert out.schema.field("vector").type == pa.list_(pa.float32(), 6)
+    rows = out.to_pylist()
+    text = "Represent the given image."
+    for row, path in zip(rows, [photos[0], None, photos[1]], strict=True):
+        if path is None:
+            assert row["vector"] is None
+            continue
+        expected = vector_for(text + _data_uri(path), 6)
+        assert np.allclose(row["vector"], expected)  # each image its own request, its own vector
+    assert np.allclose(rows[0]["from_url"], vector_for("https://x/a.png", 8))  # a URL as it is
+    assert server.by_text[text] == 2 and server.requests == 5  # a null image is not sent
+
+
+def test_embed_image_fails_only_the_row_whose_request_fails(server, photos):
+    server.reset(Behaviour(scripted={_data_uri(photos[1]): Scripted({"oops": 1}, status=400)}))
+    rel = vane.from_pydict({"path": photos[:3]})
+    rows = rel.embed_image(
+        "path",
+        provider="openai",
+        model="m",
+        base_url=server.base_url,
+        api_key="k",
+        on_error="null",
+        error_column="error",
+    ).to_pylist()
+    assert [r["embedding"] is None for r in rows] == [False, True, False]
+    assert "HTTP 400" in rows[1]["error"]
+
+
+def test_classify_image_asks_a_vision_chat_model_to_pick_a_label(server, photos):
+    server.reset()
+    rel = vane.from_pydict({"path": photos})
+    rows = rel.classify_image(
+        "path", LABELS, provider="openai", model="a-vision-model",
+        base_url=server.base_url, api_key="k",
+    ).to_pylist()  # fmt: skip
+    assert [r["label"] for r in rows] == [label_for_images(LABELS, [_data_uri(p)]) for p in photos]
+    assert len(set(server.image_urls)) == len(photos)
+
+
+def test_classify_image_answer_that_is_not_a_label_fails_its_row(server, photos):
+    question = "Which of the labels fits this image?"
+    wrong = {"choices": [{"message": {"role": "assistant", "content": '{"label": "horse"}'}}]}
+    server.reset(Behaviour(scripted={question: Scripted(wrong, times=1)}))
+    rel = vane.from_pydict({"path": photos[:3]})
+    rows = rel.classify_image(
+        "path", LABELS, provider="openai", model="m", base_url=server.base_url, api_key="k",
+        on_error="null", error_column="error", max_concurrent_requests=1,
+    ).to_pylist()  # fmt: skip
+    failed = [r for r in rows if r["label"] is None]
+    assert len(failed) == 1 and "'horse'" in failed[0]["error"] and "cat" in failed[0]["error"]
+    server.reset(Behaviour(scripted={question: Scripted(wrong, times=1)}))
+    strict = rel.classify_image(
+        "path", LABELS, provider="openai", model="m", base_url=server.base_url, api_key="k"
+    )
+    with pytest.raises(vane.errors.VaneError, match="horse"):
+        strict.to_pylist()

@@ -112,3 +112,13 @@ def monkeypatch_block():
     storage.RANGE_BLOCK = 2**15
     yield
     storage.RANGE_BLOCK = saved
+
+
+def test_the_file_stores_an_actor_is_sent_never_show_a_value():
+    from vane.io import file_stores
+
+    secret = "shown-nowhere-5f2a"
+    stores = file_stores.FileStores(
+        buckets=(("s3://b", (("secret_key", secret),)),), configured=(("secret_key", secret),)
+    )
+    assert secret not in repr(stores) and "s3://b" in repr(stores)

@@ -22,6 +22,7 @@ from vane.ai.runners import (
     EmbedImageRunner,
     EmbedTextRunner,
     PromptRunner,
+    RemoteEmbedImageRunner,
     RemoteEmbedTextRunner,
     Template,
 )
@@ -74,6 +75,11 @@ def _default_provider(options: Mapping[str, Any], otherwise: str) -> str:
     """The OpenAI-compatible provider for a server vane started (``server=``), else
     ``otherwise``."""
     return "openai" if options.get("server") is not None else otherwise
+
+
+def _remote(provider: str) -> bool:
+    """Whether ``provider`` is an OpenAI-compatible server (requests, not a model in the actor)."""
+    return provider in registry.PROVIDERS and registry.PROVIDERS[provider][0].endswith(".openai")
 
 
 def _split(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -272,8 +278,7 @@ def embed_text(
     descriptor = registry.descriptor("embed_text", provider, model, provider_options)
     size = getattr(descriptor, "size", None) or dimensions
     return_type = pa.list_(pa.float32(), size) if size else pa.list_(pa.float32())
-    remote = registry.PROVIDERS[provider][0].endswith(".openai")
-    runner = RemoteEmbedTextRunner if remote else EmbedTextRunner
+    runner = RemoteEmbedTextRunner if _remote(provider) else EmbedTextRunner
     args = [_column(expr, "embed_text")]
     return _call(
         "embed_text",
@@ -294,16 +299,19 @@ def embed_image(
     normalize: bool = False,
     **options: Any,
 ) -> Expr:
-    """An embedding of each row's image, given as bytes or as a path to a file (a CLIP-style
-    model through transformers)."""
+    """An embedding of each row's image, given as bytes, a path or URL, a file reference or
+    decoded pixels: a CLIP-style model through transformers, or with ``provider="openai"`` an
+    OpenAI-compatible server's ``/embeddings`` as vLLM's takes images (each image a request
+    holding one chat-style message with an ``image_url`` part; ``instruction=`` adds a text
+    part, ``dimensions=`` asks for a size)."""
     execution, provider_options = _split(options)
     descriptor = registry.descriptor("embed_image", provider, model, provider_options)
-    size = getattr(descriptor, "size", None)
+    size = getattr(descriptor, "size", None) or provider_options.get("dimensions")
     return_type = pa.list_(pa.float32(), size) if size else pa.list_(pa.float32())
     args = [_column(expr, "embed_image")]
     return _call(
         "embed_image",
-        EmbedImageRunner,
+        RemoteEmbedImageRunner if _remote(provider) else EmbedImageRunner,
         descriptor,
         args,
         return_type=return_type,
@@ -332,19 +340,7 @@ def classify_text(
     local = provider in ("sentence_transformers", "transformers")
     method = method or ("embedding" if local else "prompt")
     if method == "prompt":
-        choice = {
-            "title": "label",
-            "type": "object",
-            "properties": {"label": {"type": "string", "enum": labels}},
-        }
-        system = (
-            f"Classify the text into exactly one of these labels: {', '.join(labels)}. "
-            "Answer with the label only."
-        )
-        answer = prompt(
-            expr, provider=provider, model=model, system=system, return_format=choice, **options
-        )
-        return FunctionCall("struct_extract", (answer, Literal("label")))
+        return _chosen("text", expr, labels, provider=provider, model=model, options=options)
     if method != "embedding":
         raise ConfigurationError(
             f"classify_text(): method={method!r} is not 'embedding' or 'prompt'"
@@ -363,6 +359,41 @@ def classify_text(
     )
 
 
+def _chosen(
+    what: str,
+    expr: Expr | str,
+    labels: list[str],
+    *,
+    provider: str,
+    model: str | None,
+    options: Mapping[str, Any],
+) -> Expr:
+    """A chat model's pick of one of ``labels`` for each row's ``what`` ("text", or "image":
+    ``expr`` is then the images, sent as parts of one question), held to them by a JSON schema
+    whose ``label`` is an enum of them; an answer that is not one of them fails its row
+    (``on_error`` decides what that does), naming the answer and the labels."""
+    choice = {
+        "title": "label",
+        "type": "object",
+        "properties": {"label": {"type": "string", "enum": labels}},
+    }
+    system = (
+        f"Classify the {what} into exactly one of these labels: {', '.join(labels)}. "
+        "Answer with the label only."
+    )
+    question = Literal("Which of the labels fits this image?") if what == "image" else expr
+    answer = prompt(
+        question,
+        provider=provider,
+        model=model,
+        system=system,
+        return_format=choice,
+        images=expr if what == "image" else None,
+        **options,
+    )
+    return FunctionCall("struct_extract", (answer, Literal("label")))
+
+
 def classify_image(
     expr: Expr | str,
     labels: Sequence[str],
@@ -372,15 +403,21 @@ def classify_image(
     template: str = "a photo of a {}",
     **options: Any,
 ) -> Expr:
-    """The label that fits each row's image best, zero-shot as CLIP does: the label whose text
-    (``template`` filled with it) embeds closest to the image. Images as bytes, paths, file
-    references or decoded pixels; the model is a CLIP-style one with its tokenizer."""
+    """The label that fits each row's image best. With a CLIP-style model (transformers),
+    zero-shot as CLIP does: the label whose text (``template`` filled with it) embeds closest
+    to the image. With ``provider="openai"`` (an OpenAI-compatible server with a vision chat
+    model), the model is asked to pick one, held to the labels by a JSON schema as
+    ``classify_text`` does; an answer that is not a label fails its row. Images as bytes,
+    paths, URLs, file references or decoded pixels."""
     if isinstance(labels, str) or not labels or not all(isinstance(x, str) for x in labels):
         raise ConfigurationError(f"classify_image() takes a list of label strings, got {labels!r}")
     if not isinstance(template, str) or "{}" not in template:
         raise ConfigurationError(
             f"classify_image(): template holds one {{}} for the label, got {template!r}"
         )
+    if _remote(provider):
+        labels = list(dict.fromkeys(labels))
+        return _chosen("image", expr, labels, provider=provider, model=model, options=options)
     execution, provider_options = _split(options)
     descriptor = registry.descriptor("embed_image", provider, model, provider_options)
     return _call(

@@ -308,6 +308,25 @@ class EmbedImageRunner(EmbedTextRunner):
         return self._results(len(values), present, list(matrix), [None] * len(values))
 
 
+class RemoteEmbedImageRunner(EmbedTextRunner):
+    """``embed_image`` against a server: each image a request of its own (``http(s)`` URLs as
+    they are, anything else as a ``data:`` URI read here, as ``prompt`` sends images), sent
+    concurrently; a request that fails after the provider's retries fails its row only."""
+
+    async def run(self, images: pa.Array) -> RowResults:  # type: ignore[override]
+        urls = image_urls(images)
+        present = [i for i, url in enumerate(urls) if url is not None]
+        errors: list[str | None] = [None] * len(urls)
+        answers: list[Answer] = []
+        if present:
+            answers = await self.embedder.embed_images([urls[i] for i in present], self.usage)
+        vectors = []
+        for position, answer in zip(present, answers, strict=True):
+            errors[position] = answer.error
+            vectors.append(None if answer.error else np.asarray(answer.value, dtype=np.float32))
+        return self._results(len(urls), present, vectors, errors)
+
+
 def _image_bytes(value: Any) -> bytes:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)

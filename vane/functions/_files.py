@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from vane.types.files import FILE, File, is_file_type, local_path
+from vane.types.files import FILE, File, is_file_type, local_path, remote_size
 from vane.udf.column_calls import RowResults
 
 
@@ -27,13 +27,7 @@ def _size(file: File) -> int:
         return os.stat(path).st_size
     if file.size is not None:
         return file.size
-    from pyarrow import fs
-
-    filesystem, inner = fs.FileSystem.from_uri(file.url)
-    size = filesystem.get_file_info(inner).size
-    if size is None:
-        raise FileNotFoundError(file.url)
-    return int(size)
+    return remote_size(file.url)
 
 
 def _each(array: pa.Array, work: Any, kind: pa.DataType, what: str) -> Any:

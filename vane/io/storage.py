@@ -119,15 +119,15 @@ def is_remote(path: str) -> bool:
 Frozen = tuple[tuple[str, Any], ...]
 
 
-def _freeze(options: Mapping[str, Any]) -> Frozen:
+def freeze(options: Mapping[str, Any]) -> Frozen:
     return tuple(
-        sorted((str(k), _freeze(v) if isinstance(v, Mapping) else v) for k, v in options.items())
+        sorted((str(k), freeze(v) if isinstance(v, Mapping) else v) for k, v in options.items())
     )
 
 
-def _thaw(options: Frozen) -> dict[str, Any]:
+def thaw(options: Frozen) -> dict[str, Any]:
     return {
-        k: _thaw(v) if isinstance(v, tuple) and all(isinstance(i, tuple) for i in v) and v else v
+        k: thaw(v) if isinstance(v, tuple) and all(isinstance(i, tuple) for i in v) and v else v
         for k, v in options
     }
 
@@ -151,7 +151,7 @@ class Store:
 
     def _build(self) -> pafs.FileSystem:
         if self.protocol in ("s3", "s3a"):
-            return _s3(_thaw(self.options))
+            return _s3(thaw(self.options))
         try:
             import fsspec
             from pyarrow.fs import FSSpecHandler, PyFileSystem
@@ -161,7 +161,7 @@ class Store:
                 "pip install fsspec"
             ) from exc
         try:
-            fs = fsspec.filesystem(self.protocol, **_thaw(self.options))
+            fs = fsspec.filesystem(self.protocol, **thaw(self.options))
         except (ImportError, ValueError) as exc:
             package = _PACKAGES.get(self.protocol)
             if package is None and "Protocol not known" in str(exc):
@@ -438,13 +438,20 @@ def _s3_options(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
     return {_S3_NAMES[k]: v for k, v in flat.items() if v is not None}
 
 
-def options_for(protocol: str, given: Mapping[str, Any] | None, caller: str) -> Frozen:
-    """The options a store of ``protocol`` gets: ``vane.configure(storage_options=...)``, then
-    the call's own on top. Configured options may be flat (every protocol) or nested by
-    protocol (``{"s3": {...}, "hf": {...}}``)."""
+def options_for(
+    protocol: str,
+    given: Mapping[str, Any] | None,
+    caller: str,
+    configured: Mapping[str, Any] | None = None,
+) -> Frozen:
+    """The options a store of ``protocol`` gets: ``vane.configure(storage_options=...)`` (or
+    ``configured``, the driver's, in a worker), then the call's own on top. Configured options
+    may be flat (every protocol) or nested by protocol (``{"s3": {...}, "hf": {...}}``)."""
     from vane.config import get_config
 
-    configured = dict(get_config().storage_options or {})
+    configured = dict(
+        (configured if configured is not None else get_config().storage_options) or {}
+    )
     merged: dict[str, Any] = {}
     nested = {k for k, v in configured.items() if isinstance(v, Mapping) and _URI.match(k + "://")}
     nested.discard("client_kwargs")
@@ -459,8 +466,8 @@ def options_for(protocol: str, given: Mapping[str, Any] | None, caller: str) -> 
             )
         merged.update(given)
     if protocol in ("s3", "s3a"):
-        return _freeze(_s3_options(merged, caller))
-    return _freeze(merged)
+        return freeze(_s3_options(merged, caller))
+    return freeze(merged)
 
 
 def locate(

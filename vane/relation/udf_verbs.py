@@ -60,8 +60,8 @@ class UdfVerbs(RelationalVerbs):
         over batches of ``batch_size`` rows, each a ``pa.Table`` (``batch_format="pandas"``: a
         DataFrame; ``"numpy"``: a dict of arrays; a column of images of one shape is one
         ``(n, h, w, c)`` array). ``batch_bytes`` caps a batch's input bytes as well as its rows
-        (a batch of 4K images holds few of them; a larger row is a batch of its own; the local
-        runner). ``functools.partial`` binds arguments;
+        (a batch of 4K images holds few of them; a larger row is a batch of its own; on Ray, the
+        actor cuts each batch of ``batch_size`` rows so). ``functools.partial`` binds arguments;
         ``fn_args``/``fn_kwargs`` are passed after the batch.
 
         It returns (or, as a generator, yields) a ``pa.Table``, ``RecordBatch``, dict of
@@ -223,7 +223,9 @@ class UdfVerbs(RelationalVerbs):
         model: str | None = None,
         **options: Any,
     ) -> Self:
-        """Add an embedding of each row's image (bytes or a file path) as ``output_column``."""
+        """Add an embedding of each row's image (bytes, a path or URL, a file reference, pixels)
+        as ``output_column``: a CLIP-style model, or an OpenAI-compatible server's
+        ``/embeddings`` with ``provider="openai"`` (``vane.ai.embed_image``)."""
         from vane.ai import embed_image
 
         call = embed_image(column, provider=provider, model=model, **options)
@@ -255,8 +257,9 @@ class UdfVerbs(RelationalVerbs):
         model: str | None = None,
         **options: Any,
     ) -> Self:
-        """Add the label among ``labels`` that fits each row's image best (zero-shot, CLIP-style)
-        as ``output_column``."""
+        """Add the label among ``labels`` that fits each row's image best as ``output_column``:
+        zero-shot, CLIP-style, or chosen by a vision chat model with ``provider="openai"``
+        (``vane.ai.classify_image``)."""
         from vane.ai import classify_image
 
         call = classify_image(column, labels, provider=provider, model=model, **options)

@@ -1,7 +1,8 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1, for tests of code that prompts or embeds
 (vane's own tests and benchmark use it, and so can yours).
 
-It speaks ``/v1/chat/completions`` and ``/v1/embeddings``, answers deterministically (so a test
+It speaks ``/v1/chat/completions`` and ``/v1/embeddings`` (texts as ``input``, images in vLLM's
+chat-style ``messages``), answers deterministically (so a test
 knows each row's answer), and can be told to misbehave: answer slowly, fail every n-th request
 with a status (429 with ``Retry-After``, 500...), stall past the client's timeout, send
 malformed JSON, refuse some prompts for good (HTTP 400), answer some structured requests with
@@ -241,7 +242,7 @@ class OpenAIServer:
         self, body: Any, prompt: str, images: list[str], files: list[Any], number: int
     ) -> dict[str, Any]:
         """The chat completion for ``prompt``: what a live request and a batch item get."""
-        content = self._content(prompt, body.get("response_format"))
+        content = self._content(prompt, body.get("response_format"), images)
         if images and not body.get("response_format"):
             content += f" (with {len(images)} image{'s' if len(images) > 1 else ''})"
         if files and not body.get("response_format"):
@@ -255,16 +256,18 @@ class OpenAIServer:
             "usage": {"prompt_tokens": words, "completion_tokens": words + 2},
         }
 
-    def _content(self, prompt: str, response_format: Any) -> str:
+    def _content(self, prompt: str, response_format: Any, images: list[str] | None = None) -> str:
         if not response_format:
             return answer_for(prompt)
         schema = response_format["json_schema"]["schema"]
         if prompt in self.behaviour.misfit:
             return json.dumps({"unexpected": True})
-        return json.dumps(_fill(schema, prompt))
+        return json.dumps(_fill(schema, prompt, images or []))
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if "messages" in body:  # vLLM's form for images: see chat_embedding below
+            return await chat_embedding(self, body, request)
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
         number = self._count(None, request)
         with self._lock:
@@ -535,16 +538,19 @@ def _file_parts(content: Any) -> list[dict[str, Any]]:
     return [p["file"] for p in content if isinstance(p, dict) and p.get("type") == "file"]
 
 
-def _fill(schema: dict[str, Any], prompt: str) -> Any:
+def _fill(schema: dict[str, Any], prompt: str, images: list[str]) -> Any:
     """A value of the schema's shape that depends on the prompt (an enum picks the option the
-    prompt mentions)."""
+    prompt mentions, or with images and none mentioned, ``label_for_images``'s)."""
     kind = schema.get("type")
     if "enum" in schema:
-        return next((v for v in schema["enum"] if str(v) in prompt), schema["enum"][0])
+        mentioned = [v for v in schema["enum"] if str(v) in prompt]
+        if not mentioned and images:
+            return label_for_images(schema["enum"], images)
+        return (mentioned or schema["enum"])[0]
     if kind == "object":
-        return {name: _fill(child, prompt) for name, child in schema["properties"].items()}
+        return {name: _fill(child, prompt, images) for name, child in schema["properties"].items()}
     if kind == "array":
-        return [_fill(schema.get("items", {}), prompt)]
+        return [_fill(schema.get("items", {}), prompt, images)]
     if kind == "integer":
         return len(prompt)
     if kind == "number":
@@ -597,3 +603,43 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---- images for embed_image and classify_image -------------------------------------------------
+
+
+def label_for_images(labels: list[Any], images: list[str]) -> Any:
+    """The label a structured answer about ``images`` (their URLs or ``data:`` URIs) picks
+    when its prompt names none: one of them, by the images' digest, as a test can work out."""
+    digest = hashlib.sha256("".join(images).encode()).digest()
+    return labels[int.from_bytes(digest[:4], "big") % len(labels)]
+
+
+async def chat_embedding(
+    server: OpenAIServer, body: dict[str, Any], request: web.Request
+) -> web.Response:
+    """``/v1/embeddings`` in vLLM's chat-style form (``messages`` instead of ``input``): one
+    embedding of the last message, ``vector_for`` its text followed by its image URLs; the
+    images are kept in ``server.image_urls``, the text counted in ``by_text``."""
+    content = body["messages"][-1]["content"]
+    text, images = str(_text(content)), _image_urls(content)
+    number = server._count(None, request)
+    with server._lock:
+        server.image_urls.extend(images)
+        server.by_text[text] += 1
+    try:
+        refusal = await server._misbehave(number) or server._scripted([text, *images])
+        if refusal is not None:
+            return refusal
+        size = body.get("dimensions") or server.behaviour.embedding_size
+        data = [
+            {
+                "object": "embedding",
+                "index": 0,
+                "embedding": vector_for(text + "".join(images), size),
+            }
+        ]
+        usage = {"prompt_tokens": len(text.split()) + 10 * len(images)}
+        return web.json_response({"object": "list", "data": data, "usage": usage})
+    finally:
+        server._done()

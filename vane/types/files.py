@@ -21,11 +21,11 @@ import tempfile
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import pyarrow as pa
 
-from vane.errors import SourceError, SourceNotFoundError
+from vane.errors import SourceError, SourceNotFoundError, VaneError
 
 __all__ = ["FILE", "File", "is_file_type"]
 
@@ -33,6 +33,50 @@ FILE = pa.struct([pa.field("url", pa.string()), pa.field("size", pa.int64())])
 
 # Seconds an HTTP(S) file may take to answer when it is opened; url_download has its own.
 _HTTP_TIMEOUT_S = 60.0
+
+
+class RemoteFiles(Protocol):
+    """How objects in a store (``s3://``, ``gs://``...) are opened and sized."""
+
+    def open(self, url: str) -> IO[bytes]: ...
+
+    def size(self, url: str) -> int: ...
+
+
+class _ByUri:
+    """pyarrow's own resolution of a URL (its environment's credentials): what opens remote
+    files until ``vane.io`` hands down its stores, which it does as ``import vane`` loads it."""
+
+    def open(self, url: str) -> IO[bytes]:
+        from pyarrow import fs
+
+        filesystem, inner = fs.FileSystem.from_uri(url)
+        stream: IO[bytes] = filesystem.open_input_stream(inner)
+        return stream
+
+    def size(self, url: str) -> int:
+        from pyarrow import fs
+
+        filesystem, inner = fs.FileSystem.from_uri(url)
+        size = filesystem.get_file_info(inner).size
+        if size is None:
+            raise FileNotFoundError(url)
+        return int(size)
+
+
+# The types sit below vane.io, which knows the credentials a worker was sent
+# (io/file_stores.py): io installs its opener here rather than this module importing it.
+_remote: RemoteFiles = _ByUri()
+
+
+def use_remote_files(remote: RemoteFiles) -> None:
+    global _remote
+    _remote = remote
+
+
+def remote_size(url: str) -> int:
+    """The size in bytes of the object at ``url`` (a URL of a store)."""
+    return _remote.size(url)
 
 
 def is_file_type(arrow_type: pa.DataType) -> bool:
@@ -58,8 +102,10 @@ def local_path(url: str) -> str | None:
 @dataclass(frozen=True)
 class File:
     """A file a UDF can open: ``url`` is a local path, ``file://``, ``http(s)://`` or any
-    protocol ``pyarrow.fs`` knows (``s3://``, ``gs://``, ``hdfs://``); ``size`` in bytes if
-    known. Nothing is read until ``open()``, ``read()`` or ``to_tempfile()``."""
+    protocol vane reads (``s3://``, ``gs://``, ``hf://``...: through vane's stores, with the
+    storage options its bucket was listed with, else the configured ones; see
+    io/file_stores.py); ``size`` in bytes if known. Nothing is read until ``open()``,
+    ``read()`` or ``to_tempfile()``."""
 
     url: str
     size: int | None = None
@@ -84,11 +130,9 @@ class File:
             if _scheme(self.url) in ("http", "https"):
                 response: IO[bytes] = urllib.request.urlopen(self.url, timeout=_HTTP_TIMEOUT_S)
                 return response
-            from pyarrow import fs
-
-            filesystem, inner = fs.FileSystem.from_uri(self.url)
-            stream: IO[bytes] = filesystem.open_input_stream(inner)
-            return stream
+            return _remote.open(self.url)
+        except VaneError:  # a store's error, translated already (with no credential in it)
+            raise
         except FileNotFoundError as exc:
             raise SourceNotFoundError(f"the file {self.url!r} does not exist") from exc
         except (OSError, pa.ArrowException) as exc:

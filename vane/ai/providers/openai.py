@@ -1,6 +1,7 @@
 """Any OpenAI-compatible HTTP server: OpenAI, vLLM's and SGLang's servers, LM Studio, Ollama.
 
-``prompt`` uses ``/chat/completions``, ``embed_text`` ``/embeddings``. The client is aiohttp, not
+``prompt`` uses ``/chat/completions``, ``embed_text`` and ``embed_image`` ``/embeddings`` (images
+as vLLM's server takes them: ``Client.embed_images``). The client is aiohttp, not
 the official SDK: measured against a loopback server answering in 50 ms with 64 requests in
 flight, the SDK's loop reached about a third of a plain aiohttp loop's rate, the limit on a
 small machine being the client's CPU. It behaves as the official client does where it matters:
@@ -72,6 +73,9 @@ _CLIENT_OPTIONS = {
 }
 MODES = ("live", "batch")
 BATCH_FALLBACKS = ("live", "error")
+# What an image is taken to cost, for tokens_per_minute, before the reply says (a 512 x 512
+# image is 85 to 765 tokens to OpenAI's vision models, by detail).
+_IMAGE_TOKENS = 256
 # Final statuses that may be caused by what the request carried (one text too long, say).
 _REFUSED_FOR_CONTENT = frozenset({400, 413, 422})
 
@@ -231,6 +235,25 @@ class OpenAITextEmbedder:
         return {}
 
 
+@dataclass(frozen=True)
+class OpenAIImageEmbedder:
+    """Images to a server's ``/embeddings`` as vLLM's takes them (``Client.embed_images``);
+    ``instruction`` is a text part sent with each image (VLM2Vec-style models want one, such
+    as "Represent the given image.")."""
+
+    provider: str
+    model: str
+    settings: ClientSettings
+    dimensions: int | None = None
+    instruction: str | None = None
+
+    def instantiate(self) -> Client:
+        return Client(self.settings, dimensions=self.dimensions, instruction=self.instruction)
+
+    def resources(self) -> Mapping[str, Any]:
+        return {}
+
+
 def prompter(provider: str, model: str | None, options: Mapping[str, Any]) -> OpenAIPrompter:
     settings = _settings(provider, model, options)
     generation = {k: v for k, v in options.items() if k not in _CLIENT_OPTIONS}
@@ -256,6 +279,20 @@ def text_embedder(
     return OpenAITextEmbedder(provider, settings.model, settings, options.get("dimensions"))
 
 
+def image_embedder(
+    provider: str, model: str | None, options: Mapping[str, Any]
+) -> OpenAIImageEmbedder:
+    settings = _settings(provider, model, options)
+    instruction = options.get("instruction")
+    if instruction is not None and not isinstance(instruction, str):
+        raise ConfigurationError(
+            f"embed_image(): instruction is the text sent with each image, got {instruction!r}"
+        )
+    return OpenAIImageEmbedder(
+        provider, settings.model, settings, options.get("dimensions"), instruction
+    )
+
+
 class _Retry(Exception):
     """A failure worth another attempt; ``headers`` may say how long to wait."""
 
@@ -267,9 +304,15 @@ class _Retry(Exception):
 class Client:
     """One actor's connection pool to the server; built on the worker by ``instantiate``."""
 
-    def __init__(self, settings: ClientSettings, dimensions: int | None = None) -> None:
+    def __init__(
+        self,
+        settings: ClientSettings,
+        dimensions: int | None = None,
+        instruction: str | None = None,
+    ) -> None:
         self.settings = settings
         self.dimensions = dimensions
+        self.instruction = instruction
         self._session: Any = None  # an aiohttp session, made on the actor's event loop
         self._slots: asyncio.Semaphore | None = None
         self._limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
@@ -638,6 +681,38 @@ class Client:
             return _vectors(reply, len(texts), self.dimensions)
         except ValueError as exc:
             raise ProviderError(f"{url}: {exc}") from None
+
+    async def embed_images(self, urls: Sequence[str], usage: Usage) -> list[Answer]:
+        """One vector per image (a URL, or a ``data:`` URI of its bytes), each an ``Answer``:
+        each image is a request of its own, so one that fails fails its row only.
+
+        The request is vLLM's for images (its embeddings endpoint's chat-style form, which
+        SGLang and others copied): ``messages`` holding one user message of an ``image_url``
+        part (and the ``instruction`` as a text part), instead of ``input``; one conversation
+        is one embedding. OpenAI's own embedding models take text only."""
+        return list(await asyncio.gather(*(self._embed_image(url, usage) for url in urls)))
+
+    async def _embed_image(self, url: str, usage: Usage) -> Answer:
+        parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url}}]
+        if self.instruction:
+            parts.append({"type": "text", "text": self.instruction})
+        body: dict[str, Any] = {
+            "model": self.settings.model,
+            "messages": [{"role": "user", "content": parts}],
+            "encoding_format": "float",
+        }
+        if self.dimensions is not None:
+            body["dimensions"] = self.dimensions
+        try:
+            reply = await self._post("/embeddings", body, _IMAGE_TOKENS, usage)
+        except ProviderError as exc:
+            return Answer(error=str(exc))
+        usage.prompt_tokens += _tokens(reply)[0]
+        try:
+            [answer] = _vectors(reply, 1, self.dimensions)
+        except ValueError as exc:
+            return Answer(error=f"{self.base_url}/embeddings: {exc}")
+        return answer
 
     def close(self) -> None:
         if self._cache is not None:

@@ -42,6 +42,7 @@ import cloudpickle
 from vane.execution.actors import ipc
 from vane.execution.actors.body import ActorBody, Hang, Result
 from vane.execution.actors.shm import Slots
+from vane.io import file_stores
 
 # The exit code of a worker that gave up on a hung call (after its HUNG frame).
 EXIT_HUNG = 75
@@ -154,6 +155,7 @@ def main(
     assert kind == ipc.INIT, kind
     init = cloudpickle.loads(body)
     sys.path[:0] = [p for p in init["sys_path"] if p not in sys.path]
+    file_stores.install(init.get("file_stores"))  # (None: the environment's credentials only)
     slots = Slots.attach(slot_fds, init["slot_limit"]) if slot_fds else None
     replies = _Replies(write_fd, slots)
     try:

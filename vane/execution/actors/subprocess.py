@@ -43,6 +43,7 @@ from vane.execution.actors import ipc, shm
 from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
 from vane.execution.actors.body import concurrent_batches, settle
 from vane.execution.model_bars import worker_environment
+from vane.io import file_stores
 from vane.udf.runtime import Task
 from vane.udf.shipping import pickled_spec
 from vane.udf.spec import UdfSpec
@@ -366,6 +367,8 @@ class SubprocessPool(ActorPool):
                 "step": step,
                 "sys_path": list(sys.path),
                 "slot_limit": self.slot_limit,
+                # the credentials a vane.File in an object store opens with there
+                "file_stores": file_stores.snapshot(),
             },
         )
 

@@ -69,11 +69,6 @@ class RayRunner:
         against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
         to change, rather than waiting forever."""
         for node in walk(plan):
-            if isinstance(node, UdfStep) and node.udf.batch_bytes is not None:
-                raise ConfigurationError(
-                    f"{node.udf.verb}(): batch_bytes= is honoured by the local runner only; "
-                    "Ray Data cuts blocks by rows. Cap the batch with batch_size= on Ray"
-                )
             if isinstance(node, UdfStep) and node.udf.budget is not None:
                 raise ConfigurationError(
                     f"step `{node.udf.name}` has a budget (max_cost= or max_total_tokens=), "

@@ -32,9 +32,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from vane._arrow import split_by_bytes
 from vane.errors import UDFError
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.execution.actors.subprocess import SubprocessPool
+from vane.io.file_stores import FileStores
+from vane.io.file_stores import install as install_file_stores
 from vane.observe.events import ServerCount, add_counts, merge_servers
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
@@ -56,8 +59,12 @@ class RayUdf:
         *,
         tally: Any,
         key: int,
+        file_stores: FileStores | None = None,
     ) -> None:
         import ray
+
+        # The driver's storage options: this process's worker is sent them in turn.
+        install_file_stores(file_stores)
 
         self.spec = spec
         self.schema = schema
@@ -91,18 +98,36 @@ class RayUdf:
         reads = self.spec.reads
         shipped = batch.select(list(reads)) if reads is not None else batch
         self.tally.begin.remote(self.key, self.name)  # (a caller's calls run in order)
-        task = Task(next(self._tokens), 0, shipped, batch_rows=shipped.num_rows)
-        future = self._pool.submit(task)
         try:
-            outcome = future.result()
-            if outcome.failure is not None:  # (a unit's: Ray sends batches one by one)
-                raise outcome.failure
+            outcome = self._calls(shipped)
         except BaseException as exc:
             self.tally.done.remote(self.key, self.name, 0, (0, 0, 0, None, [], {}))
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
             # it travels as bytes, rebuilt in the driver as the subprocess backend does.
             raise RemoteFailure(error_to_bytes(exc), str(exc)) from None
         return self._output(batch, outcome)
+
+    def _calls(self, shipped: pa.Table) -> BatchOutcome:
+        """Ray's batch as the UDF's calls: one, or with ``batch_bytes`` one per run of rows of
+        at most that many bytes (a larger row alone), as the local stage cuts them; each call
+        is sent when the one before it has answered, so the worker holds one at a time."""
+        rows = shipped.num_rows
+        pieces = (
+            [shipped]
+            if self.spec.batch_bytes is None
+            else list(split_by_bytes(shipped, self.spec.batch_bytes)) or [shipped]
+        )
+        outcome: BatchOutcome | None = None
+        offset = 0
+        for piece in pieces:
+            task = Task(next(self._tokens), offset, piece, batch_rows=rows)
+            answer = self._pool.submit(task).result()
+            outcome = answer if outcome is None else outcome.then(answer, offset)
+            if outcome.failure is not None:  # (a unit's: Ray sends batches one by one)
+                raise outcome.failure
+            offset += piece.num_rows
+        assert outcome is not None
+        return outcome
 
     def __del__(self) -> None:
         # Ray Data drops its last reference when the dataset is done: a graceful end, so the

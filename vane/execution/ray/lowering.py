@@ -35,6 +35,7 @@ from vane.execution.ray.blocks import file_datasource
 from vane.execution.ray.fit import actor_resources
 from vane.execution.ray.waits import ResourceWatch
 from vane.execution.row_steps import BlockSql, reroot, streamed
+from vane.io import file_stores
 from vane.plan.nodes import (
     ArrowScan,
     ArrowStreamScan,
@@ -207,7 +208,11 @@ class RayLowering:
         answered = source.map_batches(
             RayUdf,
             fn_constructor_args=(spec, udf_schema, node.schema, spec.name),
-            fn_constructor_kwargs={"tally": self.tally, "key": node.step_id},
+            fn_constructor_kwargs={
+                "tally": self.tally,
+                "key": node.step_id,
+                "file_stores": file_stores.snapshot(),
+            },
             batch_size=spec.rows_per_batch,
             batch_format="pyarrow",
             zero_copy_batch=True,
