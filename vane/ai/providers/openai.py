@@ -29,32 +29,26 @@ request.
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
-import math
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vane._text import counted
 from vane.ai.cache import AnswerCache, request_key
-from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
-from vane.ai.node_server import LOCAL_NODE, NODE_ID_ENV, NodeEntry, ServerRoute, read_state
+from vane.ai.node_server import ServerRoute
 from vane.ai.protocols import (
     Answer,
-    NotFound,
     PromptRequest,
     Read,
-    RequestRefused,
     Usage,
     answered,
 )
+from vane.ai.providers import openai_replies as replies
 from vane.ai.providers.openai_batch import BatchDispatch
+from vane.ai.providers.openai_http import ClientSettings, Transport
 from vane.ai.registry import require_packages
 from vane.errors import ConfigurationError, ProviderError
-from vane.observe.requests import counts_for
 
 OPENAI_URL = "https://api.openai.com/v1"
 _CLIENT_OPTIONS = {
@@ -76,38 +70,6 @@ BATCH_FALLBACKS = ("live", "error")
 # What an image is taken to cost, for tokens_per_minute, before the reply says (a 512 x 512
 # image is 85 to 765 tokens to OpenAI's vision models, by detail).
 _IMAGE_TOKENS = 256
-# Final statuses that may be caused by what the request carried (one text too long, say).
-_REFUSED_FOR_CONTENT = frozenset({400, 413, 422})
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    provider: str
-    model: str
-    base_url: str
-    api_key: str | None
-    max_concurrent_requests: int = 64
-    requests_per_minute: float | None = None
-    tokens_per_minute: float | None = None
-    max_retries: int = 5
-    timeout: float = 600.0
-    cache: str | None = None
-    route: ServerRoute | None = None  # a server per node (``server=``): each actor asks its own
-    # mode="batch": the Batch API (``openai_batch.py``), its poll interval, what an item it
-    # did not answer becomes, and the directory of the journal of the batches submitted
-    mode: str = "live"
-    batch_poll_interval: float = 30.0
-    batch_fallback: str = "live"
-    journal: str | None = None
-
-    def __vane_identity__(self) -> str:
-        """What a resumable write knows these settings by: the server by its name when it is
-        a server per node (its address changes from run to run), never the key."""
-        where = self.route.__vane_identity__() if self.route is not None else self.base_url
-        return (
-            f"{self.provider} {self.model} at {where}; limits {self.max_concurrent_requests} "
-            f"{self.requests_per_minute} {self.tokens_per_minute} {self.max_retries}"
-        )
 
 
 def _server_route(provider: str, server: Any) -> ServerRoute:
@@ -293,16 +255,10 @@ def image_embedder(
     )
 
 
-class _Retry(Exception):
-    """A failure worth another attempt; ``headers`` may say how long to wait."""
-
-    def __init__(self, message: str, headers: Mapping[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.headers = headers
-
-
 class Client:
-    """One actor's connection pool to the server; built on the worker by ``instantiate``."""
+    """One actor's client of the server: what it asks (prompts, embeddings, batches) and the
+    answers it keeps; the requests go through its ``Transport``. Built on the worker by
+    ``instantiate``."""
 
     def __init__(
         self,
@@ -313,56 +269,17 @@ class Client:
         self.settings = settings
         self.dimensions = dimensions
         self.instruction = instruction
-        self._session: Any = None  # an aiohttp session, made on the actor's event loop
-        self._slots: asyncio.Semaphore | None = None
-        self._limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
+        self.http = Transport(settings)
+        self.base_url = self.http.base_url
+        self._limiter = self.http.limiter
         self._cache = AnswerCache(settings.cache) if settings.cache else None
         self._inflight: dict[str, asyncio.Future[Answer]] = {}
-        self._answered_once = False  # the server has sent a reply, of any status
-        self._absent: str | None = None  # why no server is there, once a request found out
-        # server=: this node's server, how often it has restarted as far as this actor knows,
-        # and the one wait for it to come back that every failed request shares
-        self._node: NodeEntry | None = settings.route.here() if settings.route else None
-        self.base_url = settings.base_url
-        if self._node is not None:
-            assert settings.route is not None
-            self.base_url = self._node.address + settings.route.api_path
-        state = read_state(self._node) if self._node is not None else None
-        self._restarts = int(state.get("restarts", 0)) if state else 0
-        self._comeback: asyncio.Future[int] | None = None
         self._batches: BatchDispatch | None = None
         if settings.mode == "batch":
             assert settings.journal is not None
             self._batches = BatchDispatch(
                 self, settings.journal, settings.batch_poll_interval, settings.batch_fallback
             )
-        # Requests in flight to this server, for the progress display; None outside an actor
-        self._counts = counts_for(server_label(self.base_url, self._node))
-
-    # ---- HTTP ---------------------------------------------------------------------------------
-
-    def _open(self) -> Any:
-        if self._session is None:
-            import aiohttp
-
-            headers = {"Content-Type": "application/json"}
-            if self._node is not None:  # a server vane started: say which node asks
-                node = os.environ.get(NODE_ID_ENV, self._node.node)
-                headers["User-Agent"] = f"vane-data (node {node})"
-            if self.settings.api_key:
-                headers["Authorization"] = f"Bearer {self.settings.api_key}"
-            self._session = aiohttp.ClientSession(
-                headers=headers,
-                connector=aiohttp.TCPConnector(limit=self.settings.max_concurrent_requests),
-                timeout=aiohttp.ClientTimeout(total=self.settings.timeout),
-            )
-            self._slots = asyncio.Semaphore(self.settings.max_concurrent_requests)
-        return self._session
-
-    async def _post(self, path: str, body: Mapping[str, Any], tokens: int, usage: Usage) -> Any:
-        """The server's JSON reply, after retries; ``ProviderError`` when it will not come
-        (``RequestRefused`` when the server refused what the request holds)."""
-        return await self.send("POST", path, usage, json.dumps(body).encode(), tokens=tokens)
 
     async def send(
         self,
@@ -375,119 +292,15 @@ class Client:
         content_type: str | None = None,
         raw: bool = False,
     ) -> Any:
-        """One request to the server, retried as every request is: its JSON reply (its bytes
-        with ``raw``), or ``ProviderError``. ``content_type`` replaces JSON's (a file upload's
-        multipart form)."""
-        import aiohttp
+        """One request to the server (``Transport.send``)."""
+        return await self.http.send(
+            method, path, usage, payload, tokens=tokens, content_type=content_type, raw=raw
+        )
 
-        session = self._open()
-        assert self._slots is not None
-        url = f"{self.base_url}{path}"
-        headers_sent = {"Content-Type": content_type} if content_type else None
-        last = ""
-        async with self._slots:
-            attempt, resent = 0, False
-            while attempt <= self.settings.max_retries:
-                if self._absent is not None:
-                    raise ProviderError(self._absent)
-                if attempt or resent:
-                    usage.retries += 1
-                await self._limiter.acquire(tokens)
-                headers: Mapping[str, str] | None = None
-                restarts_before = self._restarts
-                try:
-                    usage.requests += 1
-                    return await self._exchange(
-                        session,
-                        (method, url, payload, headers_sent),
-                        raw=raw,
-                        retry=bool(attempt or resent),
-                    )
-                except _Retry as retry:
-                    last, headers = str(retry), retry.headers
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                    if self._node is not None and await self._server_back() > restarts_before:
-                        # the server died with the request and is back: send it again there,
-                        # as the retry it is, without spending one of its attempts
-                        resent = True
-                        continue
-                    self._check_present(exc)
-                    last = f"{type(exc).__name__}: {exc}".rstrip(": ")
-                if attempt < self.settings.max_retries:
-                    await asyncio.sleep(backoff_seconds(attempt, headers))
-                attempt += 1
-        attempts = counted(self.settings.max_retries + 1, "time")
-        raise ProviderError(f"{url} failed {attempts}; last: {last}")
-
-    async def _exchange(
-        self,
-        session: Any,
-        request: tuple[str, str, bytes | None, Mapping[str, str] | None],
-        *,
-        raw: bool,
-        retry: bool,
-    ) -> Any:
-        """One attempt at ``request`` (method, URL, payload, headers): the reply's JSON (its
-        bytes with ``raw``), or ``_Retry``, ``ProviderError`` or the transport's error. While it
-        runs, the request counts as in flight to this server (``_counts``)."""
-        method, url, payload, headers = request
-        counts = self._counts
-        if counts is not None:
-            counts.in_flight += 1
-            counts.sent += 1
-            counts.retried += retry
-            counts.moved()
-        try:
-            async with session.request(method, url, data=payload, headers=headers) as response:
-                self._answered_once = True
-                body = await response.read()
-                if response.status == 200:
-                    if raw:
-                        return body
-                    try:
-                        return json.loads(body)
-                    except (ValueError, RecursionError):  # not JSON, or not text
-                        raise _Retry(f"the reply is not JSON: {body[:80]!r}") from None
-                message = _error_message(body)
-                if response.status in RETRYABLE_STATUS:
-                    raise _Retry(f"HTTP {response.status}: {message}", response.headers)
-                error = f"{url} answered HTTP {response.status}: {message}"
-                if response.status in _REFUSED_FOR_CONTENT:
-                    raise RequestRefused(error)
-                if response.status == 404:
-                    raise NotFound(error)
-                raise ProviderError(error)
-        finally:  # the exchange is over, however it went
-            if counts is not None:
-                counts.in_flight -= 1
-                counts.moved()
-
-    def _check_present(self, exc: BaseException) -> None:
-        """``ProviderError`` at once when ``exc`` says no server is there at all (nothing has
-        answered yet, and the address refuses or does not resolve): retrying would only delay
-        saying so. A server vane started is there: it was waited for."""
-        if self._answered_once or self._node is not None:
-            return
-        absent = _no_server(exc)
-        if absent is not None:
-            self._absent = (
-                f"cannot reach {self.base_url}: {absent}. Start the server, "
-                "or pass the base_url= it listens at"
-            )
-            raise ProviderError(self._absent) from None
-
-    async def _server_back(self) -> int:
-        """Once this node's server answers its health check again, how many times it has
-        restarted; ``ServerError`` (with its log's tail) when it will not come back. Requests
-        that fail together wait together: one waits, the others share its answer."""
-        assert self._node is not None
-        assert self.settings.route is not None
-        if self._comeback is None or self._comeback.done():
-            wait = asyncio.to_thread(self.settings.route.wait_until_serving, self._node)
-            self._comeback = asyncio.ensure_future(wait)
-        restarts = await asyncio.shield(self._comeback)
-        self._restarts = max(self._restarts, restarts)
-        return restarts
+    async def _post(self, path: str, body: Mapping[str, Any], tokens: int, usage: Usage) -> Any:
+        """The server's JSON reply, after retries; ``ProviderError`` when it will not come
+        (``RequestRefused`` when the server refused what the request holds)."""
+        return await self.send("POST", path, usage, json.dumps(body).encode(), tokens=tokens)
 
     # ---- prompts ------------------------------------------------------------------------------
 
@@ -638,7 +451,7 @@ class Client:
         """The row's answer, and the model's text it was read from."""
         body = self.chat_body(request)
         estimate = sum(len(str(m.get("content", ""))) for m in request.messages) // 4
-        estimate += _count(request.options.get("max_tokens"))
+        estimate += replies.count(request.options.get("max_tokens"))
         try:
             reply = await self._post("/chat/completions", body, estimate, usage)
         except ProviderError as exc:
@@ -651,7 +464,7 @@ class Client:
         self, reply: Any, usage: Usage, read: Read, *, batched: bool = False
     ) -> tuple[Answer, Any]:
         """A chat completion's answer (counted), and the model's text it was read from."""
-        prompt_tokens, completion_tokens = _tokens(reply)
+        prompt_tokens, completion_tokens = replies.tokens(reply)
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
         if batched:  # billed at the Batch API's price
@@ -659,7 +472,7 @@ class Client:
             usage.batch_prompt_tokens += prompt_tokens
             usage.batch_completion_tokens += completion_tokens
         try:
-            text = _chat_text(reply)
+            text = replies.chat_text(reply)
         except ValueError as exc:
             url = f"{self.base_url}/chat/completions"
             return Answer(None, f"{url}: {exc}", prompt_tokens, completion_tokens), None
@@ -676,9 +489,9 @@ class Client:
             body["dimensions"] = self.dimensions
         url = f"{self.base_url}/embeddings"
         reply = await self._post("/embeddings", body, sum(len(t) for t in texts) // 4, usage)
-        usage.prompt_tokens += _tokens(reply)[0]
+        usage.prompt_tokens += replies.tokens(reply)[0]
         try:
-            return _vectors(reply, len(texts), self.dimensions)
+            return replies.vectors(reply, len(texts), self.dimensions)
         except ValueError as exc:
             raise ProviderError(f"{url}: {exc}") from None
 
@@ -707,9 +520,9 @@ class Client:
             reply = await self._post("/embeddings", body, _IMAGE_TOKENS, usage)
         except ProviderError as exc:
             return Answer(error=str(exc))
-        usage.prompt_tokens += _tokens(reply)[0]
+        usage.prompt_tokens += replies.tokens(reply)[0]
         try:
-            [answer] = _vectors(reply, 1, self.dimensions)
+            [answer] = replies.vectors(reply, 1, self.dimensions)
         except ValueError as exc:
             return Answer(error=f"{self.base_url}/embeddings: {exc}")
         return answer
@@ -723,132 +536,5 @@ class Client:
     async def aclose(self) -> None:
         """Close the connection pool on the actor's event loop (where it was made), then the
         cache."""
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-            await asyncio.sleep(0)  # the sockets close on the loop's next turn: let it come
+        await self.http.aclose()
         self.close()
-
-
-def server_label(base_url: str, node: NodeEntry | None) -> str:
-    """How the progress display names a server: its base URL, and, for one of a server's
-    nodes on Ray (``vane.ai.serve``), which node (the start of its Ray node id)."""
-    if node is None or node.node == LOCAL_NODE:
-        return base_url
-    return f"{base_url} (node {node.node[:8]})"
-
-
-def _no_server(exc: BaseException) -> str | None:
-    """Why no server can be there (nothing listens at the address, or its host name does not
-    resolve), or None for a failure that another attempt may not meet (a timeout, a reset)."""
-    import aiohttp
-
-    if not isinstance(exc, aiohttp.ClientConnectorError):
-        return None
-    cause = exc.os_error
-    if isinstance(cause, socket.gaierror):
-        return f"the host name {exc.host!r} does not resolve ({cause.strerror or cause})"
-    if cause.errno == errno.ECONNREFUSED:
-        return f"nothing listens at {exc.host}:{exc.port} (connection refused)"
-    return None
-
-
-# ---- reading replies --------------------------------------------------------------------------
-
-
-def _shown(value: Any) -> str:
-    try:
-        return json.dumps(value, default=repr)[:120]
-    except (ValueError, RecursionError):
-        return f"a {type(value).__name__} too deep to show"
-
-
-def _chat_text(reply: Any) -> Any:
-    """The answer in a chat completion: ``choices[0].message.content``, as it is (the caller's
-    ``read`` decides whether it is text), or ``ValueError`` saying why the reply holds none."""
-    choices = reply.get("choices") if isinstance(reply, dict) else None
-    if not isinstance(choices, list) or not choices:
-        raise ValueError(f"the reply has no choices: {_shown(reply)}")
-    choice = choices[0]
-    message = choice.get("message") if isinstance(choice, dict) else None
-    if not isinstance(message, dict):
-        raise ValueError(f"the reply's choices[0] has no message: {_shown(choice)}")
-    content = message.get("content")
-    if content is not None:
-        return content
-    refusal = message.get("refusal")
-    if refusal:
-        raise ValueError(f"the model refused to answer: {_shown(refusal)}")
-    if message.get("tool_calls") or message.get("function_call"):
-        raise ValueError(
-            "the model called a tool instead of answering (prompt() asks for text; drop the "
-            "tools from the request)"
-        )
-    finish = choice.get("finish_reason")
-    raise ValueError(f"the reply holds no answer (content is null; finish_reason {finish!r})")
-
-
-_MAX_COUNT = 2**53  # past this a "count" is no count of tokens
-
-
-def _count(value: Any) -> int:
-    """A token count as a server reported it; anything that is not a count is 0 (not
-    reported), never a failure of an answer that came."""
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    return value if isinstance(value, int) and 0 <= value < _MAX_COUNT else 0
-
-
-def _tokens(reply: Any) -> tuple[int, int]:
-    counts = reply.get("usage") if isinstance(reply, dict) else None
-    if not isinstance(counts, dict):
-        return 0, 0
-    return _count(counts.get("prompt_tokens")), _count(counts.get("completion_tokens"))
-
-
-def _vectors(reply: Any, texts: int, dimensions: int | None) -> list[Answer]:
-    data = reply.get("data") if isinstance(reply, dict) else None
-    if not isinstance(data, list):
-        raise ValueError(f"the reply has no data: {_shown(reply)}")
-    if len(data) != texts:
-        raise ValueError(f"the reply holds {len(data)} embeddings for {texts} texts")
-    indexes = [item.get("index") if isinstance(item, dict) else None for item in data]
-    if any(i is not None for i in indexes):  # in any order, each text's once
-        by_index = dict(zip(indexes, data, strict=True))
-        if (
-            len(by_index) != texts
-            or any(type(i) is not int or i not in by_index for i in range(texts))
-            or any(type(i) is not int for i in indexes)
-        ):
-            raise ValueError(f"the reply's indexes are not 0..{texts - 1}: {_shown(indexes[:10])}")
-        data = [by_index[i] for i in range(texts)]
-    return [_vector(item, dimensions) for item in data]
-
-
-def _vector(item: Any, dimensions: int | None) -> Answer:
-    vector = item.get("embedding") if isinstance(item, dict) else None
-    if not isinstance(vector, list) or not all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) for x in vector
-    ):
-        return Answer(error=f"the reply holds no embedding for this text: {_shown(item)}")
-    if dimensions is not None and len(vector) != dimensions:
-        return Answer(
-            error=f"the reply's embedding has {len(vector)} numbers, not dimensions={dimensions}"
-        )
-    if not vector:
-        return Answer(error="the reply's embedding is empty")
-    return Answer(vector)
-
-
-def _error_message(raw: bytes) -> str:
-    """The server's own words about an error (OpenAI puts them in error.message)."""
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        body = json.loads(text)
-    except ValueError:
-        body = None
-    error = body.get("error") if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    return " ".join(str(message or text or "no body").split())[:300]
