@@ -281,26 +281,10 @@ class Client:
                 self, settings.journal, settings.batch_poll_interval, settings.batch_fallback
             )
 
-    async def send(
-        self,
-        method: str,
-        path: str,
-        usage: Usage,
-        payload: bytes | None = None,
-        *,
-        tokens: int = 0,
-        content_type: str | None = None,
-        raw: bool = False,
-    ) -> Any:
-        """One request to the server (``Transport.send``)."""
-        return await self.http.send(
-            method, path, usage, payload, tokens=tokens, content_type=content_type, raw=raw
-        )
-
     async def _post(self, path: str, body: Mapping[str, Any], tokens: int, usage: Usage) -> Any:
         """The server's JSON reply, after retries; ``ProviderError`` when it will not come
         (``RequestRefused`` when the server refused what the request holds)."""
-        return await self.send("POST", path, usage, json.dumps(body).encode(), tokens=tokens)
+        return await self.http.send("POST", path, usage, json.dumps(body).encode(), tokens=tokens)
 
     # ---- prompts ------------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from vane.ai.protocols import NotFound, PromptRequest, Usage
+from vane.ai.providers.openai_http import Transport
 from vane.errors import ConfigurationError, ProviderError
 
 JOURNAL = "batches.sqlite"
@@ -59,18 +60,7 @@ class Client(Protocol):
     """What a batch is sent through: the OpenAI provider's client, its retries included."""
 
     base_url: str
-
-    async def send(
-        self,
-        method: str,
-        path: str,
-        usage: Usage,
-        payload: bytes | None = None,
-        *,
-        tokens: int = 0,
-        content_type: str | None = None,
-        raw: bool = False,
-    ) -> Any: ...
+    http: Transport  # the requests go through it, retries included
 
     def chat_body(self, request: PromptRequest) -> dict[str, Any]: ...
 
@@ -281,7 +271,7 @@ class BatchDispatch:
         )
         data = "".join(line + "\n" for line in lines).encode()
         body, content_type = _multipart({"purpose": "batch"}, "file", "requests.jsonl", data)
-        uploaded = await self.client.send(
+        uploaded = await self.client.http.send(
             "POST", "/files", self.calls, body, content_type=content_type
         )
         create = {
@@ -290,7 +280,7 @@ class BatchDispatch:
             "completion_window": "24h",
             "metadata": {"created_by": "vane prompt(mode='batch')", TOKEN: submission.token},
         }
-        created = await self.client.send(
+        created = await self.client.http.send(
             "POST", "/batches", self.calls, json.dumps(create).encode()
         )
         return str(_field(created, "id", "/batches"))
@@ -301,7 +291,7 @@ class BatchDispatch:
         to submit (a margin for clocks that disagree)."""
         after = ""
         while True:
-            page = await self.client.send(
+            page = await self.client.http.send(
                 "GET", f"/batches?limit=100{after and f'&after={after}'}", self.calls
             )
             data = page.get("data") if isinstance(page, dict) else None
@@ -321,7 +311,7 @@ class BatchDispatch:
     async def _collect(self, batch_id: str, keys: list[str]) -> dict[str, Outcome]:
         """Poll the batch until it ends, then read its output and error files."""
         while True:
-            batch = await self.client.send("GET", f"/batches/{batch_id}", self.calls)
+            batch = await self.client.http.send("GET", f"/batches/{batch_id}", self.calls)
             status = batch.get("status") if isinstance(batch, dict) else None
             if status in _ENDED:
                 break
@@ -335,7 +325,7 @@ class BatchDispatch:
         for name in ("output_file_id", "error_file_id"):
             file_id = batch.get(name)
             if isinstance(file_id, str) and file_id:
-                content = await self.client.send(
+                content = await self.client.http.send(
                     "GET", f"/files/{file_id}/content", self.calls, raw=True
                 )
                 found.update(_lines(content))
