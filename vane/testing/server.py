@@ -46,13 +46,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 from vane.errors import MissingDependencyError
@@ -64,56 +62,31 @@ except ImportError as exc:  # pragma: no cover - the extra is installed wherever
         "vane.testing.OpenAIServer needs aiohttp: pip install 'vane-data[openai]'"
     ) from exc
 
+from vane.testing.batches import BatchApi
+from vane.testing.replies import (
+    Behaviour,
+    Scripted,
+    answer_for,
+    file_parts,
+    fill,
+    image_urls,
+    label_for_images,
+    message_text,
+    vector_for,
+)
 
-@dataclass
-class Behaviour:
-    latency: float = 0.0
-    fail_every: int = 0  # every n-th request fails with fail_status (0: never)
-    fail_status: int = 429
-    retry_after: str | None = None
-    stall_every: int = 0  # every n-th request waits stall_seconds before answering
-    stall_seconds: float = 5.0
-    malformed_every: int = 0  # every n-th reply is not JSON
-    refuse: set[str] = field(default_factory=set)  # prompts answered with HTTP 400, always
-    misfit: set[str] = field(default_factory=set)  # prompts whose structured answer misfits
-    embedding_size: int = 8
-    # prompt (or, for /embeddings, any text of the request) -> the reply to send instead
-    scripted: dict[str, Scripted] = field(default_factory=dict)
-    exit_after: int = 0  # the process exits (code 3) on request n+1, unanswered (0: never)
-    hang_after: int = 0  # the server stops answering anything, health included, on request n+1
-    # The Batch API: how many retrievals see a batch in progress before it ends; prompts whose
-    # batch items fail (HTTP 500 in the error file); expiry with only the first n items answered.
-    batch_polls: int = 1
-    batch_fail: set[str] = field(default_factory=set)
-    batch_expire_after: int | None = None
-    batch_create_stall: bool = False  # a create, its batch made, replies once this is False
-    batch_retrieve_status: int | None = None  # a batch's retrievals fail with this status
-    batch_upload_status: int | None = None  # file uploads fail with this status
-    hold: bool = False  # every API request waits, unanswered, until POST /release
+__all__ = [
+    "Behaviour",
+    "OpenAIServer",
+    "Scripted",
+    "answer_for",
+    "label_for_images",
+    "run",
+    "vector_for",
+]
 
 
-@dataclass
-class Scripted:
-    """A reply sent as it is: ``body`` is JSON-encoded unless it is ``str`` or ``bytes`` (sent
-    raw); ``times`` is how many requests get it before the prompt is answered as usual (None:
-    every one)."""
-
-    body: Any
-    status: int = 200
-    headers: dict[str, str] = field(default_factory=dict)
-    times: int | None = None
-
-
-def answer_for(prompt: str) -> str:
-    return f"answer to: {prompt}"
-
-
-def vector_for(text: str, size: int) -> list[float]:
-    digest = hashlib.sha256(text.encode()).digest()
-    return [digest[i % len(digest)] / 255.0 for i in range(size)]
-
-
-class OpenAIServer:
+class OpenAIServer(BatchApi):
     """The server; ``start()`` runs it on a thread of this process, ``stop()`` ends it."""
 
     def __init__(
@@ -220,10 +193,10 @@ class OpenAIServer:
 
     async def chat(self, request: web.Request) -> web.Response:
         body = await request.json()
-        prompt = _text(body["messages"][-1]["content"])
-        images = _image_urls(body["messages"][-1]["content"])
+        prompt = message_text(body["messages"][-1]["content"])
+        images = image_urls(body["messages"][-1]["content"])
         number = self._count(prompt, request)
-        files = _file_parts(body["messages"][-1]["content"])
+        files = file_parts(body["messages"][-1]["content"])
         with self._lock:
             self.image_urls.extend(images)
             self.files.extend(files)
@@ -262,7 +235,7 @@ class OpenAIServer:
         schema = response_format["json_schema"]["schema"]
         if prompt in self.behaviour.misfit:
             return json.dumps({"unexpected": True})
-        return json.dumps(_fill(schema, prompt, images or []))
+        return json.dumps(fill(schema, prompt, images or []))
 
     async def embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -285,156 +258,6 @@ class OpenAIServer:
             return web.json_response({"object": "list", "data": data, "usage": usage})
         finally:
             self._done()
-
-    # ---- the Batch API ---------------------------------------------------------------------
-
-    def _new_file(self, data: bytes, prefix: str = "file") -> str:
-        with self._lock:
-            file_id = f"{prefix}-{len(self.uploads) + 1}"
-            self.uploads[file_id] = data
-        return file_id
-
-    @staticmethod
-    def _file_object(file_id: str, data: bytes, purpose: str) -> dict[str, Any]:
-        return {"id": file_id, "object": "file", "bytes": len(data), "purpose": purpose}
-
-    async def upload(self, request: web.Request) -> web.Response:
-        if self.behaviour.batch_upload_status is not None:
-            injected = {"error": {"message": "injected", "type": "injected"}}
-            return web.json_response(injected, status=self.behaviour.batch_upload_status)
-        form = await request.post()
-        upload, purpose = form.get("file"), form.get("purpose")
-        if purpose != "batch" or not isinstance(upload, web.FileField):
-            error = {"message": "send a file and purpose=batch as multipart/form-data"}
-            return web.json_response({"error": error}, status=400)
-        data = upload.file.read()
-        return web.json_response(self._file_object(self._new_file(data), data, "batch"))
-
-    async def file_content(self, request: web.Request) -> web.Response:
-        data = self.uploads.get(request.match_info["file_id"])
-        if data is None:
-            return web.json_response({"error": {"message": "no such file"}}, status=404)
-        return web.Response(body=data, content_type="application/octet-stream")
-
-    async def create_batch(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        if (
-            body.get("input_file_id") not in self.uploads
-            or body.get("endpoint") != "/v1/chat/completions"
-            or body.get("completion_window") != "24h"
-        ):
-            error = {"message": f"not a batch this server runs: {json.dumps(body)[:200]}"}
-            return web.json_response({"error": error}, status=400)
-        with self._lock:
-            batch_id = f"batch-{len(self.batches) + 1}"
-            self.batches[batch_id] = {
-                "id": batch_id,
-                "object": "batch",
-                "endpoint": body["endpoint"],
-                "input_file_id": body["input_file_id"],
-                "completion_window": body["completion_window"],
-                "metadata": body.get("metadata"),
-                "status": "validating",
-                "output_file_id": None,
-                "error_file_id": None,
-                "created_at": int(time.time()),
-                "request_counts": {"total": 0, "completed": 0, "failed": 0},
-                "polls": 0,
-            }
-        while self.behaviour.batch_create_stall:  # made; the reply waits to be let go
-            await asyncio.sleep(0.02)
-        return web.json_response(self._batch_object(batch_id))
-
-    async def list_batches(self, request: web.Request) -> web.Response:
-        """The batches, newest first, ``limit`` at a time after the batch ``after``."""
-        limit = int(request.query.get("limit", "20"))
-        with self._lock:
-            ids = list(reversed(self.batches))
-        after = request.query.get("after")
-        if after in ids:
-            ids = ids[ids.index(after) + 1 :]
-        page = [self._batch_object(batch_id) for batch_id in ids[:limit]]
-        body = {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(ids) > limit,
-        }
-        return web.json_response(body)
-
-    def _batch_object(self, batch_id: str) -> dict[str, Any]:
-        with self._lock:
-            return {k: v for k, v in self.batches[batch_id].items() if k != "polls"}
-
-    async def retrieve_batch(self, request: web.Request) -> web.Response:
-        batch_id = request.match_info["batch_id"]
-        if self.behaviour.batch_retrieve_status is not None:
-            error = {"error": {"message": "injected", "type": "injected"}}
-            return web.json_response(error, status=self.behaviour.batch_retrieve_status)
-        with self._lock:
-            batch = self.batches.get(batch_id)
-            if batch is not None and batch["status"] in ("validating", "in_progress"):
-                batch["polls"] += 1
-                batch["status"] = "in_progress"
-                due = batch["polls"] > self.behaviour.batch_polls
-            else:
-                due = False
-        if batch is None:
-            return web.json_response({"error": {"message": f"no batch {batch_id}"}}, status=404)
-        if due:
-            self._run_batch(batch)
-        return web.json_response(self._batch_object(batch_id))
-
-    def _run_batch(self, batch: dict[str, Any]) -> None:
-        """Answer the batch's items, as its time is up: each into the output file, or the
-        error file when its prompt is to fail or the batch expired before it."""
-        lines = self.uploads[batch["input_file_id"]].decode().splitlines()
-        items = [json.loads(line) for line in lines if line.strip()]
-        expire_after = self.behaviour.batch_expire_after
-        output, errors = [], []
-        for position, item in enumerate(items):
-            line: dict[str, Any] = {"id": f"{batch['id']}-req-{position}", "error": None}
-            line["custom_id"] = item["custom_id"]
-            content = item["body"]["messages"][-1]["content"]
-            prompt = _text(content)
-            if expire_after is not None and position >= expire_after:
-                line["response"] = None
-                line["error"] = {
-                    "code": "batch_expired",
-                    "message": "This request could not be executed before the completion "
-                    "window expired.",
-                }
-                errors.append(line)
-                continue
-            if prompt in self.behaviour.batch_fail:
-                error = {"message": f"injected batch item failure: {prompt}", "type": "server"}
-                line["response"] = {"status_code": 500, "body": {"error": error}}
-                errors.append(line)
-                continue
-            with self._lock:
-                self.batch_items[prompt] += 1
-            images, files = _image_urls(content), _file_parts(content)
-            reply = self._completion(item["body"], prompt, images, files, position)
-            line["response"] = {"status_code": 200, "request_id": line["id"], "body": reply}
-            output.append(line)
-
-        def jsonl(lines: list[dict[str, Any]]) -> bytes:
-            return "".join(json.dumps(line) + "\n" for line in lines).encode()
-
-        output_id = self._new_file(jsonl(output), "output") if output else None
-        error_id = self._new_file(jsonl(errors), "errors") if errors else None
-        with self._lock:
-            batch.update(
-                status="expired" if expire_after is not None else "completed",
-                output_file_id=output_id,
-                error_file_id=error_id,
-                request_counts={
-                    "total": len(items),
-                    "completed": len(output),
-                    "failed": len(errors),
-                },
-            )
 
     async def release(self, request: web.Request) -> web.Response:
         """Answer every request held (``Behaviour.hold``), and from now on hold none."""
@@ -512,54 +335,6 @@ class OpenAIServer:
             self._thread.join(timeout=30)
 
 
-def _text(content: Any) -> Any:
-    """A message's text: a string, or a list of parts (``[{"type": "text", "text": ...}]``, as
-    the OpenAI API allows and Daft's prompt sends)."""
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return content
-
-
-def _image_urls(content: Any) -> list[str]:
-    """The URLs (``data:`` URIs included) of a message's ``image_url`` parts."""
-    if not isinstance(content, list):
-        return []
-    return [
-        str(p["image_url"]["url"])
-        for p in content
-        if isinstance(p, dict) and p.get("type") == "image_url"
-    ]
-
-
-def _file_parts(content: Any) -> list[dict[str, Any]]:
-    """The ``file`` objects of a message's file parts."""
-    if not isinstance(content, list):
-        return []
-    return [p["file"] for p in content if isinstance(p, dict) and p.get("type") == "file"]
-
-
-def _fill(schema: dict[str, Any], prompt: str, images: list[str]) -> Any:
-    """A value of the schema's shape that depends on the prompt (an enum picks the option the
-    prompt mentions, or with images and none mentioned, ``label_for_images``'s)."""
-    kind = schema.get("type")
-    if "enum" in schema:
-        mentioned = [v for v in schema["enum"] if str(v) in prompt]
-        if not mentioned and images:
-            return label_for_images(schema["enum"], images)
-        return (mentioned or schema["enum"])[0]
-    if kind == "object":
-        return {name: _fill(child, prompt, images) for name, child in schema["properties"].items()}
-    if kind == "array":
-        return [_fill(schema.get("items", {}), prompt, images)]
-    if kind == "integer":
-        return len(prompt)
-    if kind == "number":
-        return len(prompt) / 2
-    if kind == "boolean":
-        return True
-    return prompt
-
-
 def run(
     port: int,
     *,
@@ -601,20 +376,6 @@ def main() -> None:
     )
 
 
-if __name__ == "__main__":
-    main()
-
-
-# ---- images for embed_image and classify_image -------------------------------------------------
-
-
-def label_for_images(labels: list[Any], images: list[str]) -> Any:
-    """The label a structured answer about ``images`` (their URLs or ``data:`` URIs) picks
-    when its prompt names none: one of them, by the images' digest, as a test can work out."""
-    digest = hashlib.sha256("".join(images).encode()).digest()
-    return labels[int.from_bytes(digest[:4], "big") % len(labels)]
-
-
 async def chat_embedding(
     server: OpenAIServer, body: dict[str, Any], request: web.Request
 ) -> web.Response:
@@ -622,7 +383,7 @@ async def chat_embedding(
     embedding of the last message, ``vector_for`` its text followed by its image URLs; the
     images are kept in ``server.image_urls``, the text counted in ``by_text``."""
     content = body["messages"][-1]["content"]
-    text, images = str(_text(content)), _image_urls(content)
+    text, images = str(message_text(content)), image_urls(content)
     number = server._count(None, request)
     with server._lock:
         server.image_urls.extend(images)
@@ -643,3 +404,7 @@ async def chat_embedding(
         return web.json_response({"object": "list", "data": data, "usage": usage})
     finally:
         server._done()
+
+
+if __name__ == "__main__":
+    main()
