@@ -173,6 +173,15 @@ class Task:
     def _of(self) -> str:
         return "" if self.batch_rows is None else f" of a batch of {self.batch_rows}"
 
+    def halves(self, attempts_done: int) -> tuple[Task, Task]:
+        """The batch cut in two, each half a batch of its own with ``attempts_done`` spent: the
+        one bisection of a failing batch, down to the rows that fail. It runs where the
+        failure is seen: in the actor when the function raises (``UdfRuntime._salvage``, the
+        halves in turn), in the pool when an actor is lost with the batch (``ActorPool``, the
+        halves on any actors); a single row left failing becomes ``failed_rows`` in both."""
+        middle = self.table.num_rows // 2
+        return self.piece(0, middle, attempts_done), self.piece(middle, attempts_done=attempts_done)
+
     def piece(self, start: int, rows: int | None = None, attempts_done: int = 0) -> Task:
         """Rows ``start`` .. ``start + rows`` of this batch (to its end when ``rows`` is None),
         named as the rows they are in the step's input."""
@@ -478,7 +487,7 @@ class UdfRuntime:
         assert error is not None
         if self.spec.on_error == "raise":
             raise self.failure(task, error) from error
-        return await self._salvage(task.table, error, last, watch, tries)
+        return await self._salvage(task, error, last, watch, tries)
 
     def _some_rows_failed(self, task: Task, failures: RowFailures, tries: int) -> BatchOutcome:
         """The UDF answered the batch but some rows failed on their own (one request of many):
@@ -545,24 +554,24 @@ class UdfRuntime:
         return BatchOutcome(table)
 
     async def _salvage(
-        self, table: pa.Table, error: Exception, number: int, watch: Watch, tries: int
+        self, task: Task, error: Exception, number: int, watch: Watch, tries: int
     ) -> BatchOutcome:
-        """Bisect a failing batch down to the rows that fail; keep the output of the others.
-        ``tries``: the calls the rows of ``table`` were in so far (each half is one more)."""
-        if table.num_rows <= 1:
+        """Bisect a failing batch down to the rows that fail (``Task.halves``); keep the output
+        of the others. ``tries``: the calls the rows of ``task`` were in so far (each half is
+        one more)."""
+        if task.table.num_rows <= 1:
             text = describe_exception(error)
-            return failed_rows(self.spec, self.schema, table, text, attempts=tries)
-        middle = table.num_rows // 2
+            return failed_rows(self.spec, self.schema, task.table, text, attempts=tries)
         outcome: BatchOutcome | None = None
-        for part in (table.slice(0, middle), table.slice(middle)):
+        for half in task.halves(task.attempts_done):
             try:
-                piece = await self._attempt(part, number, watch)
+                piece = await self._attempt(half.table, number, watch)
             except RowFailures as failures:  # answered: only its own failed rows need on_error
-                piece = self._some_rows_failed(Task(0, 0, part), failures, tries + 1)
+                piece = self._some_rows_failed(half, failures, tries + 1)
             except (RowCountError, ServerError):  # no row is to blame: nothing to salvage
                 raise
             except Exception as exc:
-                piece = await self._salvage(part, exc, number, watch, tries + 1)
-            outcome = piece if outcome is None else outcome.then(piece, middle)
+                piece = await self._salvage(half, exc, number, watch, tries + 1)
+            outcome = piece if outcome is None else outcome.then(piece, half.offset - task.offset)
         assert outcome is not None
         return outcome

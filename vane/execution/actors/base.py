@@ -501,12 +501,9 @@ class ActorPool(ABC):
 
     def _split(self, request: Request, loss: Loss) -> None:
         task = request.task
-        middle = task.table.num_rows // 2
         # A hang used up the batch's retries; a death did not touch them.
         attempts = self.spec.max_retries if loss.hung else task.attempts_done
-        self._send_apart(
-            request, [task.piece(0, middle, attempts), task.piece(middle, attempts_done=attempts)]
-        )
+        self._send_apart(request, list(task.halves(attempts)))
 
     def _send_apart(self, request: Request, tasks: list[Task]) -> None:
         """Run ``tasks``, consecutive pieces of ``request``'s batch, as batches of their own;
