@@ -1,6 +1,13 @@
 """One suite, both runners: every conformance pipeline (map_batches, map, flat_map, on_error,
 SQL around UDF steps, column UDFs, writes) must give the same rows on the local runner and on
-a local Ray cluster."""
+a local Ray cluster.
+
+The matrix, runner x backend: on the local runner every case runs on each local backend
+(``test_backends.py``: thread, subprocess_actor, subprocess_task; ``ray_actor`` is refused
+there); on Ray every case runs with the default backend (``ray_actor``), and the cases that
+exercise the actor's lifecycle (a class and its constructor, rows that fail) run under each
+local backend name a user may have written for the local runner, which on Ray runs as
+a Ray actor hosting the same worker process (docs/ray.md, "What runs where")."""
 
 from __future__ import annotations
 
@@ -28,6 +35,27 @@ def test_udf_pipelines_give_the_local_rows_on_ray(name, on_ray):
         assert rows == case.expected
     else:
         assert sorted(rows, key=lambda r: r["id"]) == case.expected
+
+
+# The cases whose path through an actor differs most: a class and its constructor, on_error.
+# (ray_actor, the default on Ray, runs every case above; subprocess_task takes no class on any
+# runner.)
+LIFECYCLE = ["class_with_constructor_args", "on_error_skip"]
+
+
+@pytest.mark.parametrize("backend", ["thread", "subprocess_actor"])
+def test_every_backend_name_gives_the_local_rows_on_ray(backend, on_ray):
+    for name in LIFECYCLE:
+        case = CASES[name]
+        rows = _rows(lambda case=case: case.build(vane.range(N), backend))
+        assert rows == case.expected, f"{name} under execution_backend={backend!r} on Ray"
+
+
+def test_ray_actor_is_refused_on_the_local_runner():
+    from vane.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="runs on a Ray cluster"):
+        CASES["function"].build(vane.range(N), "ray_actor")
 
 
 def gpu_of_actor(batch):
