@@ -1,6 +1,7 @@
 """What a pipeline's AI functions will ask for, before it runs: ``rel.estimate()``.
 
-For each AI step (``prompt``, ``embed_text``, ``classify_text``) it reads the step's input as
+For each AI step (``prompt``, ``embed_text``, ``classify_text``, ``embed_image``,
+``classify_image``) it reads the step's input as
 the step would (the plan below the step, which must hold no UDF step of its own: those would
 have to run), renders each row's request as the step renders it (the template filled, the
 system prompt added), and counts:
@@ -9,6 +10,10 @@ system prompt added), and counts:
 - input tokens: with the model's own tokenizer where it is on this machine (a transformers or
   vLLM model, a sentence-transformers model), else about four characters a token, as the rate
   limiter counts them; ``Estimate`` says which;
+- an image (``embed_image``, ``classify_image``, a prompt's ``images=``) as about
+  ``IMAGE_TOKENS`` (256) input tokens, as the rate limiter counts it before the reply says
+  (OpenAI's vision models take 85 to 765 by detail); an embedding model on this machine
+  embeds one batch of images per request;
 - output tokens, at most: ``max_tokens`` times the requests, where ``max_tokens`` is given;
 - cost, where ``prices`` are given in dollars per million tokens (``{"input": 0.15, "output":
   0.60}``); without ``max_tokens`` the output's cost is unknown and the cost covers the input.
@@ -27,12 +32,15 @@ from typing import Any
 
 from vane._text import counted
 from vane.ai.functions import check_prices
+from vane.ai.limits import IMAGE_TOKENS
 from vane.ai.providers._models import source
 from vane.ai.runners import (
     ClassifyByEmbeddingRunner,
+    ClassifyImageRunner,
     EmbedImageRunner,
     EmbedTextRunner,
     PromptRunner,
+    RemoteEmbedImageRunner,
     RemoteEmbedTextRunner,
     prompts_of,
 )
@@ -52,7 +60,12 @@ _TASKS: dict[type, str] = {
     RemoteEmbedTextRunner: "embed_text",
     ClassifyByEmbeddingRunner: "classify_text",
     EmbedImageRunner: "embed_image",
+    RemoteEmbedImageRunner: "embed_image",
+    ClassifyImageRunner: "classify_image",
 }
+_IMAGE_TASKS = {"embed_image", "classify_image"}
+# a request per row (or per image) rather than per batch of rows
+_PER_ROW = {PromptRunner, RemoteEmbedImageRunner}
 APPROXIMATE = "about 4 characters a token"
 _LOCAL = {"transformers", "vllm", "sentence_transformers"}
 
@@ -162,15 +175,18 @@ def _step(
     source: PlanNode = Select(node.input, tuple(Column(c) for c in call.columns))
     if cap is not None:
         source = Limit(source, cap)
-    texts = list(_texts(source, task, options))
+    rows = list(_rows(source, task, options))
     counter, how = _counter(provider, model)
     system = options.get("system")
     extra = counter(system) if task == "prompt" and system else 0
-    requests = len(texts) if task == "prompt" else _batches(len(texts), node.udf.rows_per_batch)
-    tokens = sum(counter(text) + extra for text in texts)
+    per_row = owner.cls in _PER_ROW
+    requests = len(rows) if per_row else _batches(len(rows), node.udf.rows_per_batch)
+    tokens = sum(counter(text) + extra + IMAGE_TOKENS * images for text, images in rows)
+    if any(images for _, images in rows):
+        how = f"{how}; images at about {IMAGE_TOKENS} tokens each"
     generation = dict(getattr(descriptor, "generation", {}) or {})
     max_tokens = generation.get("max_tokens") if task == "prompt" else None
-    output = int(max_tokens) * len(texts) if isinstance(max_tokens, int) else None
+    output = int(max_tokens) * len(rows) if isinstance(max_tokens, int) else None
     cost = None
     if prices is not None:
         cost = tokens * prices["input"] / 1e6
@@ -190,15 +206,24 @@ def _step(
     )
 
 
-def _texts(source: PlanNode, task: str, options: Mapping[str, Any]) -> Iterable[str]:
-    """Each row's text as the step sends it; a row the step would not send is left out."""
+def _rows(source: PlanNode, task: str, options: Mapping[str, Any]) -> Iterable[tuple[str, int]]:
+    """Each row the step sends, as its text and how many images it carries; a row the step would
+    not send (a null) is left out. An image step's row is one image and no text."""
+    images, files = int(options.get("images") or 0), int(options.get("files") or 0)
     for batch in current_runner().stream(source, get_config().batch_size):
         columns = batch.columns
+        if task in _IMAGE_TASKS:
+            yield from (("", 1) for value in columns[0].to_pylist() if value is not None)
+            continue
+        end = len(columns) - images - files
         if task == "prompt":
-            prompts, _ = prompts_of(options.get("template"), columns)
+            prompts, _ = prompts_of(options.get("template"), columns[:end])
         else:
             prompts, _ = prompts_of(None, columns[:1])
-        yield from (p for p in prompts if p is not None)
+        attached = [c.to_pylist() for c in columns[end : end + images]]
+        for row, prompt in enumerate(prompts):
+            if prompt is not None:
+                yield prompt, sum(column[row] is not None for column in attached)
 
 
 def _batches(rows: int, size: int) -> int:

@@ -114,3 +114,27 @@ def test_a_budget_stops_the_job_and_a_resumed_rerun_with_more_goes_on(server, tm
     assert server.requests - before <= total - 15
     with pytest.raises(ConfigurationError, match="needs the model's prices"):
         job(max_cost=1.0)
+
+
+def test_images_are_counted_and_a_request_per_image_is_what_the_server_then_sees(server, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "pictures"
+    folder.mkdir()
+    for name, colour in [("a", "red"), ("b", "green"), ("c", "blue")]:
+        Image.new("RGB", (8, 8), colour).save(folder / f"{name}.png")
+    where = {"provider": "openai", "base_url": server.base_url, "api_key": "k"}
+    pictures = vane.from_glob_path(str(folder / "*.png")).with_column("q", "'What is it?'")
+    # a prompt carrying each row's image, and an embedding of each image
+    asked = pictures.prompt(template="Say: {q}", images="path", model="vision", **where)
+    embedded = pictures.embed_image("path", model="embedder", **where)
+    (prompt,) = asked.estimate().steps
+    assert prompt.requests == 3
+    assert prompt.input_tokens == 3 * (approximate("Say: What is it?") + 256)
+    assert "images at about 256 tokens each" in prompt.tokens_counted
+    (embedding,) = embedded.estimate().steps
+    assert (embedding.task, embedding.requests, embedding.input_tokens) == ("embed_image", 3, 768)
+    assert server.requests == 0
+    asked.write_parquet(str(tmp_path / "asked"))
+    embedded.write_parquet(str(tmp_path / "embedded"))
+    assert server.requests == prompt.requests + embedding.requests

@@ -105,3 +105,8 @@ class RateLimiter:
             self._token_capacity, self._tokens + (now - self._updated) * self._token_rate
         )
         self._updated = now
+
+
+# What an image is taken to cost in input tokens, before a reply says (a 512 x 512 image is 85
+# to 765 tokens to OpenAI's vision models, by detail): for tokens_per_minute, and estimates.
+IMAGE_TOKENS = 256

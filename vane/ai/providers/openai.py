@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vane.ai.cache import AnswerCache, request_key
+from vane.ai.limits import IMAGE_TOKENS
 from vane.ai.node_server import ServerRoute
 from vane.ai.protocols import (
     Answer,
@@ -67,9 +68,6 @@ _CLIENT_OPTIONS = {
 }
 MODES = ("live", "batch")
 BATCH_FALLBACKS = ("live", "error")
-# What an image is taken to cost, for tokens_per_minute, before the reply says (a 512 x 512
-# image is 85 to 765 tokens to OpenAI's vision models, by detail).
-_IMAGE_TOKENS = 256
 
 
 def _server_route(provider: str, server: Any) -> ServerRoute:
@@ -501,7 +499,7 @@ class Client:
         if self.dimensions is not None:
             body["dimensions"] = self.dimensions
         try:
-            reply = await self._post("/embeddings", body, _IMAGE_TOKENS, usage)
+            reply = await self._post("/embeddings", body, IMAGE_TOKENS, usage)
         except ProviderError as exc:
             return Answer(error=str(exc))
         usage.prompt_tokens += replies.tokens(reply)[0]
