@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 from typing import Any
 
 import pyarrow as pa
@@ -47,6 +48,13 @@ def _instant_range(unit: str) -> tuple[int, int]:
     return first, last
 
 
+# The strategies below are built once per argument and kept: a strategy is immutable, and
+# building one anew for every column of every example (a recursive one above all) cost more
+# than drawing from it (the tables of test_display's 150 examples took 12 s, nearly all of it
+# building). The same strategies draw the same examples.
+
+
+@functools.cache
 def scalar_types() -> st.SearchStrategy[pa.DataType]:
     decimals = st.integers(1, 38).flatmap(
         lambda p: st.integers(0, p).map(lambda s: pa.decimal128(p, s))
@@ -94,6 +102,7 @@ def _nested(children: st.SearchStrategy[pa.DataType]) -> st.SearchStrategy[pa.Da
     )
 
 
+@functools.cache
 def arrow_types(depth: int = 2) -> st.SearchStrategy[pa.DataType]:
     """Scalar types, dictionaries of text, and lists/structs/maps of them up to ``depth``."""
     base = st.one_of(scalar_types(), st.just(pa.dictionary(pa.int32(), pa.string())))
@@ -107,6 +116,7 @@ def _float_values(width: int) -> st.SearchStrategy[float]:
     )
 
 
+@functools.cache
 def values_of(arrow_type: pa.DataType) -> st.SearchStrategy[Any]:
     """One Python value of ``arrow_type`` or None (Arrow's form: a map is a list of pairs)."""
     return st.one_of(st.none(), _present(arrow_type))
