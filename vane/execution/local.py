@@ -272,6 +272,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     """One action's execution: the single door for its errors, which are translated (a Ctrl-C
     becomes ``KeyboardInterrupt``, whatever DuckDB or Arrow made of it), and its resources are
     always released."""
+    _prestart(plan)
     execution = Execution(plan, streaming=streaming)
     failed = True
     writes = writes_started()
@@ -296,6 +297,17 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     finally:
         abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
         execution.close(failed=failed)
+
+
+def _prestart(plan: PlanNode) -> None:
+    """Start the worker processes the plan's subprocess steps will need now, so that they
+    start (about 0.4 s: an interpreter and its imports) while the action opens its input and
+    DuckDB plans, not when the first batch reaches the step (``actors/warm.py``)."""
+    steps = [(node.udf, node.udf.name) for node in walk(plan) if isinstance(node, UdfStep)]
+    if any(spec.backend.startswith("subprocess") for spec, _ in steps):
+        from vane.execution.actors import prestart_workers
+
+        prestart_workers(steps)
 
 
 def _interrupted_in_duckdb(exc: BaseException) -> bool:
@@ -375,6 +387,7 @@ class LocalRunner:
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
+        _prestart(plan)  # (before the resume store and the ledger are opened)
         check_retry(plan, errors_to, caller, sink.path)
         ledger = None
         if errors_to is not None:
