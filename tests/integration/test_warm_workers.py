@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -80,6 +81,19 @@ def test_the_next_action_reuses_the_processes_but_constructs_the_udf_anew():
     assert set(first["born"].to_pylist()).isdisjoint(second["born"].to_pylist())
     assert sorted(second["calls"].to_pylist()) == sorted(first["calls"].to_pylist())
     assert pids(first) <= WARM.idle_pids()  # waiting for a third
+
+
+def test_a_step_s_workers_start_as_it_is_built(monkeypatch):
+    monkeypatch.setenv("VANE_TEST_WARM", uuid.uuid4().hex)  # no idle worker would do
+    before = WARM.idle_pids()
+    plan = vane.range(4).map_batches(
+        WhoRuns, schema=SCHEMA, batch_size=2, execution_backend="subprocess_actor"
+    )
+    deadline = time.monotonic() + 60  # a cap on a busy machine, not a measurement
+    while not WARM.idle_pids() - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (started,) = WARM.idle_pids() - before  # before any action
+    assert pids(plan.to_arrow()) == {started}
 
 
 def test_a_worker_imports_what_the_first_batch_needs_before_the_udf_comes():

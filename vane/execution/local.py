@@ -45,7 +45,7 @@ from vane.plan.explain import explain
 from vane.plan.nodes import FileScan, Limit, MaterializedScan, PlanNode, SqlStep, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import shared_subplans, walk
-from vane.udf.spec import output_schema
+from vane.udf.spec import UdfSpec, output_schema
 
 if TYPE_CHECKING:
     from vane.execution.stage import UdfStage
@@ -300,12 +300,19 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
 
 
 def _prestart(plan: PlanNode) -> None:
-    """Start the worker processes the plan's subprocess steps will need now, so that they
-    start (about 0.4 s: an interpreter and its imports) while the action opens its input and
-    DuckDB plans, not when the first batch reaches the step (``actors/warm.py``)."""
-    steps = [(node.udf, node.udf.name) for node in walk(plan) if isinstance(node, UdfStep)]
-    if any(spec.backend.startswith("subprocess") for spec, _ in steps):
-        from vane.execution.actors import prestart_workers
+    """Start the worker processes the plan's subprocess steps will need now (unless idle ones
+    will do, such as those ``check`` started as the steps were built), so that they start
+    (about 0.4 s: an interpreter and its imports) while the action opens its input and DuckDB
+    plans, not when the first batch reaches the step (``actors/warm.py``)."""
+    _prestart_steps([(node.udf, node.udf.name) for node in walk(plan) if isinstance(node, UdfStep)])
+
+
+def _prestart_steps(steps: list[tuple[UdfSpec, str]]) -> None:
+    # Only with the warm pool on: a worker started early waits there, idle, for its stage;
+    # with worker_idle_timeout_s=0 workers start with their stage and end with their action.
+    subprocess = any(spec.backend.startswith("subprocess") for spec, _ in steps)
+    if subprocess and get_config().worker_idle_timeout_s > 0:
+        from vane.execution.actors import prestart_workers  # actor pools load lazily
 
         prestart_workers(steps)
 
@@ -325,12 +332,16 @@ class LocalRunner:
     name = "local"
 
     def check(self, plan: PlanNode) -> None:
-        """Every UDF step's GPUs, cores and memory against this machine, before anything runs."""
+        """Every UDF step's GPUs, cores and memory against this machine, before anything runs.
+        ``plan`` is a step just built: if its function runs in worker processes, they start
+        now, while the rest of the plan is built (``_prestart``)."""
         from vane.execution.resources import check_resources
 
         for node in walk(plan):
             if isinstance(node, UdfStep):
                 check_resources(node.udf, node.udf.name)
+        if isinstance(plan, UdfStep):
+            _prestart_steps([(plan.udf, plan.udf.name)])
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
         return {}  # everything runs here: explain() shows the plan as it is

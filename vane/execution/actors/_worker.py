@@ -7,12 +7,12 @@ the action needs it (``warm.py``). It reads the INIT frame (the cloudpickled UDF
 to the body and writes back each result, until STOP (or STOP_EARLY: the batches not started are
 dropped); once the UDF's teardown() has run and the instance is released it says STOPPED and
 exits, or, when STOP said KEEP, waits for the next INIT: a new UDF, constructed anew, for the
-driver's next action (``warm.py``; it exits instead if its UDF changed its environment variables
-or working directory). Between actions the end of its request pipe is an ordinary exit. SLOTS are the
-descriptors of the actor's shared-memory slots, comma separated (``shm.py``): a batch that came
-in a slot is copied out of it at once, and its result is written back into the same slot. A call
-that overruns ``batch_timeout_s`` cannot be stopped, so the worker reports it (HUNG) and exits;
-the driver replaces it.
+driver's next action (``warm.py``; it exits instead if its UDF changed its environment
+variables or working directory). Between actions the end of its request pipe is an ordinary
+exit. SLOTS are the descriptors of the actor's shared-memory slots, comma separated
+(``shm.py``): a batch that came in a slot is copied out of it at once, and its result is written
+back into the same slot. A call that overruns ``batch_timeout_s`` cannot be stopped, so the
+worker reports it (HUNG) and exits; the driver replaces it.
 
 A worker never outlives its driver. On Linux it asks the kernel to SIGKILL it when the driver
 dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); everywhere, the main
@@ -205,6 +205,10 @@ def main(
             if served:
                 return  # let go between actions (the warm pool's timeout): exit as usual
             os._exit(1)
+        if kind == ipc.PING:  # the driver checks that this waiting worker is alive
+            with contextlib.suppress(OSError):
+                ipc.write_frame(write_fd, ipc.PING)
+            continue
         assert kind == ipc.INIT, kind
         served = True
         init = cloudpickle.loads(body)

@@ -69,6 +69,8 @@ STOP_EARLY = b"X"  # driver -> worker: drop the batches not started, finish the 
 # worker -> driver: every batch is answered (or dropped) and teardown() ran; from a worker that
 # stays for another UDF (warm.py), the files it imported, as JSON
 STOPPED = b"D"
+# driver -> worker waiting for its next INIT, and back: are you there (warm.py)?
+PING = b"P"
 # The body of a STOP or STOP_EARLY after which the worker waits for another INIT, not exit.
 KEEP = b"K"
 # worker -> driver: the UDF's requests per server (vane.observe.requests), as they change

@@ -5,13 +5,16 @@ modules, and pandas, which pyarrow imports on its first conversion of Python val
 DuckDB's whole run over 2M rows (bench/RESULTS.md, the overhead row). Two things keep that start
 out of an action's time:
 
-- **Started early.** An action that will need worker processes asks for them first thing
-  (``prestart``), before its plan is optimized and its input opened; the processes start and
-  import what a first batch needs (``_worker.warm_up``) while the driver does that work. The
-  UDF is sent to them (and its constructor runs in them) when its stage starts, as before.
+- **Started early.** A subprocess step's workers are asked for (``prestart``) as the step is
+  built (the local runner's ``check``), and again as an action that will need them begins,
+  before its input is opened; the processes start and import what a first batch needs
+  (``_worker.warm_up``) while the driver does that work. The UDF is sent to them (and its
+  constructor runs in them) when its stage starts, as before. A worker started early waits
+  here like an idle one, and ends like one if no action comes for it.
 - **Kept warm.** When an action ends gracefully, each of its workers, once its UDF's
   ``teardown()`` has run and the instance is released, waits here for the next action instead of
-  exiting, for ``worker_idle_timeout_s`` (``vane.configure``; 0 turns this off). The next action
+  exiting, for ``worker_idle_timeout_s`` (``vane.configure``; 0 turns this and the early start
+  off: workers then start with their stage and end with their action). The next action
   whose workers would start the same way takes it instead of starting one. Only the process is
   reused, never a UDF instance: a worker gets a new INIT (the UDF, constructed anew) each time.
 
@@ -41,6 +44,7 @@ import atexit
 import contextlib
 import math
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -52,9 +56,12 @@ from queue import SimpleQueue
 from typing import IO, Any
 
 from vane.config import get_config
-from vane.execution.actors import shm
+from vane.execution.actors import ipc, shm
 from vane.execution.model_bars import worker_environment
 from vane.udf.spec import UdfSpec
+
+# How long a used worker taken from the pool may take to answer its PING (it answers at once).
+PING_SECONDS = 5.0
 
 _VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -217,7 +224,9 @@ class Worker:
         """Alive, and nothing it imported or was told would differ from a new worker's."""
         if self.process.poll() is not None:
             return False
-        if self.sys_path is not None and self.sys_path != sys_path:
+        if self.sys_path is None:
+            return True  # never used: it may still be starting, and fails as a new one would
+        if self.sys_path != sys_path:
             return False
         for file, mtime in self.files:
             try:
@@ -225,7 +234,19 @@ class Worker:
                     return False
             except OSError:
                 return False
-        return True
+        return self._answers()
+
+    def _answers(self) -> bool:
+        """Whether the process answers a PING, as a used worker waiting for its next UDF does
+        at once. A process that was killed while idle may not be reaped yet (its threads still
+        exiting, so ``poll`` cannot tell), but its pipe ends before it answers; one that does
+        not answer within ``PING_SECONDS`` is not reused either."""
+        try:
+            ipc.write_frame(self.write_fd, ipc.PING)
+            readable, _, _ = select.select([self.read_fd], [], [], PING_SECONDS)
+            return bool(readable) and ipc.read_frame(self.read_fd)[0] == ipc.PING
+        except (OSError, EOFError):
+            return False
 
     def close(self, *, kill: bool = False) -> None:
         """Let the process go and close this side of its pipes and slots: an idle worker exits
