@@ -382,8 +382,9 @@ class WarmPool:
             entry.started.add_done_callback(_close_started)
 
     def _reap(self) -> None:
-        """End each worker idle longer than the timeout (read as it is checked: a
-        ``configure`` applies to the workers idle then), or that died while idle."""
+        """End each worker idle longer than the timeout, or that died while idle. The timeout
+        is read whenever the pool changes (a worker given back or started): a ``configure``
+        applies to the workers idle then from the next change, or the next expiry."""
         while True:
             expired: list[Worker] = []
             with self._lock:
