@@ -45,6 +45,9 @@ class Config:
     # Options for remote filesystems (io/storage.py), flat or nested by protocol; a read_* or
     # write_* call's own storage_options go on top.
     storage_options: dict[str, Any] | None = None
+    # How long a subprocess actor's worker process waits, idle, for the next action once one
+    # ends (0: it exits with the action). Why 5 s: vane/execution/actors/warm.py.
+    worker_idle_timeout_s: float = 5.0
 
 
 _config = Config()
@@ -79,6 +82,7 @@ SETTINGS = (
     "resource_wait_timeout_s",
     "model_progress",
     "storage_options",
+    "worker_idle_timeout_s",
 )
 
 
@@ -94,6 +98,7 @@ def configure(
     resource_wait_timeout_s: float | None = None,
     model_progress: bool | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    worker_idle_timeout_s: float | None = None,
     address: str | None = None,
     **ray_init_kwargs: Any,
 ) -> Config:
@@ -109,6 +114,10 @@ def configure(
     or writes, spelled as pandas and fsspec spell them (``{"key": ..., "secret": ...,
     "endpoint_url": ...}``), or nested by protocol (``{"s3": {...}, "hf": {...}}``); a call's
     own ``storage_options=`` go on top (docs/io.md, "Where your data lives").
+    ``worker_idle_timeout_s`` (default 5) is how long the worker processes of
+    ``execution_backend="subprocess_actor"`` stay after an action, idle, for the next one to
+    use instead of starting its own (the process only: each action constructs its UDF anew);
+    0 ends them with the action.
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
@@ -171,6 +180,14 @@ def configure(
                 f"storage_options takes a dict, got {type(storage_options).__name__}"
             )
         changes["storage_options"] = dict(storage_options)
+    if worker_idle_timeout_s is not None:
+        value = worker_idle_timeout_s
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigurationError(
+                "worker_idle_timeout_s must be a number of seconds, 0 or more (0: worker "
+                f"processes end with their action), got {value!r}"
+            )
+        changes["worker_idle_timeout_s"] = float(value)
     _config = replace(_config, **changes)  # type: ignore[arg-type]
     return _config
 

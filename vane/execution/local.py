@@ -45,7 +45,7 @@ from vane.plan.explain import explain
 from vane.plan.nodes import FileScan, Limit, MaterializedScan, PlanNode, SqlStep, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import shared_subplans, walk
-from vane.udf.spec import output_schema
+from vane.udf.spec import UdfSpec, output_schema
 
 if TYPE_CHECKING:
     from vane.execution.stage import UdfStage
@@ -272,6 +272,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     """One action's execution: the single door for its errors, which are translated (a Ctrl-C
     becomes ``KeyboardInterrupt``, whatever DuckDB or Arrow made of it), and its resources are
     always released."""
+    _prestart(plan)
     execution = Execution(plan, streaming=streaming)
     failed = True
     writes = writes_started()
@@ -298,6 +299,24 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
         execution.close(failed=failed)
 
 
+def _prestart(plan: PlanNode) -> None:
+    """Start the worker processes the plan's subprocess steps will need now (unless idle ones
+    will do, such as those ``check`` started as the steps were built), so that they start
+    (about 0.4 s: an interpreter and its imports) while the action opens its input and DuckDB
+    plans, not when the first batch reaches the step (``actors/warm.py``)."""
+    _prestart_steps([(node.udf, node.udf.name) for node in walk(plan) if isinstance(node, UdfStep)])
+
+
+def _prestart_steps(steps: list[tuple[UdfSpec, str]]) -> None:
+    # Only with the warm pool on: a worker started early waits there, idle, for its stage;
+    # with worker_idle_timeout_s=0 workers start with their stage and end with their action.
+    subprocess = any(spec.backend.startswith("subprocess") for spec, _ in steps)
+    if subprocess and get_config().worker_idle_timeout_s > 0:
+        from vane.execution.actors import prestart_workers  # actor pools load lazily
+
+        prestart_workers(steps)
+
+
 def _interrupted_in_duckdb(exc: BaseException) -> bool:
     """DuckDB checks for signals as it runs a query on the main thread: on a Ctrl-C it runs
     Python's handler itself and answers with an error of its own, often before the watcher
@@ -313,12 +332,16 @@ class LocalRunner:
     name = "local"
 
     def check(self, plan: PlanNode) -> None:
-        """Every UDF step's GPUs, cores and memory against this machine, before anything runs."""
+        """Every UDF step's GPUs, cores and memory against this machine, before anything runs.
+        ``plan`` is a step just built: if its function runs in worker processes, they start
+        now, while the rest of the plan is built (``_prestart``)."""
         from vane.execution.resources import check_resources
 
         for node in walk(plan):
             if isinstance(node, UdfStep):
                 check_resources(node.udf, node.udf.name)
+        if isinstance(plan, UdfStep):
+            _prestart_steps([(plan.udf, plan.udf.name)])
 
     def placement(self, plan: PlanNode) -> dict[int, str]:
         return {}  # everything runs here: explain() shows the plan as it is
@@ -375,6 +398,7 @@ class LocalRunner:
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
+        _prestart(plan)  # (before the resume store and the ledger are opened)
         check_retry(plan, errors_to, caller, sink.path)
         ledger = None
         if errors_to is not None:

@@ -11,6 +11,22 @@ from vane.execution.resources import check_resources
 from vane.udf.spec import UdfSpec
 
 
+def prestart_workers(steps: list[tuple[UdfSpec, str]]) -> None:
+    """Start the worker processes that the subprocess steps among ``steps`` (each a spec and
+    its step's name) will need, while the action plans and opens its input (``warm.py``)."""
+    wanted = []
+    for spec, step in steps:
+        if spec.backend in ("subprocess_actor", "subprocess_task"):
+            try:
+                wanted.append((spec, check_resources(spec, step)))
+            except ConfigurationError:
+                continue  # the step's own start says what is wrong
+    if wanted:
+        from vane.execution.actors.subprocess import prestart
+
+        prestart(wanted)
+
+
 def make_pool(spec: UdfSpec, schema: pa.Schema, step: str) -> ActorPool:
     visible = check_resources(spec, step)
     if spec.backend == "thread":

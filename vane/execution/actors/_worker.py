@@ -1,14 +1,18 @@
 """The entry point of a subprocess actor:
 ``python -m vane.execution.actors._worker IN OUT DRIVER [SLOTS]``.
 
-It reads the INIT frame (the cloudpickled UDF spec), hosts an ``ActorBody`` (which constructs
-the UDF on its own thread), answers READY, then hands each BATCH to the body and writes back each
-result, until STOP (or STOP_EARLY: the batches not started are dropped); once the UDF's
-teardown() has run and the instance is released it says STOPPED and exits. SLOTS are the
-descriptors of the actor's shared-memory slots, comma separated (``shm.py``): a batch that came
-in a slot is copied out of it at once, and its result is written back into the same slot. A call
-that overruns ``batch_timeout_s`` cannot be stopped, so the worker reports it (HUNG) and exits;
-the driver replaces it.
+First it imports what a first batch will need (``warm_up``): it may have been started before
+the action needs it (``warm.py``). It reads the INIT frame (the cloudpickled UDF spec), hosts an
+``ActorBody`` (which constructs the UDF on its own thread), answers READY, then hands each BATCH
+to the body and writes back each result, until STOP (or STOP_EARLY: the batches not started are
+dropped); once the UDF's teardown() has run and the instance is released it says STOPPED and
+exits, or, when STOP said KEEP, waits for the next INIT: a new UDF, constructed anew, for the
+driver's next action (``warm.py``; it exits instead if its UDF changed its environment
+variables or working directory). Between actions the end of its request pipe is an ordinary
+exit. SLOTS are the descriptors of the actor's shared-memory slots, comma separated
+(``shm.py``): a batch that came in a slot is copied out of it at once, and its result is written
+back into the same slot. A call that overruns ``batch_timeout_s`` cannot be stopped, so the
+worker reports it (HUNG) and exits; the driver replaces it.
 
 A worker never outlives its driver. On Linux it asks the kernel to SIGKILL it when the driver
 dies (``PR_SET_PDEATHSIG``, which works even while the UDF holds the GIL); everywhere, the main
@@ -34,6 +38,7 @@ import json
 import os
 import signal
 import sys
+import sysconfig
 import threading
 from typing import Any
 
@@ -142,21 +147,97 @@ class _Replies:
             self.failed(-1, error)
 
 
+def warm_up() -> None:
+    """Import, before the UDF comes, what its first batch will need: pyarrow.compute, and
+    pandas, which pyarrow imports on its first conversion of Python values (a list, a scalar
+    such as the ``2`` of ``pc.multiply(col, 2)``, a dict of columns) whenever it is installed:
+    about 0.2 s, paid here while the driver plans the action and opens its input, rather than
+    in the first batch."""
+    import pyarrow as pa
+    import pyarrow.compute
+
+    pa.array([0])  # pyarrow's own lazy import of pandas, as the first batch would make it
+
+
+class _Surroundings:
+    """What a UDF may change in its process that the next UDF would see: the environment
+    variables and the working directory. A worker whose UDF changed them is not reused."""
+
+    def __init__(self) -> None:
+        self.env = dict(os.environ)
+        self.cwd = os.getcwd()
+
+    def unchanged(self) -> bool:
+        try:
+            return dict(os.environ) == self.env and os.getcwd() == self.cwd
+        except OSError:  # the working directory is gone
+            return False
+
+
+def imported_files() -> list[tuple[str, int]]:
+    """The source files of the modules this process imported, with their modification times:
+    the driver reuses it only while none has changed (``warm.py``). The standard library is
+    left out."""
+    stdlib = sysconfig.get_paths()["stdlib"] + os.sep
+    files = []
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and not file.startswith(stdlib):
+            with contextlib.suppress(OSError):
+                files.append((file, os.stat(file).st_mtime_ns))
+    return files
+
+
 def main(
     read_fd: int, write_fd: int, driver: int, slot_fds: list[int], linger: bool = False
 ) -> None:
     follow_driver(driver, linger=linger)
     keep_to_itself([read_fd, write_fd, *slot_fds])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        kind, body = ipc.read_frame(read_fd)
-    except EOFError:
-        os._exit(1)
-    assert kind == ipc.INIT, kind
-    init = cloudpickle.loads(body)
+    warm_up()
+    surroundings = _Surroundings()
+    slots: Slots | None = None
+    served = False
+    while True:
+        try:
+            kind, body = ipc.read_frame(read_fd)
+        except EOFError:
+            if served:
+                return  # let go between actions (the warm pool's timeout): exit as usual
+            os._exit(1)
+        if kind == ipc.PING:  # the driver checks that this waiting worker is alive
+            with contextlib.suppress(OSError):
+                ipc.write_frame(write_fd, ipc.PING)
+            continue
+        assert kind == ipc.INIT, kind
+        served = True
+        init = cloudpickle.loads(body)
+        if slots is None and slot_fds:
+            slots = Slots.attach(slot_fds, init["slot_limit"])
+        if not serve(
+            init,
+            read_fd=read_fd,
+            write_fd=write_fd,
+            slots=slots,
+            linger=linger,
+            surroundings=surroundings,
+        ):
+            return
+
+
+def serve(
+    init: dict[str, Any],
+    *,
+    read_fd: int,
+    write_fd: int,
+    slots: Slots | None,
+    linger: bool,
+    surroundings: _Surroundings,
+) -> bool:
+    """Construct the UDF ``init`` carries and run batches until STOP; whether the driver keeps
+    this process for another UDF (STOP carried KEEP, and the UDF left it as it found it)."""
     sys.path[:0] = [p for p in init["sys_path"] if p not in sys.path]
     file_stores.install(init.get("file_stores"))  # (None: the environment's credentials only)
-    slots = Slots.attach(slot_fds, init["slot_limit"]) if slot_fds else None
     replies = _Replies(write_fd, slots)
     try:
         actor = ActorBody(
@@ -170,9 +251,9 @@ def main(
         )
     except BaseException as exc:  # the spec does not unpickle here
         replies.failed(-1, exc)
-        return
+        return False
     threading.Thread(target=replies.answer, args=(actor,), name="vane-ready", daemon=True).start()
-    early = False
+    early = keep = False
     while True:
         try:
             kind, body = ipc.read_frame(read_fd)
@@ -185,13 +266,18 @@ def main(
             os._exit(1)  # the driver is gone: nobody will read what this batch returns
         if kind in (ipc.STOP, ipc.STOP_EARLY):
             early = kind == ipc.STOP_EARLY
+            keep = bytes(body) == ipc.KEEP
             break
         token, slot, task = ipc.read_batch(body, slots)
         replies.expect(token, slot)
         actor.submit(token, task)
     actor.stop(graceful=True, early=early)
     actor.join(LINGER_SECONDS if linger else None)
-    replies.send(ipc.STOPPED)  # the driver need not wait for this interpreter to wind down
+    keep = keep and actor.ready.exception() is None and surroundings.unchanged()
+    # The driver need not wait for this interpreter to wind down; a kept worker says what it
+    # imported, for the driver to tell whether it may serve the next UDF.
+    replies.send(ipc.STOPPED, json.dumps(imported_files()).encode() if keep else b"")
+    return keep
 
 
 if __name__ == "__main__":

@@ -64,9 +64,15 @@ BATCH = b"B"  # driver -> worker: token, offset, attempts done, where the table 
 RESULT = b"O"  # worker -> driver: token, outcome's counts, its failure, where the table lies
 FAILED = b"E"  # worker -> driver: token (or -1 for construction), the error
 HUNG = b"H"  # worker -> driver: token, attempt, where it was stuck; then the worker exits
-STOP = b"S"  # driver -> worker: finish the batches sent, then exit
+STOP = b"S"  # driver -> worker: finish the batches sent, then exit (or with KEEP, wait)
 STOP_EARLY = b"X"  # driver -> worker: drop the batches not started, finish the running ones
-STOPPED = b"D"  # worker -> driver: every batch is answered (or dropped) and teardown() ran
+# worker -> driver: every batch is answered (or dropped) and teardown() ran; from a worker that
+# stays for another UDF (warm.py), the files it imported, as JSON
+STOPPED = b"D"
+# driver -> worker waiting for its next INIT, and back: are you there (warm.py)?
+PING = b"P"
+# The body of a STOP or STOP_EARLY after which the worker waits for another INIT, not exit.
+KEEP = b"K"
 # worker -> driver: the UDF's requests per server (vane.observe.requests), as they change
 REQUESTS = b"Q"
 

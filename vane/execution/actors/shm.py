@@ -169,6 +169,12 @@ class Slots:
         with self._lock:
             return self._free.pop() if self._free else None
 
+    def reclaim(self) -> None:
+        """Every slot is free again: the other side has given up all of them (a worker that
+        said STOPPED: the batches it dropped never came back to free theirs)."""
+        with self._lock:
+            self._free = list(range(len(self._slots)))
+
     def give_back(self, number: int) -> None:
         with self._lock:
             self._free.append(number)

@@ -9,46 +9,43 @@ A worker that dies (a crash, ``os._exit``, the OOM killer) or hangs past ``batch
 own threads for a worker (a sender and a receiver) report their own failure as the job's
 (``ActorPool.fail_internal``), never as the worker's death.
 
-Workers are forked by one long-lived thread: Linux sends the parent-death signal that ends a
-worker with its driver when the *thread* that forked it ends, not the process.
+Workers are started, and kept between actions, by ``warm.py``: an action starts the ones it
+will need before it opens its input, and a graceful end leaves them waiting for the next action
+(``worker_idle_timeout_s``), each to be given a new UDF.
 
 What a worker process costs, beyond the thread backend (the bench's overhead workload: a
 trivial UDF over 4,096-row batches, Parquet to Parquet, 2 cores; bench/RESULTS.md has the
-current figures): its start, paid inside the action, of about 0.4 s: a fresh interpreter
-(~40 ms), pyarrow's import (~175 ms) and vane's worker modules before the UDF is constructed,
-then pyarrow's import of pandas (~200 ms) on the UDF's first conversion of Python values. Then
-per batch: its trip through a slot and the pipes, about 0.4 ms each when batches went one by
-one, which is why quick calls travel in units of several batches (``stage.py``).
+current figures): its start, of about 0.4 s when the action cannot take a warm one: a fresh
+interpreter (~40 ms), pyarrow's import (~175 ms), vane's worker modules, and pandas (~200 ms,
+which pyarrow imports on its first conversion of Python values), all before the UDF comes and
+while the action opens its input. Then per batch: its trip through a slot and the pipes, about
+0.4 ms each when batches went one by one, which is why quick calls travel in units of several
+batches (``stage.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import os
 import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from concurrent.futures import Future
-from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import IO, Any
 
 import pyarrow as pa
 
 from vane.errors import ActorDiedError
 from vane.execution.actors import ipc, shm
 from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
-from vane.execution.actors.body import concurrent_batches, settle
-from vane.execution.model_bars import worker_environment
+from vane.execution.actors.body import batches_in_flight, concurrent_batches, settle
+from vane.execution.actors.warm import WARM, Worker, WorkerKey, worker_env
 from vane.io import file_stores
 from vane.udf.runtime import Task
 from vane.udf.shipping import pickled_spec
 from vane.udf.spec import UdfSpec
-
-_VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
 # A plain UDF's batches sent to a worker process at once: the one it runs and seven queued
 # behind it. A batch's trip (the pool's sender thread, the pipe, the worker's reader, and the
@@ -73,112 +70,36 @@ def exit_description(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
-def _forward(stream: IO[bytes], target: IO[str], prefix: str) -> None:
-    # Whatever happens to the target, keep reading: a worker whose output pipe fills up blocks
-    # on its next print (hazard 2 in ipc.py).
-    writable = True
-    for raw in iter(stream.readline, b""):
-        if writable:
-            try:
-                target.write(prefix + raw.decode(errors="replace"))
-                target.flush()
-            except Exception:
-                writable = False
-    stream.close()
-
-
-# -P (Python 3.11+): the working directory is not put first on the worker's sys.path, so a
-# `vane` folder there cannot stand in for the vane this driver runs.
-_SAFE_PATH = ("-P",) if sys.version_info >= (3, 11) else ()
-
-
-class _Spawner:
-    """The one thread that starts worker processes, alive as long as the driver."""
-
-    def __init__(self) -> None:
-        self._requests: SimpleQueue[tuple[list[str], dict[str, Any], Future[Any]]] = SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def popen(self, args: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="vane-spawner", daemon=True)
-                self._thread.start()
-        started: Future[subprocess.Popen[bytes]] = Future()
-        self._requests.put((args, kwargs, started))
-        return started.result()
-
-    def _run(self) -> None:
-        while True:
-            args, kwargs, started = self._requests.get()
-            try:
-                started.set_result(subprocess.Popen(args, **kwargs))
-            except BaseException as exc:
-                started.set_exception(exc)
-
-
-_SPAWNER = _Spawner()
-
-
 class SubprocessActor(Actor):
     abandon_note = "; its worker process was ended"
 
-    def __init__(self, pool: SubprocessPool, index: int, slot: int, env: dict[str, str]) -> None:
+    def __init__(self, pool: SubprocessPool, index: int, slot: int, key: WorkerKey) -> None:
         super().__init__(pool, index, slot)
+        self._owner = pool
         self.label = f"{pool.spec.name} actor {index}"
-        self._slots = shm.Slots.create(pool.slots_per_actor, pool.slot_limit)
+        worker = None if pool.linger else WARM.take(key, pool.sys_path)
+        self.worker = worker or Worker(key)
+        self.reused = worker is not None
+        self.worker.slots.reclaim()  # a kept worker answered (or dropped) every batch it had
+        self.process = self.worker.process
+        self._slots = self.worker.slots
         self._slot_of: dict[int, int] = {}  # token -> the slot its batch went in
-        # The sender and the receiver both touch the slots; the last of them to end closes them.
-        self._slot_users = 2
-        self._slot_lock = threading.Lock()
-        request_r, request_w = os.pipe()
-        result_r, result_w = os.pipe()
-        try:
-            self.process = _SPAWNER.popen(
-                [
-                    sys.executable,
-                    *_SAFE_PATH,
-                    "-m",
-                    "vane.execution.actors._worker",
-                    str(request_r),
-                    str(result_w),
-                    str(os.getpid()),
-                    ",".join(str(fd) for fd in self._slots.fds),
-                    *(["linger"] if pool.linger else []),
-                ],
-                pass_fds=(request_r, result_w, *self._slots.fds),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                # A Ray actor's worker lingers to run teardown() after Ray kills the actor, and
-                # Ray kills a dead worker's whole process group: it needs a group of its own.
-                start_new_session=pool.linger,
-            )
-        except BaseException:
-            os.close(request_w)
-            os.close(result_r)
-            self._slots.close()
-            raise
-        finally:
-            os.close(request_r)
-            os.close(result_w)
-        self._write_fd, self._read_fd = request_w, result_r
-        prefix = f"({self.label} pid={self.process.pid}) "
-        outputs = ((self.process.stdout, sys.stdout), (self.process.stderr, sys.stderr))
-        for stream, target in outputs:
-            assert stream is not None
-            threading.Thread(
-                target=_forward, args=(stream, target, prefix), daemon=True, name="vane-forward"
-            ).start()
+        # The sender and the receiver both use the pipes and slots; the last of them to end
+        # gives the worker back to the warm pool, or closes them (``_thread_done``).
+        self._users = 2
+        self._users_lock = threading.Lock()
+        self._write_fd, self._read_fd = self.worker.write_fd, self.worker.read_fd
+        self.worker.prefix = f"({self.label} pid={self.process.pid}) "
         self._ready: Future[None] = Future()
         self._started = False  # the UDF was constructed: from then on, an exit is a loss
         self._outbox: SimpleQueue[tuple[int, Task] | None] = SimpleQueue()
         self._early = False  # stopped early: the worker drops the batches it has not started
+        self._keep = False  # stopped gracefully with the warm pool on: the worker may stay
+        self._kept = False  # it said STOPPED and that it stays: it goes back to the warm pool
         self._hangs: dict[int, tuple[int, float, str]] = {}  # token -> attempt, seconds, where
         # Set once nothing more will come from the worker: it said STOPPED, or it is gone.
         self._finished = threading.Event()
+        self._released = threading.Event()  # the worker is back in the warm pool, or let go
         threading.Thread(
             target=self._send_loop, args=(pool.init,), daemon=True, name="vane-send"
         ).start()
@@ -203,15 +124,15 @@ class SubprocessActor(Actor):
                 parts = ipc.batch_parts(token, task, self._slots, slot)
                 ipc.write_frame(self._write_fd, ipc.BATCH, *parts)
             if not self._dead:
-                ipc.write_frame(self._write_fd, ipc.STOP_EARLY if self._early else ipc.STOP)
+                stop = ipc.STOP_EARLY if self._early else ipc.STOP
+                ipc.write_frame(self._write_fd, stop, *([ipc.KEEP] if self._keep else []))
         except OSError:
             pass  # the worker is gone; the receiver reports it
         except BaseException as exc:
             self.process.kill()
             self.pool.fail_internal(f"the thread sending batches to {self.label}", exc)
         finally:
-            os.close(self._write_fd)
-            self._done_with_slots()
+            self._thread_done()
 
     def _receive_loop(self) -> None:
         try:
@@ -221,20 +142,27 @@ class SubprocessActor(Actor):
             self.process.kill()
             self.pool.fail_internal(f"the thread receiving results from {self.label}", exc)
         finally:
-            # This thread owns the read end (see _send_loop).
-            os.close(self._read_fd)
             try:
-                self._ended()
+                if not self._kept:
+                    self._ended()
             finally:
                 self._finished.set()
-                self._done_with_slots()
+                self._thread_done()
 
-    def _done_with_slots(self) -> None:
-        with self._slot_lock:
-            self._slot_users -= 1
-            last = self._slot_users == 0
-        if last:
-            self._slots.close()
+    def _thread_done(self) -> None:
+        """One of the actor's two threads has ended; after the second, no write or read on the
+        worker's pipes can happen any more (so their numbers cannot be reused under one): it
+        goes back to the warm pool if it stays, else its pipes and slots are closed."""
+        with self._users_lock:
+            self._users -= 1
+            last = self._users == 0
+        if not last:
+            return
+        if self._kept:
+            WARM.give_back(self.worker)
+        else:
+            self.worker.close()
+        self._released.set()
 
     def _free_slot(self, token: int) -> None:
         """The reply to batch ``token`` is in: its slot, if it had one, is the driver's again."""
@@ -267,6 +195,11 @@ class SubprocessActor(Actor):
             except (EOFError, OSError):
                 return
             if kind == ipc.STOPPED:
+                if body.nbytes:  # it stays for the next action (warm.py)
+                    self.worker.sys_path = self._owner.sys_path
+                    self.worker.files = [(f, m) for f, m in json.loads(bytes(body))]
+                    self._kept = True
+                    return
                 self._finished.set()  # its exit (EOF next) is reaped by _ended, on this thread
                 continue
             if kind == ipc.REQUESTS:
@@ -313,7 +246,9 @@ class SubprocessActor(Actor):
             # After a failure nothing queued here matters: end the worker now rather than let
             # it finish batches whose results nobody will read.
             self.process.kill()
-        elif early:
+        else:
+            self._keep = not self._owner.linger and WARM.timeout() > 0
+        if graceful and early:
             # Nobody will read what the batches not yet sent return: they stay here, and the
             # worker drops those it has not started (STOP_EARLY).
             self._early = True
@@ -325,21 +260,19 @@ class SubprocessActor(Actor):
         # interpreter winding down is no business of the action's (measured 0.1-0.4 s with
         # pandas loaded): the receiver reaps it. Only a graceful stop waits for that word; this
         # may run on the receiver itself (fail_internal), which must not wait on itself.
-        if graceful and self._finished.wait(timeout=30):
+        # A worker that stays is back in the warm pool before the action ends, for the next
+        # action to find.
+        if (
+            graceful
+            and self._finished.wait(timeout=30)
+            and (not self._kept or self._released.wait(timeout=30))
+        ):
             return
         try:
             self.process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def gpu_slots(spec: UdfSpec, visible: list[str], slot: int) -> list[str]:
-    """The devices of the actor holding ``slot``: ``gpus`` whole devices each, or a shared one
-    when ``gpus`` is a fraction."""
-    start = math.floor(slot * spec.gpus)
-    end = max(start + 1, math.ceil((slot + 1) * spec.gpus))
-    return visible[start:end]
 
 
 class SubprocessPool(ActorPool):
@@ -360,12 +293,13 @@ class SubprocessPool(ActorPool):
         # (a Ray actor's workers: see _worker.py).
         self.linger = linger
         self.slot_limit = shm.SLOT_LIMIT
+        self.sys_path = list(sys.path)
         self.init = pickled_spec(
             spec,
             {
                 "schema": schema,
                 "step": step,
-                "sys_path": list(sys.path),
+                "sys_path": self.sys_path,
                 "slot_limit": self.slot_limit,
                 # the credentials a vane.File in an object store opens with there
                 "file_stores": file_stores.snapshot(),
@@ -373,18 +307,24 @@ class SubprocessPool(ActorPool):
         )
 
     def _start_actor(self, index: int, slot: int) -> Actor:
-        # No model library draws its bars in a worker unless asked (model_bars.py).
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **worker_environment())
-        # The worker imports the same vane as this process, wherever that one came from.
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_VANE_ROOT, os.environ.get("PYTHONPATH")) if p
-        )
-        if self.spec.cpus:
-            # Math libraries (torch, numpy's BLAS) size their thread pools from these at import:
-            # an actor then uses the cores it asked for instead of every core on the machine.
-            threads = str(max(1, math.ceil(self.spec.cpus)))
-            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-                env[name] = threads
-        if self.spec.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_slots(self.spec, self._visible_gpus, slot))
-        return SubprocessActor(self, index, slot, env)
+        key = worker_key(self.spec, self._visible_gpus, slot, self.slot_limit, linger=self.linger)
+        return SubprocessActor(self, index, slot, key)
+
+
+def worker_key(
+    spec: UdfSpec, visible_gpus: list[str], slot: int, slot_limit: int, *, linger: bool = False
+) -> WorkerKey:
+    """How the worker of ``spec``'s actor holding ``slot`` starts."""
+    slots = PLAIN_BATCHES_IN_FLIGHT if not spec.is_async else batches_in_flight(spec)
+    return WorkerKey.of(worker_env(spec, visible_gpus, slot), slots, slot_limit, linger=linger)
+
+
+def prestart(steps: list[tuple[UdfSpec, list[str]]]) -> None:
+    """Start, without waiting for them, the workers that the pools of ``steps`` (each a spec
+    and the GPUs visible to it) will start first, unless idle ones would serve (``warm.py``)."""
+    needed: Counter[WorkerKey] = Counter()
+    for spec, visible in steps:
+        for slot in range(spec.min_actors):
+            needed[worker_key(spec, visible, slot, shm.SLOT_LIMIT)] += 1
+    for key, count in needed.items():
+        WARM.prestart(key, count)
