@@ -11,6 +11,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the S3 server saw it."""
+
+    method: str
+    path: str  # /bucket/key
+    query: str
+
+    @property
+    def kind(self) -> str:
+        """LIST (a bucket listing), HEAD, GET (an object), PUT, POST or DELETE."""
+        key = self.path.strip("/").partition("/")[2]
+        if self.method == "GET" and not key and "location" not in self.query:
+            return "LIST"
+        return self.method
+
+
+def _recording(app: Any, requests: list[Request]) -> Any:
+    def recorded(environ: dict[str, Any], start_response: Any) -> Any:
+        requests.append(
+            Request(environ["REQUEST_METHOD"], environ["PATH_INFO"], environ["QUERY_STRING"])
+        )
+        return app(environ, start_response)
+
+    return recorded
+
 
 ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
 ACCESS_KEY = "testing"
@@ -18,14 +48,17 @@ SECRET_KEY = "testing-secret-value"
 
 
 @contextlib.contextmanager
-def local_s3(*, own_process: bool = False) -> Iterator[str]:
+def local_s3(*, own_process: bool = False, requests: list[Request] | None = None) -> Iterator[str]:
     """The server's URL, with test credentials and ``AWS_ENDPOINT_URL`` set; all as they were
     once it stops.
+
+    ``requests``: each request the server answers is appended to it, as it arrives (a thread
+    server only).
 
     ``own_process``: the server runs as a process of its own rather than a thread of this one.
     delta-rs holds this process's interpreter while it waits for some of its requests, so a
     server thread here could not answer them (its writer waited 180 s, then failed)."""
-    with _server(own_process) as url:
+    with _server(own_process, requests) as url:
         saved = {k: os.environ.get(k) for k in ENV}
         os.environ.update(
             AWS_ACCESS_KEY_ID=ACCESS_KEY,
@@ -44,7 +77,7 @@ def local_s3(*, own_process: bool = False) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _server(own_process: bool) -> Iterator[str]:
+def _server(own_process: bool, requests: list[Request] | None) -> Iterator[str]:
     if not own_process:
         from moto.server import ThreadedMotoServer
 
@@ -52,6 +85,9 @@ def _server(own_process: bool) -> Iterator[str]:
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
+        if requests is not None:
+            served = server._server  # werkzeug's server: each request calls its .app
+            served.app = _recording(served.app, requests)
         try:
             yield f"http://{host}:{port}"
         finally:
