@@ -210,3 +210,35 @@ def test_lance_options_in_the_librarys_own_spelling_still_work(bucket, endpoint)
 def test_a_local_path_is_unaffected(tmp_path: Path) -> None:
     vane.range(3).write_deltalake(str(tmp_path / "t"), storage_options=None)
     assert vane.read_deltalake(str(tmp_path / "t")).count() == 3
+
+
+def _doubled(batch: pa.Table) -> pa.Table:
+    ids = batch["id"]
+    return pa.table({"id": ids, "twice": pa.compute.multiply(ids, 2)})
+
+
+@pytest.mark.ray
+# ray.init forks the test process, which imported lance
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe", "ignore::DeprecationWarning")
+def test_a_delta_table_on_s3_mapped_on_ray_into_lance_on_s3(bucket, endpoint, on_ray) -> None:
+    """On the Ray runner: a Delta table on S3 read on the driver, mapped on Ray actors, written
+    as Lance fragments by Ray tasks and committed by the driver, the options (in vane's
+    spelling) reaching the tasks. (Iceberg's driver-side read on Ray is tested on local paths,
+    test_table_formats.py; its S3 options reach the tasks as Lance's do, in the writer.)"""
+    delta = Table("delta", bucket, endpoint, {})
+    target = Table("lance", bucket, endpoint, {})
+    options = vane_options(endpoint)
+    delta.write(vane.range(2000), "error", storage_options=options)  # no UDF: runs locally
+    mapped = (
+        delta.read(storage_options=options)
+        .filter("id < 1000")
+        .map_batches(
+            _doubled,
+            schema={"id": "BIGINT", "twice": "BIGINT"},
+            batch_size=250,
+            execution_backend="ray_actor",
+        )
+    )
+    assert target.write(mapped, "create", storage_options=options).rows == 1000
+    got = target.read(storage_options=options).to_pylist()
+    assert sorted((r["id"], r["twice"]) for r in got) == [(i, 2 * i) for i in range(1000)]
