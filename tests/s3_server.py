@@ -55,9 +55,9 @@ def local_s3(*, own_process: bool = False, requests: list[Request] | None = None
     ``requests``: each request the server answers is appended to it, as it arrives (a thread
     server only).
 
-    ``own_process``: the server runs as a process of its own rather than a thread of this one.
-    delta-rs holds this process's interpreter while it waits for some of its requests, so a
-    server thread here could not answer them (its writer waited 180 s, then failed)."""
+    ``own_process``: the server runs as a process of its own rather than a thread of this one:
+    with the server a thread here, delta-rs's writer waited 180 s for its first listing, then
+    failed (it seems to keep the interpreter while it waits)."""
     with _server(own_process, requests) as url:
         saved = {k: os.environ.get(k) for k in ENV}
         os.environ.update(

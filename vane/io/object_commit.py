@@ -33,14 +33,14 @@ A write puts a marker ``D/_vane_writes/<token>.json`` (host, process id, start t
 first file, and deletes it once it has committed or aborted. Every write, before it starts,
 removes what no live write owns and no manifest shows: files an overwrite replaced, and the
 files of dead writes (their marker names a process on this host that is gone, or is older than
-``STALE_WRITE_SECONDS``), then their markers. Files are listed before the log and the log before
-the markers, so a file of a write that is starting, or one that commits meanwhile, is never
-taken for garbage. An overwrite, once committed, also removes the files it replaced among those
-its start listed (not those of writes live then: they may commit after it; the next write
-removes what is left).
+``STALE_WRITE_SECONDS``), then their markers. Files are listed before the markers and the
+markers before the log, so a file of a write that is starting, or of one that commits
+meanwhile, is never taken for garbage. An overwrite, once committed, also removes the files
+it replaced among those its start listed (not those of writes live then: they may commit after
+it; the next write removes what is left).
 
 What one commit asks of the store, so that its cost does not grow with the files it writes:
-three listings at the start (the prefix, the log, the markers), each manifest read once; no
+three listings at the start (the prefix, the markers, the log), each manifest read once; no
 listing at the commit of an overwrite, or of an append to a prefix with a log (the put of the
 version after the one seen at the start is tried first: the conditional put refuses it if
 another write took it, and the log is listed again); two for ``mode="error"`` (the prefix, whose
@@ -391,14 +391,13 @@ class ObjectStaging:
         dead writes (then their markers), and files an overwrite replaced; return what was
         seen.
 
-        Files are listed before the log, and the log before the markers: a write's marker is
-        put before its first file, so every file listed belongs to a write whose marker the
-        later listing sees, or to one that has ended (committed: its files are in a manifest
-        the log listing sees; aborted: gone or dead)."""
+        Files are listed first, then the markers, then the log: a write's marker is put before
+        its first file, so every file listed belongs to a write whose marker the markers'
+        listing sees, or to one that ended before it (committed: its manifest was put before
+        its marker went, so the log's listing, made after, sees it; aborted: gone or dead).
+        (With the log listed before the markers, a write committing between the two would
+        have its files taken for garbage.)"""
         files = _list(self.fs, self.root)
-        log = versions(self.fs, self.root)
-        state = _state(self.fs, log, self._manifests) if log else None
-        shown = None if state is None else {f"{self.root}/{f}" for f in state[1]}
         live: set[str] = set()
         dead: list[Any] = []
         for info in _list(self.fs, f"{self.root}/{WRITES}", recursive=False):
@@ -411,6 +410,9 @@ class ObjectStaging:
             else:
                 live.add(info.base_name.removesuffix(".json"))
         gone = {info.base_name.removesuffix(".json") for info in dead}
+        log = versions(self.fs, self.root)
+        state = _state(self.fs, log, self._manifests) if log else None
+        shown = None if state is None else {f"{self.root}/{f}" for f in state[1]}
         removed: set[str] = set()
         for info in files:
             path = info.path
