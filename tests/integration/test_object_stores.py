@@ -200,6 +200,25 @@ def test_a_writer_killed_at_each_step_leaves_all_or_nothing(
     assert _ids(vane.read_parquet(url)) == sorted([*expected, 5000])
 
 
+def test_a_write_committing_while_another_cleans_up_keeps_its_files(bucket, tmp_path):
+    """Writer A lists the prefix's files (B's parts among them) and is held before it lists
+    the markers; B commits and removes its marker meanwhile. A must find B's manifest, not take
+    B's files for a dead write's leftovers."""
+    url = f"s3://{bucket}/race/"
+    vane.range(8).select("id", "id % 4 AS k").write_parquet(url, partition_by="k")  # ids 0..7
+    b_paused, a_paused = tmp_path / "b", tmp_path / "a"
+    b = _writer(url, "append", 1000, 80, pause=f"remote-staged:{b_paused}")
+    _wait_for(b_paused, b)
+    a = _writer(url, "append", 2000, 8, pause=f"remote-cleaning:{a_paused}")
+    _wait_for(a_paused, a)
+    b_paused.unlink()  # B commits and ends
+    assert b.wait() == 0, b.stderr.read().decode() if b.stderr else ""
+    a_paused.unlink()
+    assert a.wait() == 0, a.stderr.read().decode() if a.stderr else ""
+    expected = [*range(8), *range(1000, 1080), *range(2000, 2008)]
+    assert _ids(vane.read_parquet(url)) == expected
+
+
 def test_a_first_write_killed_before_its_commit_leaves_nothing(bucket, client, tmp_path):
     url = f"s3://{bucket}/first/"
     marker = tmp_path / "paused"

@@ -398,6 +398,7 @@ class ObjectStaging:
         (With the log listed before the markers, a write committing between the two would
         have its files taken for garbage.)"""
         files = _list(self.fs, self.root)
+        _pause("cleaning")
         live: set[str] = set()
         dead: list[Any] = []
         for info in _list(self.fs, f"{self.root}/{WRITES}", recursive=False):
