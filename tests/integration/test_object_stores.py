@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import vane
-from tests.s3_server import local_s3
+from tests.s3_server import Request, local_s3
 from vane.errors import (
     SinkError,
     SourceNotFoundError,
@@ -37,9 +37,13 @@ moto_server = pytest.importorskip("moto.server")
 botocore_session = pytest.importorskip("botocore.session")
 
 
+# Every request the S3 server answers, as it arrives (a test clears it before what it counts).
+REQUESTS: list[Request] = []
+
+
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    with local_s3() as url:
+    with local_s3(requests=REQUESTS) as url:
         yield url
 
 
@@ -196,6 +200,25 @@ def test_a_writer_killed_at_each_step_leaves_all_or_nothing(
     assert _ids(vane.read_parquet(url)) == sorted([*expected, 5000])
 
 
+def test_a_write_committing_while_another_cleans_up_keeps_its_files(bucket, tmp_path):
+    """Writer A lists the prefix's files (B's parts among them) and is held before it lists
+    the markers; B commits and removes its marker meanwhile. A must find B's manifest, not take
+    B's files for a dead write's leftovers."""
+    url = f"s3://{bucket}/race/"
+    vane.range(8).select("id", "id % 4 AS k").write_parquet(url, partition_by="k")  # ids 0..7
+    b_paused, a_paused = tmp_path / "b", tmp_path / "a"
+    b = _writer(url, "append", 1000, 80, pause=f"remote-staged:{b_paused}")
+    _wait_for(b_paused, b)
+    a = _writer(url, "append", 2000, 8, pause=f"remote-cleaning:{a_paused}")
+    _wait_for(a_paused, a)
+    b_paused.unlink()  # B commits and ends
+    assert b.wait() == 0, b.stderr.read().decode() if b.stderr else ""
+    a_paused.unlink()
+    assert a.wait() == 0, a.stderr.read().decode() if a.stderr else ""
+    expected = [*range(8), *range(1000, 1080), *range(2000, 2008)]
+    assert _ids(vane.read_parquet(url)) == expected
+
+
 def test_a_first_write_killed_before_its_commit_leaves_nothing(bucket, client, tmp_path):
     url = f"s3://{bucket}/first/"
     marker = tmp_path / "paused"
@@ -261,6 +284,35 @@ def test_of_two_writers_creating_one_prefix_exactly_one_wins(bucket):
 
 
 # ---- the generic path: any fsspec protocol -------------------------------------------------------
+
+
+def test_a_commit_lists_its_prefix_a_bounded_number_of_times(bucket, client):
+    """Counted at the server: a write lists its prefix a few times, however many files it
+    writes (before: 13 listings for a first write, 7 for an append or an overwrite; now 5, 3
+    and 3), asks no object's size (its stream counted it), and removes what an overwrite
+    replaced in one request."""
+    rel = vane.range(1000).select("id", "id % 4 AS k")
+    where = f"s3://{bucket}/counted/"
+
+    def counted(mode: str, files: int) -> dict[str, int]:
+        REQUESTS.clear()
+        rel.write_parquet(where, mode=mode, rows_per_file=1000 // files)
+        kinds = [r.kind for r in REQUESTS]
+        return {
+            "lists": kinds.count("LIST"),
+            "heads of parts": sum(r.kind == "HEAD" and "/part-" in r.path for r in REQUESTS),
+            "deletes": kinds.count("DELETE") + sum("delete" in r.query for r in REQUESTS),
+        }
+
+    first = counted("error", 10)
+    assert first["lists"] <= 5 and first["heads of parts"] == 0
+    for files in (1, 10):
+        append = counted("append", files)
+        assert append["lists"] <= 3 and append["heads of parts"] == 0
+    overwrite = counted("overwrite", 10)  # replaces 21 files
+    assert overwrite["lists"] <= 3 and overwrite["deletes"] <= 2
+    assert vane.read_parquet(where).count() == 1000
+    assert len(_keys(client, bucket, "counted/part-")) == 10  # the replaced ones are gone
 
 
 def test_memory_filesystem_reads_writes_and_commits():

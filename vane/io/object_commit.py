@@ -30,11 +30,24 @@ committed (their markers, below, are listed after the files, and the listing is 
 a first manifest appears meanwhile).
 
 A write puts a marker ``D/_vane_writes/<token>.json`` (host, process id, start time) before its
-first file, and deletes it once it has committed or aborted. Every write, before it starts and
-after it commits, removes what no live write owns and no manifest shows: files an overwrite
-replaced, and the files of dead writes (their marker names a process on this host that is gone,
-or is older than ``STALE_WRITE_SECONDS``), then their markers. Files are listed before markers,
-so a file of a write that is starting is never taken for garbage.
+first file, and deletes it once it has committed or aborted. Every write, before it starts,
+removes what no live write owns and no manifest shows: files an overwrite replaced, and the
+files of dead writes (their marker names a process on this host that is gone, or is older than
+``STALE_WRITE_SECONDS``), then their markers. Files are listed before the markers and the
+markers before the log, so a file of a write that is starting, or of one that commits
+meanwhile, is never taken for garbage. An overwrite, once committed, also removes the files
+it replaced among those its start listed (not those of writes live then: they may commit after
+it; the next write removes what is left).
+
+What one commit asks of the store, so that its cost does not grow with the files it writes:
+three listings at the start (the prefix, the markers, the log), each manifest read once; no
+listing at the commit of an overwrite, or of an append to a prefix with a log (the put of the
+version after the one seen at the start is tried first: the conditional put refuses it if
+another write took it, and the log is listed again); two for ``mode="error"`` (the prefix, whose
+listing holds the log, then the markers), which must look again. Sizes come from the upload
+streams, removals go in one request per thousand objects (S3's DeleteObjects), and the marker is
+one put. Measured on moto: 5 listings for a first write, 3 for an append or an overwrite, at any
+number of files (13, 7 and 7 before).
 
 A single file (``s3://b/out.parquet``) is written under ``<parent>/_vane_staging/<token>/`` and
 then copied into place server-side, which the store does atomically for one object (S3's
@@ -106,14 +119,18 @@ def _list(fs: pafs.FileSystem, path: str, *, recursive: bool = True) -> list[Any
     return [i for i in fs.get_file_info(selector) if i.type == FileType.File]
 
 
-def versions(fs: pafs.FileSystem, root: str) -> list[tuple[int, str]]:
-    """The log's manifests, oldest first: (version, path)."""
+def versions(fs: pafs.FileSystem, root: str) -> list[tuple[int, Any]]:
+    """The log's manifests, oldest first: (version, the listing's FileInfo of it)."""
+    return _versions_in(_list(fs, f"{root.rstrip('/')}/{LOG}", recursive=False))
+
+
+def _versions_in(listed: Iterable[Any]) -> list[tuple[int, Any]]:
     found = []
-    for info in _list(fs, f"{root.rstrip('/')}/{LOG}", recursive=False):
+    for info in listed:
         stem = info.base_name.removesuffix(".json")
         if stem.isdigit() and info.base_name.endswith(".json"):
-            found.append((int(stem), info.path))
-    return sorted(found)
+            found.append((int(stem), info))
+    return sorted(found, key=lambda pair: pair[0])
 
 
 def _read_json(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
@@ -122,19 +139,60 @@ def _read_json(fs: pafs.FileSystem, path: str) -> dict[str, Any]:
     return entry
 
 
-def committed(fs: pafs.FileSystem, root: str) -> tuple[int, list[str]] | None:
+def _manifest(fs: pafs.FileSystem, info: Any, cache: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest ``info`` lists, read once per write (``cache``: the write's own; a
+    manifest never changes once written, and a write's few seconds see no prefix deleted and
+    written anew)."""
+    if cache is None:
+        return _read_json(fs, info.path)
+    entry = cache.get(info.path)
+    if entry is None:
+        entry = cache[info.path] = _read_json(fs, info.path)
+    return entry
+
+
+def committed(
+    fs: pafs.FileSystem, root: str, cache: dict[str, Any] | None = None
+) -> tuple[int, list[str]] | None:
     """The latest version and the files (relative to ``root``) a vane reader reads there;
-    None if ``root`` has no log."""
+    None if ``root`` has no log. ``cache``: manifests already read, by path."""
     log = versions(fs, root)
-    if not log:
-        return None
+    return _state(fs, log, cache) if log else None
+
+
+def _state(
+    fs: pafs.FileSystem, log: list[tuple[int, Any]], cache: dict[str, Any] | None
+) -> tuple[int, list[str]]:
+    """The latest version of a non-empty ``log`` and the files a vane reader reads there."""
     files: list[str] = []
-    for _, path in reversed(log):
-        entry = _read_json(fs, path)
+    for _, info in reversed(log):
+        entry = _manifest(fs, info, cache)
         files = list(entry["files"]) + files
         if entry["mode"] == "overwrite":
             break
     return log[-1][0], list(dict.fromkeys(files))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a write's start saw of its prefix (after removing what dead writes left): the
+    log's latest version and the files it shows (None: no log), the files listed, and the
+    tokens of the writes live then (this one's included)."""
+
+    version: int | None
+    shown: frozenset[str] | None
+    files: tuple[Any, ...]
+    live: frozenset[str]
+
+    def holds_data(self, root: str) -> bool:
+        """Whether a reader found data here (``mode="error"``'s check at the start)."""
+        if self.shown is not None:
+            return bool(self.shown)
+        return any(
+            not _hidden_path(i.path, root) and owner(i.path, self.live) is None
+            for i in self.files
+            if not i.path[len(root) + 1 :].startswith((f"{LOG}/", f"{WRITES}/"))
+        )
 
 
 def roots_above(fs: pafs.FileSystem, path: str) -> list[str]:
@@ -207,6 +265,7 @@ class ObjectStaging:
         self.mode = mode
         self.single_file = single_file
         self.token = uuid.uuid4().hex[:12]
+        self.store = destination.store
         self.fs = destination.store.filesystem()
         self.shown = destination.url
         path = destination.path.rstrip("/")
@@ -218,12 +277,13 @@ class ObjectStaging:
             self.directory = path
         self._marker = f"{self.root}/{WRITES}/{self.token}.json"
         self._committed = False
+        self._manifests: dict[str, Any] = {}  # read once per write: they never change
         with storage_errors(self.shown, "cannot write", destination.store):
-            self.clean()  # what killed writes left, before anything of this one exists
+            # what killed writes left, before anything of this one exists
+            self._seen = self.clean()
             self._check()
             marker = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
-            with self.fs.open_output_stream(self._marker) as handle:
-                handle.write(json.dumps(marker).encode())
+            _put(self.store, self.fs, self._marker, json.dumps(marker).encode())
 
     def _check(self) -> None:
         from pyarrow.fs import FileType
@@ -240,28 +300,36 @@ class ObjectStaging:
                     f"{self.shown!r} already exists. Pass mode='overwrite' to replace it"
                 )
             return
-        if self.mode == "error" and self._holds_data():
+        if self.mode == "error" and self._seen.holds_data(self.root):
             raise SinkError(
                 f"{self.shown!r} already exists. Pass mode='overwrite' to replace it, or "
                 "mode='append' to add files to it"
             )
 
-    def _holds_data(self, own: Iterable[str] = ()) -> bool:
-        """Whether a reader finds data here (other than this write's ``own`` files)."""
-        state = committed(self.fs, self.root)
-        if state is not None:
-            return bool(state[1])
-        mine = set(own)
+    def _holds_data(self, own: Iterable[str]) -> tuple[int, bool]:
+        """The next version, and whether a reader finds data here now (other than this
+        write's ``own`` files): one listing of the prefix (the log's manifests among its
+        files: a log that appears after it is met by the conditional put), then, with no log,
+        one of the markers."""
         listed = _list(self.fs, self.root)
+        log = _versions_in(i for i in listed if i.path.rsplit("/", 1)[0] == f"{self.root}/{LOG}")
+        if log:
+            version, shown = _state(self.fs, log, self._manifests)
+            return version + 1, bool(shown)
+        mine = set(own)
         tokens = writing(self.fs, self.root) | {self.token}  # files of writes, not data yet
-        return any(
+        return 0, any(
             not _hidden_path(i.path, self.root) and i.path not in mine
             for i in listed
             if owner(i.path, tokens) is None
         )
 
     def commit(self, files: list[str], rows: int) -> str:
-        """Make the write's ``files`` (full paths on the store) what readers see, in one put."""
+        """Make the write's ``files`` (full paths on the store) what readers see, in one put.
+
+        An overwrite, and an append to a prefix whose log the write's start saw, first try the
+        version after the one seen then, without listing again: the conditional put refuses it
+        if another write took it meanwhile, and the log is read again."""
         store = self.destination.store
         with storage_errors(self.shown, "cannot commit the write to", store):
             _pause("staged")
@@ -273,22 +341,29 @@ class ObjectStaging:
                 self.abort()
                 return self.destination.url
             relative = [f[len(self.root) + 1 :] for f in files]
-            for _attempt in range(_COMMIT_ATTEMPTS):
-                state = committed(self.fs, self.root)
-                version = 0 if state is None else state[0] + 1
-                if self.mode == "error" and self._holds_data(files):
-                    raise SinkError(f"{self.shown!r} appeared while writing; nothing was changed")
-                mode = self.mode
+            seen = self._seen.version
+            guess = self.mode == "overwrite" or (self.mode == "append" and seen is not None)
+            for attempt in range(_COMMIT_ATTEMPTS):
+                mode = "append" if self.mode == "append" else "overwrite"
                 names = relative
-                if mode == "append" and state is None:
-                    before = [
-                        i.path[len(self.root) + 1 :]
-                        for i in _list(self.fs, self.root)
-                        if not _hidden_path(i.path, self.root) and i.path not in set(files)
-                    ]
-                    names, mode = before + relative, "overwrite"
-                elif mode != "append":
-                    mode = "overwrite"
+                if attempt == 0 and guess:
+                    version = 0 if seen is None else seen + 1
+                elif self.mode == "error":
+                    version, holds = self._holds_data(files)
+                    if holds:
+                        raise SinkError(
+                            f"{self.shown!r} appeared while writing; nothing was changed"
+                        )
+                else:
+                    state = committed(self.fs, self.root, self._manifests)
+                    version = 0 if state is None else state[0] + 1
+                    if self.mode == "append" and state is None:
+                        before = [
+                            i.path[len(self.root) + 1 :]
+                            for i in _list(self.fs, self.root)
+                            if not _hidden_path(i.path, self.root) and i.path not in set(files)
+                        ]
+                        names, mode = before + relative, "overwrite"
                 entry = {"write": self.token, "mode": mode, "files": names, "rows": rows}
                 if _create(store, self.fs, self._version_path(version), entry):
                     break
@@ -302,7 +377,8 @@ class ObjectStaging:
         # Committed: tidying up may fail (the next write tidies) but never undoes the write.
         try:
             self._remove_marker()
-            self.clean()
+            if self.mode == "overwrite":
+                self._remove_replaced(set(files))
         except OSError:
             pass
         return self.destination.url
@@ -310,16 +386,19 @@ class ObjectStaging:
     def _version_path(self, version: int) -> str:
         return f"{self.root}/{LOG}/{version:0{_VERSION_DIGITS}d}.json"
 
-    def clean(self) -> None:
+    def clean(self) -> Seen:
         """Remove what no live write owns and no manifest shows: the parts and staging of
-        dead writes (then their markers), and files an overwrite replaced.
+        dead writes (then their markers), and files an overwrite replaced; return what was
+        seen.
 
-        Files are listed before markers: a write's marker is put before its first file, so
-        every file listed belongs to a write whose marker the later listing sees, or to one
-        that has ended (committed: its files are in a manifest; aborted: gone or dead)."""
+        Files are listed first, then the markers, then the log: a write's marker is put before
+        its first file, so every file listed belongs to a write whose marker the markers'
+        listing sees, or to one that ended before it (committed: its manifest was put before
+        its marker went, so the log's listing, made after, sees it; aborted: gone or dead).
+        (With the log listed before the markers, a write committing between the two would
+        have its files taken for garbage.)"""
         files = _list(self.fs, self.root)
-        state = committed(self.fs, self.root)
-        shown = None if state is None else {f"{self.root}/{f}" for f in state[1]}
+        _pause("cleaning")
         live: set[str] = set()
         dead: list[Any] = []
         for info in _list(self.fs, f"{self.root}/{WRITES}", recursive=False):
@@ -332,6 +411,10 @@ class ObjectStaging:
             else:
                 live.add(info.base_name.removesuffix(".json"))
         gone = {info.base_name.removesuffix(".json") for info in dead}
+        log = versions(self.fs, self.root)
+        state = _state(self.fs, log, self._manifests) if log else None
+        shown = None if state is None else {f"{self.root}/{f}" for f in state[1]}
+        removed: set[str] = set()
         for info in files:
             path = info.path
             rest = path[len(self.root) + 1 :]
@@ -345,15 +428,35 @@ class ObjectStaging:
                     continue  # no log: data others wrote, not replaced by any vane write
                 if _hidden_path(path, self.root):
                     continue  # someone else's hidden file (_SUCCESS, .crc): not ours
-            with contextlib.suppress(OSError):  # another writer's clean removed it first
-                self.fs.delete_file(path)
-        for info in dead:  # last: until it goes, a reader leaves the dead write's files out
-            with contextlib.suppress(OSError):
-                self.fs.delete_file(info.path)
+            removed.add(path)
+        _delete(self.store, self.fs, sorted(removed))
+        # last: until they go, a reader leaves the dead writes' files out
+        _delete(self.store, self.fs, [info.path for info in dead])
+        return Seen(
+            None if state is None else state[0],
+            frozenset(state[1]) if state is not None else None,
+            tuple(i for i in files if i.path not in removed),
+            frozenset(live | {self.token}),
+        )
+
+    def _remove_replaced(self, mine: set[str]) -> None:
+        """After an overwrite: remove the files the write's start listed that it replaced,
+        with no listing of its own. Those of writes live then stay (they may commit after this
+        one), and files that came after that listing are not touched: the next write removes
+        what is left."""
+        replaced: list[str] = []
+        for info in self._seen.files:
+            path = info.path
+            rest = path[len(self.root) + 1 :]
+            if rest.startswith((f"{LOG}/", f"{WRITES}/")) or path in mine:
+                continue
+            if owner(path, self._seen.live) is not None or _hidden_path(path, self.root):
+                continue
+            replaced.append(path)
+        _delete(self.store, self.fs, replaced)
 
     def _remove_marker(self) -> None:
-        with contextlib.suppress(OSError):
-            self.fs.delete_file(self._marker)
+        _delete(self.store, self.fs, [self._marker])
 
     def abort(self) -> None:
         """Remove this write's files and marker (an uncommitted write's are not read anyway,
@@ -365,8 +468,7 @@ class ObjectStaging:
                 mine = [i.path for i in _list(self.fs, self.directory)]
             else:
                 mine = [i.path for i in _list(self.fs, self.root) if self.token in i.base_name]
-            for path in mine:
-                self.fs.delete_file(path)
+            _delete(self.store, self.fs, mine)
         except OSError:
             pass
         self._remove_marker()
@@ -411,14 +513,12 @@ _CLIENTS: dict[tuple[str | None, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _s3_create(store: Any, path: str, body: bytes) -> bool:
-    """A put with ``If-None-Match: *`` (S3 and compatible stores since 2024): the store
-    refuses it if the key exists. pyarrow's S3 filesystem cannot send it; botocore can."""
+def _s3_client(store: Any) -> Any:
+    """A botocore client for ``store``'s endpoint, region and credentials (one per process)."""
     from vane._deps import require
 
     require("botocore", extra="s3")
     import botocore.session
-    from botocore.exceptions import ClientError
 
     options = dict(store.options)
     endpoint = options.get("endpoint_url") or (
@@ -446,6 +546,15 @@ def _s3_create(store: Any, path: str, body: bytes) -> bool:
                 aws_session_token=token,
             )
             _CLIENTS[settings] = client
+    return client
+
+
+def _s3_create(store: Any, path: str, body: bytes) -> bool:
+    """A put with ``If-None-Match: *`` (S3 and compatible stores since 2024): the store
+    refuses it if the key exists. pyarrow's S3 filesystem cannot send it; botocore can."""
+    from botocore.exceptions import ClientError
+
+    client = _s3_client(store)
     bucket, _, key = path.partition("/")
     try:
         client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
@@ -455,3 +564,40 @@ def _s3_create(store: Any, path: str, body: bytes) -> bool:
             return False
         raise
     return True
+
+
+_DELETE_BATCH = 1000  # S3's DeleteObjects takes at most this many keys
+
+
+def _delete(store: Any, fs: pafs.FileSystem, paths: list[str]) -> None:
+    """Remove ``paths``, best effort (what is left, the next write removes). On S3 one
+    DeleteObjects request per thousand keys: pyarrow's ``delete_file`` makes three requests per
+    object (it checks the object, deletes it, and puts a marker for the emptied directory)."""
+    if not paths:
+        return
+    if store.protocol == "s3":
+        client = _s3_client(store)
+        by_bucket: dict[str, list[str]] = {}
+        for path in paths:
+            bucket, _, key = path.partition("/")
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), _DELETE_BATCH):
+                batch = [{"Key": k} for k in keys[start : start + _DELETE_BATCH]]
+                with contextlib.suppress(Exception):  # botocore's errors: tidying up only
+                    client.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        return
+    for path in paths:
+        with contextlib.suppress(OSError):  # another writer's clean removed it first
+            fs.delete_file(path)
+
+
+def _put(store: Any, fs: pafs.FileSystem, path: str, body: bytes) -> None:
+    """Write a small object: on S3 one PutObject (pyarrow's output stream makes a multipart
+    upload of three requests even for a few bytes)."""
+    if store.protocol == "s3":
+        bucket, _, key = path.partition("/")
+        _s3_client(store).put_object(Bucket=bucket, Key=key, Body=body)
+        return
+    with fs.open_output_stream(path) as handle:
+        handle.write(body)

@@ -351,18 +351,19 @@ class PartWriter:
         fs = store.filesystem()
         shown = store.url(self.directory)
 
+        sizes: dict[str, int] = {}  # each object's bytes, as its stream counted them
+
         def open_object(path: Path, first: pa.Table) -> FileWriter:
-            return _ObjectFile(fs.open_output_stream(path.as_posix()), first, open_file)
+            key = path.as_posix()
+            return _ObjectFile(fs.open_output_stream(key), first, open_file, key, sizes)
 
         with storage_errors(shown, "cannot write to", store):
             if self.partition_by:
                 written = self._partitioned(iter(batches), open_object, worker, directories=False)
             else:
                 written = self._files(iter(batches), schema, open_object, worker)
-            sizes = fs.get_file_info([p.as_posix() for p, _ in written])
         return [
-            Part(path.as_posix(), rows, info.size or 0)
-            for (path, rows), info in zip(written, sizes, strict=True)
+            Part(path.as_posix(), rows, sizes.get(path.as_posix(), 0)) for path, rows in written
         ]
 
     def _name(self, worker: str | None) -> Callable[[int], str]:
@@ -435,16 +436,22 @@ class _ObjectFile:
         stream: Any,
         first: pa.Table,
         open_file: Callable[[Path | BinaryIO, pa.Table], FileWriter],
+        key: str,
+        sizes: dict[str, int],
     ) -> None:
         self._stream = stream
         self._file = open_file(stream, first)
+        self._key, self._sizes = key, sizes
 
     def write(self, rows: pa.Table) -> None:
         self._file.write(rows)
 
     def close(self) -> None:
+        """Close the file and complete the upload; its size is what the stream counted (no
+        request to ask the store)."""
         try:
             self._file.close()
+            self._sizes[self._key] = self._stream.tell()
         finally:
             self._stream.close()
 

@@ -425,6 +425,11 @@ def _s3(options: dict[str, Any]) -> pafs.FileSystem:
     return S3FileSystem(**kwargs)
 
 
+def is_s3_option(name: str) -> bool:
+    """Whether ``name`` is an S3 option in vane's spelling (``storage_options`` of any call)."""
+    return name in _S3_NAMES or name == "client_kwargs"
+
+
 def _s3_options(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
     flat = dict(given)
     client = flat.pop("client_kwargs", None) or {}

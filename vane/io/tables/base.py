@@ -72,7 +72,7 @@ def check_storage_options(caller: str, options: object) -> dict[str, str] | None
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise ConfigurationError(
             f"{caller}(): storage_options= takes a dict of option names to values, such as "
-            "{'aws_endpoint': 'http://127.0.0.1:9000'}"
+            "{'endpoint_url': 'http://127.0.0.1:9000'}"
         )
     return {k: str(v) for k, v in options.items()}
 

@@ -37,9 +37,9 @@ from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
 from vane.io.tables.base import (
     TablePart,
     check_mode,
-    check_storage_options,
     check_types,
 )
+from vane.io.tables.options import library_options
 
 MODES = ("error", "append", "overwrite")
 
@@ -79,7 +79,7 @@ class DeltaSource:
         cls, uri: str, version: int | None, storage_options: Mapping[str, str] | None
     ) -> DeltaSource:
         uri = _where(uri)
-        options = check_storage_options("read_deltalake", storage_options)
+        options = library_options("read_deltalake", uri, storage_options, "delta")
         return cls(uri, int(cls._open(uri, version, options).version()), options)
 
     @staticmethod
@@ -175,7 +175,7 @@ class DeltaSink:
                 "'overwrite'"
             )
         object.__setattr__(self, "uri", _where(self.uri))
-        options = check_storage_options("write_deltalake", self.storage_options)
+        options = library_options("write_deltalake", self.uri, self.storage_options, "delta")
         object.__setattr__(self, "storage_options", options)
 
     @property

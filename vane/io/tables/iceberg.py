@@ -3,8 +3,10 @@
 A table is named by its identifier (``"namespace.table"``) and a catalog, given as Ray Data
 gives it: ``catalog_kwargs={"name": ..., "type": "sql" | "rest" | "glue" | ..., ...}`` for
 ``pyiceberg.catalog.load_catalog`` (a SQL catalog on SQLite needs no server); or it is a
-``pyiceberg.table.Table`` already loaded, as Daft takes it. ``storage_options`` are the
-catalog's FileIO properties (``"s3.endpoint"``, ``"s3.access-key-id"``, ...).
+``pyiceberg.table.Table`` already loaded, as Daft takes it. ``storage_options`` are spelled
+as every vane reader takes them (``endpoint_url``, ``key``, ...) and become the catalog's FileIO
+properties (``"s3.endpoint"``, ``"s3.access-key-id"``, ...: ``options.py``) when the warehouse
+is on S3; FileIO properties given in ``catalog_kwargs`` win.
 
 Reading: one snapshot (the current one when the relation is built, or ``snapshot_id``),
 scanned by each action with pyiceberg's ``scan(row_filter, selected_fields)``: the filter
@@ -45,7 +47,8 @@ import pyarrow as pa
 
 from vane._deps import require
 from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
-from vane.io.tables.base import TablePart, check_mode, check_storage_options, check_types
+from vane.io.tables.base import TablePart, check_mode, check_types
+from vane.io.tables.options import library_options
 
 MODES = ("append", "overwrite")
 
@@ -75,7 +78,12 @@ class Catalog:
             )
         properties = {str(k): v for k, v in (kwargs or {}).items()}
         name = str(properties.pop("name", "default"))
-        properties.update(check_storage_options(caller, storage) or {})
+        warehouse = properties.get("warehouse")
+        given = library_options(
+            caller, warehouse if isinstance(warehouse, str) else None, storage, "iceberg"
+        )
+        for key, value in (given or {}).items():
+            properties.setdefault(key, value)  # FileIO properties in catalog_kwargs win
         return cls(name, tuple(sorted(properties.items())))
 
     def load(self, caller: str) -> Any:

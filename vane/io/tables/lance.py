@@ -42,10 +42,10 @@ from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
 from vane.io.tables.base import (
     TablePart,
     check_mode,
-    check_storage_options,
     check_types,
     same_columns,
 )
+from vane.io.tables.options import library_options
 
 MODES = ("create", "append", "overwrite")
 # Lance tells on stderr that a dataset it creates did not exist; vane says what it did itself.
@@ -103,7 +103,7 @@ class LanceSource:
     ) -> LanceSource:
         """The dataset's version now (or ``version``), pinned: every action reads it."""
         uri = _where(uri)
-        options = check_storage_options("read_lance", storage_options)
+        options = library_options("read_lance", uri, storage_options, "lance")
         dataset = _open(uri, version, options)
         return cls(uri, int(dataset.version), options)
 
@@ -224,7 +224,7 @@ class LanceSink:
             raise ConfigurationError(f"write_lance() needs a destination uri, got {self.uri!r}")
         check_mode("write_lance", self.mode, MODES)
         object.__setattr__(self, "uri", _where(self.uri))
-        options = check_storage_options("write_lance", self.storage_options)
+        options = library_options("write_lance", self.uri, self.storage_options, "lance")
         object.__setattr__(self, "storage_options", options)
         rows = self.max_rows_per_file
         if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows <= 0):

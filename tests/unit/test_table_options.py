@@ -1,0 +1,90 @@
+"""``storage_options`` in vane's spelling become each table format library's own
+(``vane/io/tables/options.py``): the names, the endpoint from ``AWS_ENDPOINT_URL``, the
+``allow_http`` object_store needs for an ``http://`` endpoint, a region always stated behind an
+endpoint, and the library's own names passed through unchanged."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import vane
+from vane.errors import ConfigurationError
+from vane.io.tables.options import library_options
+
+_VALUES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12)
+# vane's names (several spellings of each), and the key each library gets
+_SPELLINGS = {
+    "key": ("aws_access_key_id", "s3.access-key-id"),
+    "aws_access_key_id": ("aws_access_key_id", "s3.access-key-id"),
+    "secret": ("aws_secret_access_key", "s3.secret-access-key"),
+    "token": ("aws_session_token", "s3.session-token"),
+    "region_name": ("aws_region", "s3.region"),
+    "region": ("aws_region", "s3.region"),
+}
+
+
+@pytest.fixture(autouse=True)
+def no_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@given(
+    chosen=st.dictionaries(st.sampled_from(sorted(_SPELLINGS)), _VALUES, min_size=1),
+    library=st.sampled_from(["lance", "delta", "iceberg"]),
+)
+def test_each_vane_name_becomes_the_librarys(chosen: dict[str, str], library: str) -> None:
+    if {"region", "region_name"} <= set(chosen) or {"key", "aws_access_key_id"} <= set(chosen):
+        return  # two spellings of one option: either may win
+    got = library_options("write_x", "s3://b/t", chosen, library)  # type: ignore[arg-type]
+    column = 1 if library == "iceberg" else 0
+    assert got == {_SPELLINGS[name][column]: value for name, value in chosen.items()}
+
+
+def test_an_http_endpoint_from_the_environment_reaches_every_library(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    assert library_options("read_lance", "s3://b/t.lance", None, "lance") == {
+        "aws_endpoint": "http://127.0.0.1:9000",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+    }
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    assert library_options("read_iceberg", "s3://b/wh", {"anon": True}, "iceberg") == {
+        "s3.endpoint": "http://127.0.0.1:9000",
+        "s3.region": "eu-west-1",
+        "s3.anonymous": "true",
+    }
+    given_endpoint = {"endpoint_url": "https://minio:9000", "request_timeout": 5}
+    assert library_options("x", "s3://b/t", given_endpoint, "delta") == {
+        "aws_endpoint": "https://minio:9000",
+        "aws_region": "eu-west-1",
+        "timeout": "5s",
+    }
+
+
+def test_configured_options_apply_and_the_librarys_own_names_pass_through() -> None:
+    vane.configure(storage_options={"s3": {"endpoint_url": "http://h:1", "max_attempts": 3}})
+    try:
+        got = library_options("x", "s3://b/t", {"aws_conditional_put": "etag"}, "delta")
+    finally:
+        vane.configure(storage_options={})
+    assert got == {
+        "aws_endpoint": "http://h:1",
+        "aws_region": "us-east-1",
+        "allow_http": "true",
+        "aws_conditional_put": "etag",
+    }
+
+
+def test_other_places_get_the_options_as_given() -> None:
+    assert library_options("x", "gs://b/t", {"token": "t"}, "lance") == {"token": "t"}
+    assert library_options("x", "/tmp/t", None, "delta") is None
+    assert library_options("x", None, {"s3.endpoint": "http://h"}, "iceberg") == {
+        "s3.endpoint": "http://h"
+    }
+    with pytest.raises(ConfigurationError, match="storage_options= takes a dict"):
+        library_options("write_lance", "s3://b/t", ["key"], "lance")  # type: ignore[arg-type]
