@@ -284,7 +284,8 @@ def _file_listing(files: Sequence[str], storage: Any) -> pa.Table:
     system now, as ``read_parquet`` reads its files' metadata when the plan is built."""
     import datetime as dt
 
-    from vane.io.storage import locate_with, storage_errors
+    from vane.io.storage import locate_with
+    from vane.io.storage_errors import storage_errors
 
     sizes: list[int] = []
     times: list[dt.datetime] = []

@@ -15,7 +15,7 @@ import vane
 from tests.integration.test_value_fidelity import assert_same_table
 from tests.strategies import tables
 from vane.errors import ConfigurationError, StorageAccessError, StorageNotFoundError
-from vane.io import storage
+from vane.io import storage, storage_errors
 
 
 def test_s3_options_take_the_names_pandas_fsspec_and_aws_use():
@@ -45,12 +45,12 @@ def test_configured_options_apply_by_protocol_and_calls_go_on_top():
 
 def test_errors_name_the_url_and_never_a_credential():
     store = storage.locate("s3://b/k", {"key": "AKIAEXAMPLE", "secret": "s3cr3t-value"}).store
-    refused = storage.translate(
+    refused = storage_errors.translate(
         OSError("AWS Error ACCESS_DENIED for key s3cr3t-value"), "s3://b/k", "cannot read", store
     )
     assert isinstance(refused, StorageAccessError)
     assert "s3://b/k" in str(refused) and "s3cr3t-value" not in str(refused)
-    missing = storage.translate(OSError("NoSuchBucket"), "s3://b/k", "cannot read", store)
+    missing = storage_errors.translate(OSError("NoSuchBucket"), "s3://b/k", "cannot read", store)
     assert isinstance(missing, StorageNotFoundError) and "'b' does not exist" in str(missing)
 
 

@@ -20,15 +20,14 @@ from typing import IO, Any
 
 from vane.config import get_config
 from vane.io.storage import (
-    Frozen,
     Location,
     freeze,
     locate_with,
     options_for,
     protocol_of,
-    storage_errors,
     thaw,
 )
+from vane.io.storage_errors import Frozen, storage_errors
 
 _lock = threading.Lock()
 # "s3://bucket" -> the options its listing was given (configured ones merged in)

@@ -324,7 +324,8 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
 
     from pyarrow.fs import FileSelector, FileType
 
-    from vane.io.storage import locate_with, storage_errors
+    from vane.io.storage import locate_with
+    from vane.io.storage_errors import storage_errors
 
     places = [locate_with(url, storage) for url in urls]
     store = places[0].store

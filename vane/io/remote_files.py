@@ -15,7 +15,8 @@ from typing import Any
 
 from vane.errors import SourceNotFoundError
 from vane.io import object_commit
-from vane.io.storage import Location, locate, storage_errors
+from vane.io.storage import Location, locate
+from vane.io.storage_errors import storage_errors
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _HIVE = re.compile(r"^[^=/]+=[^=/]*$")
@@ -99,7 +100,7 @@ def _check_bucket(where: Location, item: str, caller: str) -> None:
     with storage_errors(item, f"{caller}(): cannot list", where.store):
         missing = where.store.filesystem().get_file_info(bucket).type == FileType.NotFound
     if missing:
-        from vane.io.storage import translate
+        from vane.io.storage_errors import translate
 
         raise translate(OSError("NoSuchBucket"), item, f"{caller}(): cannot read", where.store)
 

@@ -344,7 +344,7 @@ class PartWriter:
     ) -> list[Part]:
         """Each file an object, streamed to the store as it is written (S3: a multipart upload
         of a few MB at a time), so memory holds a part, never a file."""
-        from vane.io.storage import storage_errors
+        from vane.io.storage_errors import storage_errors
 
         store = self.store
         assert store is not None

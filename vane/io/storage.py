@@ -37,24 +37,24 @@ fsspec implementation's own options unchanged.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import itertools
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vane.errors import (
     ConfigurationError,
     MissingDependencyError,
-    StorageAccessError,
-    StorageError,
-    StorageNotFoundError,
-    VaneError,
+)
+from vane.io.storage_errors import (
+    S3_ATTEMPTS,
+    Frozen,
+    scrub,
 )
 
 if TYPE_CHECKING:
@@ -96,10 +96,6 @@ _S3_NAMES = {
     "connect_timeout": "connect_timeout",
     "request_timeout": "request_timeout",
 }
-_SECRET_NAMES = ("secret_key", "session_token", "access_key", "secret", "token", "key", "password")
-# Each request is tried this many times in all (the AWS SDK's standard strategy: throttling
-# such as 503 SlowDown, 5xx, resets and timeouts, with exponential backoff and jitter).
-S3_ATTEMPTS = 5
 _S3_CONNECT_TIMEOUT = 10.0
 _S3_REQUEST_TIMEOUT = 60.0
 
@@ -114,9 +110,6 @@ def protocol_of(path: str) -> str | None:
 
 def is_remote(path: str) -> bool:
     return protocol_of(path) is not None
-
-
-Frozen = tuple[tuple[str, Any], ...]
 
 
 def freeze(options: Mapping[str, Any]) -> Frozen:
@@ -178,7 +171,7 @@ class Store:
         except TypeError as exc:
             raise ConfigurationError(
                 f"storage_options for {self.protocol}:// were not accepted by its filesystem "
-                f"({type(exc).__name__}: {_scrub(str(exc), self.options)}); pass the options "
+                f"({type(exc).__name__}: {scrub(str(exc), self.options)}); pass the options "
                 "its fsspec implementation documents"
             ) from exc
         return PyFileSystem(FSSpecHandler(fs))
@@ -194,7 +187,7 @@ class Store:
         return f"{_registered(self, cursor)}://{path}"
 
     def scrub(self, text: str) -> str:
-        return _scrub(text, self.options)
+        return scrub(text, self.options)
 
 
 _lock = threading.Lock()
@@ -527,89 +520,3 @@ class Location:
 
     def __str__(self) -> str:
         return self.url
-
-
-# ---- errors ---------------------------------------------------------------------------------
-
-_NOT_FOUND_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|bucket does not exist", re.I)
-_NOT_FOUND = re.compile(r"NO_SUCH_KEY|NoSuchKey|Path does not exist|not found|404", re.I)
-_ACCESS = re.compile(
-    r"ACCESS_DENIED|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|Forbidden|403|"
-    r"ExpiredToken|InvalidToken|No response body|credentials",
-    re.I,
-)
-_UNREACHABLE = re.compile(
-    r"NETWORK_CONNECTION|Couldn't connect|Could not connect|Connection refused|"
-    r"Failed to connect|Name or service not known|Resolving timed out|timed out",
-    re.I,
-)
-
-
-def _scrub(text: str, options: Frozen) -> str:
-    """``text`` without any credential value from ``options`` in it."""
-    for name, value in options:
-        if isinstance(value, str) and len(value) >= 4 and name in _SECRET_NAMES:
-            text = text.replace(value, "***")
-    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"):
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    return text
-
-
-def translate(exc: BaseException, where: str, action: str, store: Store | None) -> VaneError:
-    """``exc`` (an OSError from pyarrow, an fsspec or botocore error) as a vane error naming
-    ``where`` and what to check, with no credential in it."""
-    text = " ".join(str(exc).split())
-    text = store.scrub(text) if store is not None else _scrub(text, ())
-    if len(text) > 400:
-        text = text[:397] + "..."
-    bucket = where.split("://", 1)[-1].split("/", 1)[0]
-    endpoint = _endpoint(store)
-    if _NOT_FOUND_BUCKET.search(text):
-        return StorageNotFoundError(
-            f"{action} {where}: the bucket {bucket!r} does not exist{endpoint}. Check the "
-            f"bucket's name, and the endpoint (AWS_ENDPOINT_URL or storage_options="
-            f"{{'endpoint_url': ...}}) if it lives elsewhere than AWS ({text})"
-        )
-    if isinstance(exc, PermissionError) or _ACCESS.search(text):
-        return StorageAccessError(
-            f"{action} {where}: the store refused the request{endpoint}. Check the credentials "
-            "vane found (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE, or "
-            "storage_options={'key': ..., 'secret': ...}), that they are not expired, and that "
-            f"they may access {bucket!r} ({text})"
-        )
-    if isinstance(exc, FileNotFoundError) or _NOT_FOUND.search(text):
-        return StorageNotFoundError(f"{action} {where}: no such object ({text})")
-    if _UNREACHABLE.search(text):
-        return StorageError(
-            f"{action} {where}: the store could not be reached{endpoint} after "
-            f"{S3_ATTEMPTS} attempts. Check the endpoint and the network ({text})"
-        )
-    return StorageError(f"{action} {where} failed after vane's retries: {text}")
-
-
-def _endpoint(store: Store | None) -> str:
-    if store is None or store.protocol != "s3":
-        return ""
-    given = dict(store.options).get("endpoint_url") or os.environ.get(
-        "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL", "")
-    )
-    return f" (endpoint {given})" if given else ""
-
-
-@contextlib.contextmanager
-def storage_errors(where: str, action: str, store: Store | None = None) -> Iterator[None]:
-    """Run a storage request; its failure becomes a ``StorageError`` naming ``where``. The
-    third-party error's text is in the message; its traceback (the SDK's internals) is not
-    chained, as the user can act on the message alone."""
-    try:
-        yield
-    except VaneError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise translate(exc, where, action, store) from None
-    except Exception as exc:  # botocore, aiohttp...: the third-party tree stops here
-        if type(exc).__module__.split(".")[0] in ("botocore", "aiohttp", "fsspec", "requests"):
-            raise translate(exc, where, action, store) from None
-        raise

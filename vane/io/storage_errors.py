@@ -1,0 +1,113 @@
+"""A store's failures as vane errors: each names the URL and what to check (the bucket, the
+endpoint, the credentials vane found), and none holds a credential (``scrub``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from vane.errors import StorageAccessError, StorageError, StorageNotFoundError, VaneError
+
+# A store's options as a hashable, ordered value: ((name, value), ...).
+Frozen = tuple[tuple[str, Any], ...]
+_SECRET_NAMES = ("secret_key", "session_token", "access_key", "secret", "token", "key", "password")
+# Each request is tried this many times in all (the AWS SDK's standard strategy: throttling
+# such as 503 SlowDown, 5xx, resets and timeouts, with exponential backoff and jitter).
+S3_ATTEMPTS = 5
+
+
+class Located(Protocol):
+    """What an error needs of the store it came from (``storage.Store``)."""
+
+    @property
+    def protocol(self) -> str: ...
+    @property
+    def options(self) -> Frozen: ...
+    def scrub(self, text: str) -> str: ...
+
+
+_NOT_FOUND_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|bucket does not exist", re.I)
+_NOT_FOUND = re.compile(r"NO_SUCH_KEY|NoSuchKey|Path does not exist|not found|404", re.I)
+_ACCESS = re.compile(
+    r"ACCESS_DENIED|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|Forbidden|403|"
+    r"ExpiredToken|InvalidToken|No response body|credentials",
+    re.I,
+)
+_UNREACHABLE = re.compile(
+    r"NETWORK_CONNECTION|Couldn't connect|Could not connect|Connection refused|"
+    r"Failed to connect|Name or service not known|Resolving timed out|timed out",
+    re.I,
+)
+
+
+def scrub(text: str, options: Frozen) -> str:
+    """``text`` without any credential value from ``options`` in it."""
+    for name, value in options:
+        if isinstance(value, str) and len(value) >= 4 and name in _SECRET_NAMES:
+            text = text.replace(value, "***")
+    for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID"):
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def translate(exc: BaseException, where: str, action: str, store: Located | None) -> VaneError:
+    """``exc`` (an OSError from pyarrow, an fsspec or botocore error) as a vane error naming
+    ``where`` and what to check, with no credential in it."""
+    text = " ".join(str(exc).split())
+    text = store.scrub(text) if store is not None else scrub(text, ())
+    if len(text) > 400:
+        text = text[:397] + "..."
+    bucket = where.split("://", 1)[-1].split("/", 1)[0]
+    endpoint = _endpoint(store)
+    if _NOT_FOUND_BUCKET.search(text):
+        return StorageNotFoundError(
+            f"{action} {where}: the bucket {bucket!r} does not exist{endpoint}. Check the "
+            f"bucket's name, and the endpoint (AWS_ENDPOINT_URL or storage_options="
+            f"{{'endpoint_url': ...}}) if it lives elsewhere than AWS ({text})"
+        )
+    if isinstance(exc, PermissionError) or _ACCESS.search(text):
+        return StorageAccessError(
+            f"{action} {where}: the store refused the request{endpoint}. Check the credentials "
+            "vane found (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE, or "
+            "storage_options={'key': ..., 'secret': ...}), that they are not expired, and that "
+            f"they may access {bucket!r} ({text})"
+        )
+    if isinstance(exc, FileNotFoundError) or _NOT_FOUND.search(text):
+        return StorageNotFoundError(f"{action} {where}: no such object ({text})")
+    if _UNREACHABLE.search(text):
+        return StorageError(
+            f"{action} {where}: the store could not be reached{endpoint} after "
+            f"{S3_ATTEMPTS} attempts. Check the endpoint and the network ({text})"
+        )
+    return StorageError(f"{action} {where} failed after vane's retries: {text}")
+
+
+def _endpoint(store: Located | None) -> str:
+    if store is None or store.protocol != "s3":
+        return ""
+    given = dict(store.options).get("endpoint_url") or os.environ.get(
+        "AWS_ENDPOINT_URL_S3", os.environ.get("AWS_ENDPOINT_URL", "")
+    )
+    return f" (endpoint {given})" if given else ""
+
+
+@contextlib.contextmanager
+def storage_errors(where: str, action: str, store: Located | None = None) -> Iterator[None]:
+    """Run a storage request; its failure becomes a ``StorageError`` naming ``where``. The
+    third-party error's text is in the message; its traceback (the SDK's internals) is not
+    chained, as the user can act on the message alone."""
+    try:
+        yield
+    except VaneError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise translate(exc, where, action, store) from None
+    except Exception as exc:  # botocore, aiohttp...: the third-party tree stops here
+        if type(exc).__module__.split(".")[0] in ("botocore", "aiohttp", "fsspec", "requests"):
+            raise translate(exc, where, action, store) from None
+        raise
