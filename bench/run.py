@@ -103,6 +103,13 @@ def vane_variants(workload: str) -> list[Variant]:
     ]
 
 
+def resume_variant(workload: str) -> Variant:
+    """vane-thread writing with ``resume=True``: what keeping each batch's answer costs (issue
+    30: <= 3% over vane-thread)."""
+    args = ("--backend", "thread", "--resume")
+    return Variant("vane-thread-resume", f"{workload}_vane.py", "vane", args)
+
+
 def peer_variants(workload: str) -> list[Variant]:
     return [
         Variant("daft", f"{workload}_daft.py", "peers"),
@@ -126,11 +133,21 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Variant("duckdb-sql", "overhead_duckdb.py", "vane"),
         Variant("hand-loop", "overhead_handloop.py", "vane"),
         *vane_variants("overhead"),
+        resume_variant("overhead"),
         *peer_variants("overhead"),
     ]
     embed = [
         Variant("hand-loop", "embed_handloop.py", "vane"),
         *vane_variants("embed"),
+        resume_variant("embed"),
+        # The rerun of a resumable write that a kill stopped half-way (issue 30: <= 55% of a
+        # full run); the killed run, in a child process, is not timed.
+        Variant(
+            "vane-thread-resumed-half",
+            "embed_vane.py",
+            "vane",
+            ("--backend", "thread", "--killed-at", "0.5"),
+        ),
         # vane on a local Ray cluster (the same ray.init as Ray Data's): the Ray runner's cost
         # against the local runner, on the same model and batches.
         Variant("vane-ray", "embed_vane.py", "vane", ("--runner", "ray")),

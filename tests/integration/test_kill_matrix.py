@@ -13,8 +13,9 @@ the requests it was sent.
 
 What a run that was killed may pay for and not keep is the rows in flight at the kill: the
 stage sends a batch on only while fewer than ``actors x batches per actor`` are out (a plain
-function's actor holds two: one running, one queued), so the bound is derived from the job's
-own plan (``_in_flight_rows``), not written down here.
+function's actor holds two: one running, one queued; an AI function's, which is async, its
+``max_concurrency_per_actor``), so the bound, in rows, is that times the batch size, derived
+from the job's own plan (``_in_flight_rows``), not written down here.
 
 The normal suite runs a few kills per case on a few thousand rows. ``make test-stress`` sets
 ``VANE_KILL_MATRIX=full``: 30+ kills per sink over a 20,000-row embedding job and a 5,000-row
@@ -63,7 +64,9 @@ class Size:
 
 # Rows divisible by the batch: every batch, and so every saved answer, holds `batch` rows.
 EMBED = Size(20_000, 80, 32) if FULL else Size(4_000, 80, 3)
-PROMPT = Size(5_000, 50, 32) if FULL else Size(1_000, 50, 3)
+# An AI function's actor holds 16 batches at once (its max_concurrency_per_actor): small
+# batches keep the rows in flight at a kill (16 x 10) a small part of the job.
+PROMPT = Size(5_000, 10, 32) if FULL else Size(1_000, 10, 3)
 MINILM = Size(1_000, 50, 4)
 CONCURRENCY = 2  # embedding actors: four batches in flight at a kill
 
@@ -97,7 +100,8 @@ class Matrix:
     def say(self) -> str:
         return (
             f"{self.case}: seed {self.seed} (VANE_KILL_SEED={self.seed} draws the same kills), "
-            f"runs so far: {'; '.join(self.history) or 'none'}"
+            f"at most {self.in_flight} rows in flight, runs so far: "
+            + ("; ".join(self.history) or "none")
         )
 
     def saved_rows(self) -> int:
@@ -131,7 +135,7 @@ class Matrix:
             # Spread over what is left; the last kill waits for every row, then lands in the
             # write, the commit or the cleanup.
             share = left if last else draw.randint(1, max(1, 2 * left // (self.size.kills - k)))
-            delay = draw.uniform(0.3, 1.5) if last else draw.uniform(0, 2 * kill_jobs.COST_S)
+            delay = draw.uniform(0.02, 0.6) if last else draw.uniform(0, 2 * kill_jobs.COST_S)
             killed = self._kill_once(self.paid() + share, delay)
             kills += killed
             if self.committed():
@@ -211,6 +215,7 @@ def _embed_case(tmp_path: Path, sink: str, model: str, size: Size) -> None:
         _in_flight_rows(rel),
     )
     kills = matrix.run()
+    print(matrix.say())  # with -s: where each kill landed
     # The bound, over every run: rows, plus what was in flight at each kill.
     assert paid() <= size.rows + kills * matrix.in_flight, matrix.say()
     calls = Counter(int(line) for line in log.read_text().splitlines())
@@ -264,6 +269,7 @@ def test_a_prompt_job_killed_at_random_sends_each_row_once_plus_what_was_in_flig
         _in_flight_rows(rel),
     )
     kills = matrix.run()
+    print(matrix.say())
     assert server.requests <= size.rows + kills * matrix.in_flight, matrix.say()
     texts = kill_jobs.sentences(size.rows).to_arrow()["text"].to_pylist()
     assert set(server.by_prompt) == set(texts), matrix.say()
