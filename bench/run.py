@@ -574,6 +574,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
     parser.add_argument("--repetitions", type=int, help="runs of each variant (3; quick: 1)")
     parser.add_argument("--only", nargs="*", help="run only these workloads")
+    parser.add_argument(
+        "--variants", nargs="*", help="run only these variants of the workloads (an A/B run)"
+    )
     parser.add_argument("--timeout", type=float, help="seconds before a run is stopped")
     parser.add_argument(
         "--rows", type=int, help="input rows of the throughput workloads (overhead, prompt, embed)"
@@ -589,6 +592,8 @@ def main() -> None:
     repetitions = args.repetitions or (1 if args.quick else 3)
     timeout = args.timeout or (900.0 if args.quick else 3600.0)
     suite = [w for w in workloads(args.quick, args.rows) if not args.only or w.name in args.only]
+    for workload in suite if args.variants else []:
+        workload.cases = [c for c in workload.cases if c.variant.name in args.variants]
     WORK.mkdir(parents=True, exist_ok=True)
     args.output.mkdir(parents=True, exist_ok=True)
     compile_sources()
