@@ -352,6 +352,16 @@ WHY = {
         "`vane-thread-small-groups`); the partitioned writer holds at most one row group's "
         "worth of rows per open partition, whatever the input's size."
     ),
+    "overhead/vane-thread-resume": (
+        "A resumable write keeps each batch's answer in a file of its own before the rows go on: "
+        "creating that file (a file system's metadata work, per batch), a digest of every value "
+        "the function is given (BLAKE2b over the batch's Arrow IPC bytes) and a CRC of the "
+        "answer, beside a function that takes a fraction of a millisecond a batch; and its "
+        "batches travel to the actor one by one, not in units of several, so that each answer "
+        "is kept on its own. What would remove most of it: answers appended to one file per "
+        "step and run (a record each, behind its CRC) instead of a file per batch, and a "
+        "cheaper digest (or one per unit of batches)."
+    ),
     "first_result/vane": (
         "Most of it is the interpreter's start and the imports of duckdb and pyarrow, which "
         "vane makes on its first call rather than at `import vane`; the duckdb and hand-loop "
