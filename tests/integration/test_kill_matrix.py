@@ -18,7 +18,7 @@ function's actor holds two: one running, one queued; an AI function's, which is 
 from the job's own plan (``_in_flight_rows``), not written down here.
 
 The normal suite runs a few kills per case on a few thousand rows. ``make test-stress`` sets
-``VANE_KILL_MATRIX=full``: 30+ kills per sink over a 20,000-row embedding job and a 5,000-row
+``VANE_KILL_MATRIX=full``: 30+ kills per sink over a 20,000-row embedding job and a 20,000-row
 prompt job, and a few kills of the real all-MiniLM-L6-v2 (the packaged model, through
 sentence-transformers; too slow on 2 cores for 30 kills of 20,000 rows, hence the
 deterministic numpy embedding, which costs 50 ms a batch as a model would, for the rest).
@@ -66,7 +66,7 @@ class Size:
 EMBED = Size(20_000, 80, 32) if FULL else Size(4_000, 80, 3)
 # An AI function's actor holds 16 batches at once (its max_concurrency_per_actor): small
 # batches keep the rows in flight at a kill (16 x 10) a small part of the job.
-PROMPT = Size(5_000, 10, 32) if FULL else Size(1_000, 10, 3)
+PROMPT = Size(20_000, 10, 32) if FULL else Size(1_000, 10, 3)
 MINILM = Size(1_000, 50, 4)
 CONCURRENCY = 2  # embedding actors: four batches in flight at a kill
 
@@ -132,9 +132,10 @@ class Matrix:
         for k in range(self.size.kills):
             left = self.size.rows - self.saved_rows()
             last = k == self.size.kills - 1
-            # Spread over what is left; the last kill waits for every row, then lands in the
-            # write, the commit or the cleanup.
-            share = left if last else draw.randint(1, max(1, 2 * left // (self.size.kills - k)))
+            # Spread over what is left (half of it, on average, before the last kill: a run
+            # keeps going for a moment after its target, and pays for what was in flight); the
+            # last kill waits for every row, then lands in the write, the commit or the cleanup.
+            share = left if last else draw.randint(1, max(1, left // (self.size.kills - k)))
             delay = draw.uniform(0.02, 0.6) if last else draw.uniform(0, 2 * kill_jobs.COST_S)
             killed = self._kill_once(self.paid() + share, delay)
             kills += killed
@@ -142,6 +143,8 @@ class Matrix:
                 break
         if not self.committed():
             self._to_the_end()
+        # Every kill but the last (which may find the job ended) found it running.
+        assert kills >= self.size.kills - 1, f"only {kills} kills\n{self.say()}"
         return kills
 
     def _kill_once(self, paid: int, delay: float) -> bool:
