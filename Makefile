@@ -47,13 +47,14 @@ test: $(VENV)/.installed-dev
 
 # The same suite on a busy machine: two processes keep two cores busy beside it (.ci/busy.py
 # starts them and ends them with the suite). No test may depend on how much happens within
-# some wall-clock time; this is where one that does shows it.
+# some wall-clock time; this is where one that does shows it. VANE_KILL_MATRIX=full runs the
+# whole kill matrix of resumable writes (tests/integration/test_kill_matrix.py: 30+ kills a sink).
 test-stress: $(VENV)/.installed-dev
 	$(BIN)/ruff check vane tests examples bench
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python .ci/busy.py 2 -- $(BIN)/python -m pytest
+	VANE_KILL_MATRIX=full $(BIN)/python .ci/busy.py 2 -- $(BIN)/python -m pytest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

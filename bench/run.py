@@ -103,6 +103,13 @@ def vane_variants(workload: str) -> list[Variant]:
     ]
 
 
+def resume_variant(workload: str) -> Variant:
+    """vane-thread writing with ``resume=True``: what keeping each batch's answer costs (issue
+    30: <= 3% over vane-thread)."""
+    args = ("--backend", "thread", "--resume")
+    return Variant("vane-thread-resume", f"{workload}_vane.py", "vane", args)
+
+
 def peer_variants(workload: str) -> list[Variant]:
     return [
         Variant("daft", f"{workload}_daft.py", "peers"),
@@ -126,11 +133,21 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Variant("duckdb-sql", "overhead_duckdb.py", "vane"),
         Variant("hand-loop", "overhead_handloop.py", "vane"),
         *vane_variants("overhead"),
+        resume_variant("overhead"),
         *peer_variants("overhead"),
     ]
     embed = [
         Variant("hand-loop", "embed_handloop.py", "vane"),
         *vane_variants("embed"),
+        resume_variant("embed"),
+        # The rerun of a resumable write that a kill stopped half-way (issue 30: <= 55% of a
+        # full run); the killed run, in a child process, is not timed.
+        Variant(
+            "vane-thread-resumed-half",
+            "embed_vane.py",
+            "vane",
+            ("--backend", "thread", "--killed-at", "0.5"),
+        ),
         # vane on a local Ray cluster (the same ray.init as Ray Data's): the Ray runner's cost
         # against the local runner, on the same model and batches.
         Variant("vane-ray", "embed_vane.py", "vane", ("--runner", "ray")),
@@ -557,6 +574,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
     parser.add_argument("--repetitions", type=int, help="runs of each variant (3; quick: 1)")
     parser.add_argument("--only", nargs="*", help="run only these workloads")
+    parser.add_argument(
+        "--variants", nargs="*", help="run only these variants of the workloads (an A/B run)"
+    )
     parser.add_argument("--timeout", type=float, help="seconds before a run is stopped")
     parser.add_argument(
         "--rows", type=int, help="input rows of the throughput workloads (overhead, prompt, embed)"
@@ -572,6 +592,8 @@ def main() -> None:
     repetitions = args.repetitions or (1 if args.quick else 3)
     timeout = args.timeout or (900.0 if args.quick else 3600.0)
     suite = [w for w in workloads(args.quick, args.rows) if not args.only or w.name in args.only]
+    for workload in suite if args.variants else []:
+        workload.cases = [c for c in workload.cases if c.variant.name in args.variants]
     WORK.mkdir(parents=True, exist_ok=True)
     args.output.mkdir(parents=True, exist_ok=True)
     compile_sources()

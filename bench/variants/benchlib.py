@@ -124,6 +124,68 @@ def first_result(seconds: float, row: Any) -> dict[str, Any]:
     return {"rows": 1, "seconds": seconds, "first_row": repr(row)[:80]}
 
 
+# ---- resume: vane's resumable writes, and a run resumed after a kill ---------------------------
+
+
+def resume_arguments(p: argparse.ArgumentParser) -> None:
+    """``--resume`` (write with ``resume=True``) and ``--killed-at F`` (first, untimed: the same
+    job in a child process, killed with SIGKILL once its saved work holds a fraction F of the
+    batches; then, timed, the rerun that resumes it)."""
+    p.add_argument("--resume", action="store_true", help="write with resume=True")
+    p.add_argument(
+        "--killed-at",
+        type=float,
+        default=0.0,
+        help="time the rerun of a resumable write killed once this fraction of it was saved",
+    )
+    p.add_argument("--restart", action="store_true", help=argparse.SUPPRESS)  # the killed child
+
+
+def resume_option(args: argparse.Namespace) -> Any:
+    """What the variant passes as ``resume=``: ``"restart"`` in the child that is killed (no
+    earlier run's work), True when asked, else False."""
+    if args.restart:
+        return "restart"
+    return bool(args.resume or args.killed_at)
+
+
+def kill_at(args: argparse.Namespace) -> dict[str, Any]:
+    """Run this variant again in a child process (its own process group), writing with
+    ``resume="restart"``, and SIGKILL the group once the write's saved work holds
+    ``args.killed_at`` of the input's batches: the state a crash half-way leaves. Untimed; the
+    caller then times the rerun. Returns what the kill left, for the record."""
+    import signal
+    import subprocess
+
+    from vane.io.resume import store_path
+
+    batches = -(-args.rows // args.batch_size)
+    wanted = max(1, int(batches * args.killed_at))
+    argv = [a for a in sys.argv[1:] if a not in ("--resume",)]
+    at = argv.index("--killed-at")
+    del argv[at : at + 2]
+    child = subprocess.Popen(
+        [sys.executable, sys.argv[0], *argv, "--restart"],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    store = store_path(args.out + "/")
+    try:
+        while True:
+            saved = sum(1 for _ in store.rglob("*.arrow")) if store.exists() else 0
+            if saved >= wanted:
+                break
+            if child.poll() is not None:
+                raise RuntimeError(f"the run to kill ended first (exit {child.returncode})")
+            time.sleep(0.01)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    saved = sum(1 for _ in store.rglob("*.arrow"))  # what the kill left: a few more, maybe
+    return {"killed_at_batches": saved, "batches": batches}
+
+
 # ---- overhead: the same batch UDF for every engine ----------------------------------------------
 
 

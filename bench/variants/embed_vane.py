@@ -2,7 +2,9 @@
 with one backend (``--backend thread`` or ``subprocess_actor``) or on a local Ray cluster
 (``--runner ray``: ``ray.init(num_cpus=2)`` as for Ray Data, then
 ``vane.configure(runner="ray")``, so the step runs on one Ray actor). The model loads once,
-inside the actor."""
+inside the actor. ``--resume`` writes with ``resume=True`` (what keeping each batch's answer
+costs); ``--killed-at 0.5`` times the rerun of a resumable write killed half-way (the kill,
+in a child process, is untimed)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         record["startup_s"] = benchlib.start_ray()
         vane.configure(runner="ray")
     vane.configure(progress=False)
+    if args.killed_at:
+        record.update(benchlib.kill_at(args))
     with benchlib.Stopwatch() as watch:
         result = (
             vane.read_parquet(args.data)
@@ -32,12 +36,14 @@ def main(args: argparse.Namespace) -> dict[str, object]:
                 batch_size=args.batch_size,
                 execution_backend=args.backend,
             )
-            .write_parquet(args.out + "/")
+            .write_parquet(args.out + "/", resume=benchlib.resume_option(args))
         )
     if args.runner == "ray":
         import ray
 
         ray.shutdown()
+    if args.killed_at:
+        record["rows_resumed"] = result.steps[0].rows_resumed
     return {"rows": result.rows, "seconds": watch.seconds, **record}
 
 
@@ -49,6 +55,7 @@ if __name__ == "__main__":
         choices=["thread", "subprocess_actor", "ray_actor"],
         help="the UDF step's backend (default: thread locally, ray_actor on Ray)",
     )
+    benchlib.resume_arguments(parser)
     args = parser.parse_args()
     if args.backend is None:
         args.backend = "ray_actor" if args.runner == "ray" else "thread"

@@ -611,3 +611,20 @@ def test_a_resumable_lance_write_pays_only_for_what_no_run_answered(tmp_path):
     assert job.write_lance(uri, resume=True).rows == 60
     assert calls == [40]
     assert sorted(r["id"] for r in vane.read_lance(uri).to_pylist()) == list(range(60))
+
+
+@pytest.mark.parametrize(
+    "left",
+    [
+        ["data/.tmpWz1znX"],  # killed while Lance wrote its first data file
+        ["data/0101.lance", "_transactions/0-ab.txn"],  # killed before the manifest
+    ],
+)
+def test_what_a_killed_first_lance_write_left_is_cleared_for_the_next(tmp_path, left):
+    pytest.importorskip("lance")
+    uri = tmp_path / "table.lance"
+    for name in left:
+        (uri / name).parent.mkdir(parents=True, exist_ok=True)
+        (uri / name).write_bytes(b"half a file")
+    assert vane.range(5).write_lance(str(uri)).rows == 5
+    assert vane.read_lance(str(uri)).count() == 5

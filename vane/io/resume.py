@@ -16,13 +16,21 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
    and options, its input files) are created if absent; if present, the job must be the same
    one, or it is refused with what changed (``resume="restart"`` drops the saved work first).
    ``pipeline.json`` is written to a temporary name and renamed, so it is whole or absent.
-2. ``put``: an answer is written to ``<step>/<digest>.tmp-<unique>``, flushed to disk, then
-   renamed to ``<step>/<digest>.arrow``. A kill before the rename leaves a ``.tmp-`` file that is
-   never read (and is removed with the folder); after it, the answer is whole. The stage puts an
-   answer before it hands the rows on, so no answer that reached the output is ever lost.
-3. ``get``: reads ``<digest>.arrow`` if it exists. An answer is the function's output for that
-   exact input (the digest covers every value of every column the function is given, in order),
-   so taking it is the same as calling the function again, minus the cost.
+2. ``put``: an answer is written to ``<step>/<digest>.tmp-<unique>`` (an Arrow IPC file, then
+   a trailer: a CRC-32 of those bytes), then renamed to ``<step>/<digest>.arrow``. A kill before
+   the rename leaves a ``.tmp-`` file that is never read (and is removed with the folder); after
+   it, the answer is whole: a killed process's writes are in the kernel's page cache, which
+   outlives it. The stage puts an answer before it hands the rows on, so no answer that
+   reached the output is ever lost. The file is not synced to disk (``fsync``) one by one:
+   that cost more than the rest of a quick function's job (8 ms a batch on the benchmark's
+   machine, against 0.3 ms for the function). Only the output's correctness needs
+   durability, and the sink's commit gives it that, all at once; an answer lost with the
+   machine (a power cut before the kernel wrote it out) is paid for again, and one that came
+   back torn (a rename on disk before its data) fails its CRC and is computed again too.
+3. ``get``: reads ``<digest>.arrow`` if it exists and its CRC holds. An answer is the
+   function's output for that exact input (the digest covers every value of every column the
+   function is given, in order), so taking it is the same as calling the function again,
+   minus the cost.
 4. ``finish``: after the sink has committed, the folder is removed. A kill between the commit
    and the removal leaves a folder whose work is all in the output; a later ``resume=True``
    write to the same path with ``mode="error"`` fails on the existing output as usual.
@@ -38,7 +46,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import uuid
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +62,9 @@ from vane.errors import ResumeError
 Resume = bool | Literal["restart"]
 PIPELINE = "pipeline.json"
 _META = b"vane.resume"
+# What follows an answer's Arrow IPC bytes: a magic number and their CRC-32 (see ``put``).
+_TRAILER = struct.Struct("<8sI")
+_MAGIC = b"VANECRC1"
 
 
 def cache_root() -> Path:
@@ -92,6 +105,7 @@ class ResumeStore:
         self.path = store_path(destination)
         self.caller = caller
         self.found = 0  # batches answered from saved work in this run
+        self._folders: set[str] = set()  # steps whose folder this run has made
 
     def open(self, fingerprint: Mapping[str, Any], *, restart: bool) -> bool:
         """Start or continue the saved work; True if there was some to continue."""
@@ -124,10 +138,15 @@ class ResumeStore:
         path = self.path / step / f"{digest}.arrow"
         try:
             with pa.memory_map(str(path)) as source:
-                table = pa.ipc.open_file(source).read_all()
+                data = source.read_buffer()
+            body, trailer = data[: -_TRAILER.size], data[-_TRAILER.size :]
+            magic, crc = _TRAILER.unpack(trailer.to_pybytes())
+            if magic != _MAGIC or zlib.crc32(body) != crc:
+                return None  # torn: computed again, and put over it
+            table = pa.ipc.open_file(body).read_all()
         except FileNotFoundError:
             return None
-        except (OSError, pa.ArrowInvalid):
+        except (OSError, ValueError, struct.error, pa.ArrowInvalid):
             return None  # unreadable: computed again, and put over it
         meta = json.loads((table.schema.metadata or {}).get(_META, b"{}"))
         self.found += 1
@@ -135,14 +154,18 @@ class ResumeStore:
 
     def put(self, step: str, digest: str, table: pa.Table, meta: Mapping[str, Any]) -> None:
         folder = self.path / step
-        folder.mkdir(parents=True, exist_ok=True)
+        if step not in self._folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._folders.add(step)
         partial = folder / f"{digest}.tmp-{uuid.uuid4().hex}"
         schema = table.schema.with_metadata({_META: json.dumps(meta).encode()})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, schema) as writer:
+            writer.write_table(table.replace_schema_metadata(schema.metadata))
+        body = sink.getvalue()
         with open(partial, "wb") as raw:
-            with pa.ipc.new_file(raw, schema) as writer:
-                writer.write_table(table.replace_schema_metadata(schema.metadata))
-            raw.flush()
-            os.fsync(raw.fileno())
+            raw.write(body)
+            raw.write(_TRAILER.pack(_MAGIC, zlib.crc32(body)))
         os.replace(partial, folder / f"{digest}.arrow")
 
     def finish(self) -> None:

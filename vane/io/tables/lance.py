@@ -287,14 +287,18 @@ class LanceSink:
 
 
 def _failed_create(path: Path) -> bool:
-    """``path`` holds only the data files of a first write that never committed: a ``data``
-    folder of ``.lance`` files, no version."""
+    """``path`` holds only what a first write that never committed leaves: a ``data`` folder
+    of ``.lance`` files and of the ``.tmp*`` files Lance writes each one as before renaming it
+    (a kill mid-file), perhaps the commit's transaction file, and no version's manifest (a kill
+    before the commit's last step)."""
     if not path.is_dir():
         return False
     entries = {entry.name for entry in path.iterdir()}
-    if entries != {"data"}:
+    if "data" not in entries or not entries <= {"data", "_transactions", "_versions"}:
         return False
-    return all(f.suffix == ".lance" for f in (path / "data").iterdir())
+    if any((path / "_versions").glob("*.manifest")):
+        return False
+    return all(f.suffix == ".lance" or f.name.startswith(".tmp") for f in (path / "data").iterdir())
 
 
 def _fix(column: str) -> str:
