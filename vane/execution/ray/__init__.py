@@ -5,6 +5,7 @@ See docs/ray.md."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -348,6 +349,7 @@ def _action(
         progress.finish()  # a stream closed early: the steps' summaries as far as they went
         raise
     except BaseException as exc:
+        _stop_executions(watch)
         if watch.failure is not None and not _interrupt(exc):
             raise watch.failure from None  # what stopped Ray Data's execution, said plainly
         # What a stream from Ray raised, rather than DuckDB's text for it
@@ -363,6 +365,17 @@ def _action(
         lowering.close()
         watch.close()
         ray.kill(tally)
+
+
+def _stop_executions(watch: ResourceWatch) -> None:
+    """A failed action's actors, killed now: Ray Data lets go of them when its execution fails
+    but they live on, holding their CPUs and GPUs, until Python collects what refers to them
+    (the failure's traceback, for one), and the next action (a rerun with a larger budget)
+    would wait for them."""
+    ray = ray_module()
+    for actor in list(watch.actors):
+        with contextlib.suppress(Exception):  # best effort: the failure is what is raised
+            ray.kill(actor)
 
 
 class _Progress:

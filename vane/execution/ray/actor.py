@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -100,11 +101,22 @@ class RayUdf:
             # Its requests per server as they change (an AI function's): to the tally, by
             # which the driver's progress line shows them
             self._pool.on_requests = lambda servers: tally.requests.remote(key, self.name, servers)
-            self._pool.start()
+            # A resumable write's rerun may find every batch it is given answered: the worker
+            # (and the model it loads) starts at the first it cannot answer, as locally.
+            self._started = False
+            self._starting = threading.Lock()
+            if checkpoint is None:
+                self._start()
         except BaseException:
             tally.gave_up.remote(key, self.name)
             raise
         tally.joined.remote(key, self.name)
+
+    def _start(self) -> None:
+        with self._starting:  # (calls overlap: the first to need the worker starts it)
+            if not self._started:
+                self._pool.start()
+                self._started = True
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         """The batch's answer: a resumable write's saved one (the function is not called),
@@ -127,6 +139,7 @@ class RayUdf:
                 outcome = saved
             else:
                 admitted = self._admit()
+                self._start()
                 outcome = self._calls(shipped)
                 if digest is not None and self.checkpoint is not None:
                     self.checkpoint.put(digest, outcome)  # kept before its rows go on
