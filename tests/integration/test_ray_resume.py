@@ -18,6 +18,7 @@ import pytest
 
 import vane
 from vane.errors import BudgetExceededError, UDFError
+from vane.io.resume import ResumeStore
 from vane.testing import OpenAIServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
@@ -49,10 +50,16 @@ def _logged(path: Path) -> dict[int, int]:
     return batches
 
 
-def _saved(store: Path) -> dict[int, int]:
-    """The batches a resumable write's store keeps answers of: first id, rows."""
-    tables = [pa.ipc.open_file(str(p)).read_all() for p in store.glob("*/*.arrow")]
-    return {t["id"][0].as_py(): t.num_rows for t in tables}
+def _kept(destination: Path) -> list[pa.Table]:
+    """The answers a resumable write to ``destination`` keeps, read as a rerun reads them."""
+    store = ResumeStore(str(destination), "test")
+    answers = [store.get(p.parent.name, p.stem) for p in store.path.glob("*/*.arrow")]
+    return [saved.table for saved in answers if saved is not None]
+
+
+def _saved(destination: Path) -> dict[int, int]:
+    """The batches a resumable write keeps answers of: first id, rows."""
+    return {t["id"][0].as_py(): t.num_rows for t in _kept(destination)}
 
 
 def test_a_ray_job_that_died_part_way_pays_again_only_for_unanswered_batches(on_ray, tmp_path):
@@ -73,8 +80,7 @@ def test_a_ray_job_that_died_part_way_pays_again_only_for_unanswered_batches(on_
         job.write_parquet(str(out), resume=True)
     assert isinstance(raised.value, UDFError)  # as the local runner raises it
     assert not out.exists()  # nothing committed
-    store = tmp_path / ".out.vane-resume"
-    saved, first_run = _saved(store), _logged(calls)
+    saved, first_run = _saved(out), _logged(calls)
     # the batches before the failing one were answered (one actor, in order), and kept
     assert sum(saved.values()) >= 100
     assert saved.keys() <= first_run.keys()
@@ -123,10 +129,7 @@ def test_a_budget_stops_a_ray_prompt_job_keeping_every_answer_it_paid_for(on_ray
         job(100).write_parquet(str(out), resume=True)
     asked = server.requests - before
     assert 15 <= asked < total  # the third batch passed it; the actors stopped sending
-    kept = sum(
-        pa.ipc.open_file(str(path)).read_all().num_rows
-        for path in (tmp_path / ".out.vane-resume").glob("*/*.arrow")
-    )
+    kept = sum(answer.num_rows for answer in _kept(out))
     assert kept == asked  # every answer paid for, those in flight too, is kept
 
     before = server.requests
