@@ -3,8 +3,14 @@ that runs as a Ray actor: what the progress line shows on Ray is what it decides
 
 from __future__ import annotations
 
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from vane.execution.ray.actor import Tally
 from vane.observe.events import ServerCount
+from vane.udf.runtime import RowError
+from vane.udf.spec import Budget
 
 
 def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
@@ -58,3 +64,48 @@ def test_the_tally_sums_each_servers_requests_over_a_steps_actors():
     tally.left(1, "y")
     assert tally.totals()[1].servers == (ServerCount(a, 2, 7), ServerCount(b, 0, 3, 1))
     assert tally.totals()[2].servers == (ServerCount(a, 7, 7),)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    budget=st.integers(min_value=0, max_value=400),
+    answers=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 60)), max_size=12),
+    in_flight=st.integers(min_value=1, max_value=3),
+)
+def test_a_budget_admits_calls_while_every_actors_answers_are_within_it(budget, answers, in_flight):
+    # Actors' calls, `in_flight` at a time, each admitted by the tally before it is sent and
+    # answered with its tokens: a call is admitted exactly while the step's usage so far
+    # (every answered call's, from any actor) is within the budget, and the calls admitted
+    # are counted until they end, so a refused call can wait for them.
+    tally = Tally()
+    limit = Budget(max_total_tokens=budget)
+    spent = 0
+    pending = list(answers)
+    running: list[tuple[int, int]] = []
+    while pending or running:
+        while pending and len(running) < in_flight:
+            call = pending.pop(0)
+            admitted = tally.admit(1, limit)
+            assert admitted == (spent <= budget)
+            if not admitted:
+                pending.clear()  # the job stops sending
+                break
+            running.append(call)
+        assert tally.admitted(1) == len(running)
+        if running:
+            prompt, completion = running.pop(0)
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+            tally.done(1, "a", 5, (5, 0, 0, None, [], usage))
+            tally.release(1)
+            spent += prompt + completion
+    assert tally.admitted(1) == 0
+
+
+def test_the_tally_keeps_each_batchs_failed_rows_and_the_rows_resumed():
+    tally = Tally()
+    rows = pa.table({"id": [3, 7]})
+    errors = [RowError(0, "ValueError: bad 3", 4), RowError(1, "ValueError: bad 7", 2)]
+    tally.done(1, "a", 8, (6, 2, 0, "ValueError: bad 3", [], {}), failed=(rows, errors))
+    tally.done(1, "a", 8, (8, 0, 0, None, [], {}), resumed=8)
+    assert tally.failed_rows() == {1: [(rows, errors)]}
+    assert tally.totals()[1].resumed == 8 and tally.totals()[1].rows_in == 16

@@ -307,22 +307,8 @@ class UdfStage:
             raise outcome.failure
 
     def _budget_error(self, budget: Budget) -> BudgetExceededError:
-        tokens, cost = budget.spent(self.usage)
-        spent = f"{tokens:,} tokens" + (f" (${cost:,.4f})" if cost is not None else "")
-        limits = []
-        if budget.max_cost is not None:
-            limits.append(f"max_cost={budget.max_cost:g}")
-        if budget.max_total_tokens is not None:
-            limits.append(f"max_total_tokens={budget.max_total_tokens:,}")
-        kept = (
-            "the answers so far are kept: rerun with a larger budget to go on from them"
-            if self.checkpoint is not None
-            else "write with resume=True to keep the answers so far for a rerun"
-        )
-        return BudgetExceededError(
-            f"{self.spec.verb} step `{self.step}` spent {spent} on "
-            f"{counted(self.rows_in, 'row')}, past its budget ({', '.join(limits)}); the job "
-            f"stopped there, and {kept}"
+        return budget_error(
+            self.spec, self.step, budget, self.usage, self.rows_in, kept=self.checkpoint is not None
         )
 
     def _units_in_flight(self, pool: ActorPool) -> int:
@@ -380,6 +366,36 @@ class UdfStage:
         )
         if message:
             self.warn(message)
+
+
+def budget_error(
+    spec: UdfSpec,
+    step: str,
+    budget: Budget,
+    usage: dict[str, int],
+    rows_in: int,
+    *,
+    kept: bool,
+) -> BudgetExceededError:
+    """What a step says when its answers passed its budget (``usage`` over ``rows_in`` rows):
+    the local stage's, and a Ray actor's from the step's tally. ``kept``: a resumable write's
+    checkpoint holds the answers so far."""
+    tokens, cost = budget.spent(usage)
+    spent = f"{tokens:,} tokens" + (f" (${cost:,.4f})" if cost is not None else "")
+    limits = []
+    if budget.max_cost is not None:
+        limits.append(f"max_cost={budget.max_cost:g}")
+    if budget.max_total_tokens is not None:
+        limits.append(f"max_total_tokens={budget.max_total_tokens:,}")
+    said = (
+        "the answers so far are kept: rerun with a larger budget to go on from them"
+        if kept
+        else "write with resume=True to keep the answers so far for a rerun"
+    )
+    return BudgetExceededError(
+        f"{spec.verb} step `{step}` spent {spent} on {counted(rows_in, 'row')}, past its "
+        f"budget ({', '.join(limits)}); the job stopped there, and {said}"
+    )
 
 
 def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Iterator[pa.RecordBatch]:

@@ -209,9 +209,15 @@ class _LedgerWriter:
     output: Staging | None  # the output's staging, for a local folder of files
 
     def write(self, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> list[Any]:
+        parts: list[Any] = self.writer.write(batches, schema)
+        self.write_ledger(parts)
+        return parts
+
+    def write_ledger(self, parts: list[Any]) -> None:
+        """The ledger's file, once the output's ``parts`` are written: by ``write``, or by a
+        runner whose workers wrote the parts with the output's own writer (Ray's tasks)."""
         import pyarrow.parquet as pq
 
-        parts: list[Any] = self.writer.write(batches, schema)
         table = self.rows()
         if self.output is not None and not self.output.single_file:
             # The files the output will hold once committed (see check_output).
@@ -224,4 +230,3 @@ class _LedgerWriter:
             table = table.replace_schema_metadata(metadata)
         name = self.staging.destination.name
         pq.write_table(table, self.staging.directory / name)
-        return parts

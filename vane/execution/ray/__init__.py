@@ -5,6 +5,7 @@ See docs/ray.md."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -18,6 +19,7 @@ from vane._arrow import exact_batches
 from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
 from vane.execution.caller import Caller
+from vane.execution.ledger import Ledger
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.lowering import row_caps
 from vane.execution.ray.actor import StepCounts
@@ -32,7 +34,7 @@ from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.runner import action_events
 from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
-from vane.io.resume import Resume
+from vane.io.resume import Resume, ResumeStore
 from vane.io.sinks import Part, Sink, WriteResult, abort_unfinished, writes_started
 from vane.observe.events import (
     BatchDone,
@@ -47,6 +49,7 @@ from vane.observe.progress import wants_progress
 from vane.plan.nodes import MaterializedScan, PlanNode, Source, SqlStep, UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import walk
+from vane.udf.runtime import RowError
 
 # Part files being written at once by Ray tasks during a write.
 _WRITES_IN_FLIGHT = 4
@@ -69,12 +72,6 @@ class RayRunner:
         against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
         to change, rather than waiting forever."""
         for node in walk(plan):
-            if isinstance(node, UdfStep) and node.udf.budget is not None:
-                raise ConfigurationError(
-                    f"step `{node.udf.name}` has a budget (max_cost= or max_total_tokens=), "
-                    "which the local runner keeps in this version; on Ray, leave it out, or run "
-                    "the job with vane.configure(runner='local')"
-                )
             if isinstance(node, UdfStep) and node.udf.local_only is not None:
                 raise ConfigurationError(
                     f"step `{node.udf.name}` runs on the local runner only in this version: "
@@ -153,42 +150,108 @@ class RayRunner:
         errors_key: tuple[str, ...] | None = None,
     ) -> WriteResult:
         """Ray tasks write the part files of a plan that ends on Ray, in block order, into the
-        write's staging directory; the driver commits them all at once (or none)."""
-        from vane.execution.ledger import check_retry
+        write's staging directory; the driver commits them all at once (or none).
 
-        check_retry(plan, errors_to, "write")
-        if errors_to is not None or errors_key is not None:
-            raise ConfigurationError(
-                "write(errors_to=...): the error ledger is written by the local runner in "
-                "this version; on Ray, leave errors_to out (or run the job with "
-                "vane.configure(runner='local'))"
-            )
-        if resume:
-            raise ConfigurationError(
-                "write(resume=...): resumable writes run on the local runner in "
-                "this version; on Ray, leave resume out (or run the job with "
-                "vane.configure(runner='local'))"
-            )
+        ``resume``: the UDF steps' actors answer from, and keep their answers in, the store
+        the driver opens as the local runner does (``actor.py`` says why the actors write it);
+        the driver removes it once the output is committed. ``errors_to``: the rows each
+        batch's ``on_error`` handled reach the driver through the action's tally with the
+        batch's counts, and the driver records them in the same ``Ledger`` as the local
+        runner, before the output (and the ledger with it) is committed."""
+        from vane.execution.ledger import Ledger, check_retry
+        from vane.execution.resume import fingerprint
+        from vane.io.ledger import LedgeredSink, LedgeredWrite
+        from vane.io.resume import ResumeStore
+
         started = time.perf_counter()  # the whole write, as on the local runner
+        caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         if not holds_udf(plan):
-            return self._local.write(plan, sink)
+            return self._local.write(
+                plan, sink, resume=resume, errors_to=errors_to, errors_key=errors_key
+            )
+        check_retry(plan, errors_to, caller, sink.path)
+        ledger = None
+        if errors_to is not None:
+            ledger = Ledger(plan, errors_to, errors_key, caller)
+            sink = LedgeredSink(sink, errors_to, ledger.table)
+        store = None
+        if resume:
+            store = ResumeStore(sink.path, caller)
+            # The actors open it from their own working directories: by its absolute path
+            store.path = store.path.absolute()
+            store.open(fingerprint(plan), restart=resume == "restart")
+            _warn_unless_shared(store)
         from vane.io.sinks import write_to
 
-        with _action(plan) as lowering:
+        with _action(plan, resume=store, ledger=ledger) as lowering:
             if sink.single_file or not lowering.runs_on_ray(plan):
-                committed = write_to(sink, lowering.reader(plan, get_config().batch_size))
+                rows = lowering.reader(plan, get_config().batch_size)
+                if ledger is not None:  # recorded once every row is read, before the commit
+                    rows = _recorded_after(rows, lowering, ledger)
+                committed = write_to(sink, rows)
             else:
                 write = sink.start()
                 try:
-                    parts = _write_parts(lowering, plan, write.writer)
+                    if isinstance(write, LedgeredWrite):
+                        # the tasks write the output's parts; the driver, the ledger's file
+                        parts = _write_parts(lowering, plan, write.writer.writer)
+                        assert ledger is not None
+                        _record_failed(lowering, ledger)
+                        write.writer.write_ledger(parts)
+                    else:
+                        parts = _write_parts(lowering, plan, write.writer)
                     committed = write.commit(parts)
                 except BaseException:
                     write.abort()
                     raise
             steps = tuple(lowering.progress.finish())
+        if store is not None:
+            store.finish()  # the output holds every row: the saved work has served
         return committed.result(time.perf_counter() - started, steps)
+
+
+def _record_failed(lowering: RayLowering, ledger: Ledger) -> None:
+    """The rows the steps' actors sent the tally, recorded in the write's ledger. (In the
+    order their batches were answered, which on Ray is not always the input's.)"""
+    ray = ray_module()
+    failed: dict[int, list[tuple[pa.Table, list[RowError]]]] = ray.get(
+        lowering.tally.failed_rows.remote()
+    )
+    for key, batches in failed.items():
+        node = lowering.steps.get(key)
+        record = None if node is None else ledger.recorder(node)
+        if record is None:
+            continue
+        for rows, errors in batches:
+            record(rows, errors)
+
+
+def _recorded_after(
+    rows: pa.RecordBatchReader, lowering: RayLowering, ledger: Ledger
+) -> pa.RecordBatchReader:
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield from rows
+        _record_failed(lowering, ledger)
+
+    return pa.RecordBatchReader.from_batches(rows.schema, batches())
+
+
+def _warn_unless_shared(store: ResumeStore) -> None:
+    """The actors keep a resumable write's answers at the store's path on their own node: on
+    a cluster of several nodes, a rerun finds them only if that path is shared."""
+    ray = ray_module()
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    if len(alive) > 1:
+        log.warning(
+            "vane: resume=True on a Ray cluster of %d nodes: each node's actors keep their "
+            "answers in %s on that node, so a rerun finds them only if that path is on storage "
+            "every node shares (write to a destination on a shared filesystem, or set "
+            "VANE_CACHE_DIR to one for an object-store destination); see docs/resume.md",
+            len(alive),
+            store.path,
+        )
 
 
 def _feeds_ray(node: PlanNode, plan: PlanNode) -> bool:
@@ -255,7 +318,13 @@ def _written(ref: Any, watch: ResourceWatch) -> list[Part]:
 
 
 @contextmanager
-def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]:
+def _action(
+    plan: PlanNode,
+    *,
+    streaming: bool = False,
+    resume: ResumeStore | None = None,
+    ledger: Ledger | None = None,
+) -> Iterator[RayLowering]:
     """One action on Ray: a tally of each UDF step's rows (progress events while it runs, the
     on_error warning at its end, as locally), errors from actors raised as the driver would
     raise them, cursors closed."""
@@ -269,7 +338,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]
     here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     tally = ray.remote(num_cpus=0, scheduling_strategy=here)(Tally).remote()
     watch = ResourceWatch(pools(plan), get_config().resource_wait_timeout_s)
-    lowering = RayLowering(plan, tally, watch, streaming=streaming)
+    lowering = RayLowering(plan, tally, watch, streaming=streaming, resume=resume, ledger=ledger)
     totals = stage_totals(plan, row_caps(plan))
     progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), watch, totals)
     writes = writes_started()
@@ -280,6 +349,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]
         progress.finish()  # a stream closed early: the steps' summaries as far as they went
         raise
     except BaseException as exc:
+        _stop_executions(watch)
         if watch.failure is not None and not _interrupt(exc):
             raise watch.failure from None  # what stopped Ray Data's execution, said plainly
         # What a stream from Ray raised, rather than DuckDB's text for it
@@ -295,6 +365,17 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[RayLowering]
         lowering.close()
         watch.close()
         ray.kill(tally)
+
+
+def _stop_executions(watch: ResourceWatch) -> None:
+    """A failed action's actors, killed now: Ray Data lets go of them when its execution fails
+    but they live on, holding their CPUs and GPUs, until Python collects what refers to them
+    (the failure's traceback, for one), and the next action (a rerun with a larger budget)
+    would wait for them."""
+    ray = ray_module()
+    for actor in list(watch.actors):
+        with contextlib.suppress(Exception):  # best effort: the failure is what is raised
+            ray.kill(actor)
 
 
 class _Progress:
@@ -404,6 +485,7 @@ class _Progress:
                     max(counts.busy, 0),
                     max(counts.actors, 0),
                     {k: v for k, v in usage.items() if v},
+                    counts.resumed - seen.resumed,
                 )
             )
 
@@ -426,6 +508,7 @@ class _Progress:
                 counts.nulled,
                 counts.seconds,
                 counts.usage,
+                counts.resumed,
             )
             self.finished.append(summary)
             self.events.emit(summary)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,10 +41,15 @@ from vane.io.file_stores import FileStores
 from vane.io.file_stores import install as install_file_stores
 from vane.observe.events import ServerCount, add_counts, merge_servers
 from vane.udf.failures import catchable
-from vane.udf.runtime import BatchOutcome, Task
-from vane.udf.spec import UdfSpec
+from vane.udf.runtime import BatchOutcome, RowError, Task
+from vane.udf.spec import Budget, UdfSpec
 
-NODE_ID_ENV = "VANE_RAY_NODE_ID"  # read by vane.ai.node_server, which may not import this
+if TYPE_CHECKING:
+    from vane.execution.resume import Checkpoint
+
+NODE_ID_ENV = "VANE_RAY_NODE_ID"
+# How often a batch refused by its step's budget looks whether the admitted calls have ended.
+_ADMITTED_POLL_SECONDS = 0.05  # read by vane.ai.node_server, which may not import this
 
 
 class RayUdf:
@@ -60,7 +66,12 @@ class RayUdf:
         tally: Any,
         key: int,
         file_stores: FileStores | None = None,
+        checkpoint: Checkpoint | None = None,
+        failed_rows: bool = False,
     ) -> None:
+        """``checkpoint``: a resumable write's saved answers of this step (see ``__call__``);
+        ``failed_rows``: a write's error ledger wants the input rows ``on_error`` handled,
+        which go to the tally with each batch's counts."""
         import ray
 
         # The driver's storage options: this process's worker is sent them in turn.
@@ -71,6 +82,8 @@ class RayUdf:
         self.tally = tally
         self.key = key
         self.name = uuid.uuid4().hex  # this actor, to the tally (its calls overlap)
+        self.checkpoint = checkpoint
+        self.failed_rows = failed_rows
         self._tokens = itertools.count()
         # The step's time counts from its first actor's start: waited for, so that the tally
         # has noted it before this actor's first call begins. Starting (the model loading) is
@@ -88,24 +101,86 @@ class RayUdf:
             # Its requests per server as they change (an AI function's): to the tally, by
             # which the driver's progress line shows them
             self._pool.on_requests = lambda servers: tally.requests.remote(key, self.name, servers)
-            self._pool.start()
+            # A resumable write's rerun may find every batch it is given answered: the worker
+            # (and the model it loads) starts at the first it cannot answer, as locally.
+            self._started = False
+            self._starting = threading.Lock()
+            if checkpoint is None:
+                self._start()
         except BaseException:
             tally.gave_up.remote(key, self.name)
             raise
         tally.joined.remote(key, self.name)
 
+    def _start(self) -> None:
+        with self._starting:  # (calls overlap: the first to need the worker starts it)
+            if not self._started:
+                self._pool.start()
+                self._started = True
+
     def __call__(self, batch: pa.Table) -> pa.Table:
+        """The batch's answer: a resumable write's saved one (the function is not called),
+        else the function's, saved before its rows go on. The actor writes the saved answers
+        itself, into the store the driver opened: Ray Data gives the driver no hook between
+        an actor's answer and the block it becomes, and the answer must be kept before its
+        rows can reach the output (so the store must be on a path every node shares; on one
+        machine it is). A batch is found again by its contents (``batch_digest``), which Ray
+        Data cuts the same way on every run of the same input (``preserve_order``)."""
         reads = self.spec.reads
         shipped = batch.select(list(reads)) if reads is not None else batch
         self.tally.begin.remote(self.key, self.name)  # (a caller's calls run in order)
+        digest: str | None = None
+        saved: BatchOutcome | None = None
+        admitted = False
         try:
-            outcome = self._calls(shipped)
+            if self.checkpoint is not None:
+                digest, saved = self.checkpoint.get(shipped)
+            if saved is not None:
+                outcome = saved
+            else:
+                admitted = self._admit()
+                self._start()
+                outcome = self._calls(shipped)
+                if digest is not None and self.checkpoint is not None:
+                    self.checkpoint.put(digest, outcome)  # kept before its rows go on
         except BaseException as exc:
             self.tally.done.remote(self.key, self.name, 0, (0, 0, 0, None, [], {}))
+            if admitted:
+                self.tally.release.remote(self.key)
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
             # it travels as bytes, rebuilt in the driver as the subprocess backend does.
             raise RemoteFailure(error_to_bytes(exc), str(exc)) from None
-        return self._output(batch, outcome)
+        resumed = batch.num_rows if saved is not None else 0
+        output = self._output(batch, outcome, resumed)
+        if admitted:  # after its usage is in the tally (an actor's calls reach it in order)
+            self.tally.release.remote(self.key)
+        return output
+
+    def _admit(self) -> bool:
+        """Whether the step may spend more (a step with a budget asks the tally, which sums
+        every actor's usage). Once it may not, the batch waits for the step's admitted calls
+        (paid for, answered and kept) to end, and then fails the job with what was spent;
+        Ray Data ends the dataset at the first failure, killing what still runs."""
+        import ray
+
+        budget = self.spec.budget
+        if budget is None:
+            return False
+        if ray.get(self.tally.admit.remote(self.key, budget)):
+            return True
+        while ray.get(self.tally.admitted.remote(self.key)) > 0:
+            time.sleep(_ADMITTED_POLL_SECONDS)
+        from vane.execution.stage import budget_error
+
+        counts: StepCounts = ray.get(self.tally.totals.remote())[self.key]
+        raise budget_error(
+            self.spec,
+            self.spec.name,
+            budget,
+            counts.usage,
+            counts.rows_in,
+            kept=self.checkpoint is not None,
+        )
 
     def _calls(self, shipped: pa.Table) -> BatchOutcome:
         """Ray's batch as the UDF's calls: one, or with ``batch_bytes`` one per run of rows of
@@ -138,7 +213,7 @@ class RayUdf:
             pool.teardown(graceful=True)
             self.tally.left.remote(self.key, self.name)
 
-    def _output(self, batch: pa.Table, outcome: BatchOutcome) -> pa.Table:
+    def _output(self, batch: pa.Table, outcome: BatchOutcome, resumed: int) -> pa.Table:
         import ray
 
         counts = (
@@ -149,8 +224,19 @@ class RayUdf:
             outcome.poisoned,
             outcome.usage,
         )
+        failed = None
+        if self.failed_rows and outcome.errors:
+            # The rows themselves (every input column: the ledger picks its keys in the
+            # driver), numbered afresh in the errors that go with them.
+            taken = batch.take(pa.array([e.row for e in outcome.errors], pa.int64()))
+            errors = [replace(e, row=i) for i, e in enumerate(outcome.errors)]
+            failed = (taken, errors)
         # Waited for: the counts must be in before the driver reads the totals at the end.
-        ray.get(self.tally.done.remote(self.key, self.name, batch.num_rows, counts))
+        ray.get(
+            self.tally.done.remote(
+                self.key, self.name, batch.num_rows, counts, resumed=resumed, failed=failed
+            )
+        )
         if not self.spec.passthrough:
             return outcome.table
         if outcome.dropped:
@@ -201,6 +287,10 @@ class Tally:
         # (step, actor) -> its requests per server, as it last said
         self._servers: dict[tuple[int, str], tuple[ServerCount, ...]] = {}
         self._clock = clock
+        # A budgeted step's calls admitted and not yet answered (``admit``), by step.
+        self._admitted: dict[int, int] = {}
+        # A write's error ledger: per step, each batch's failed input rows and their errors.
+        self.failed: dict[int, list[tuple[pa.Table, list[RowError]]]] = {}
 
     def _step(self, key: int) -> StepCounts:
         return self.steps.setdefault(key, StepCounts())
@@ -247,7 +337,33 @@ class Tally:
         self._stamp(key)
         self._running(key, actor, +1)
 
-    def done(self, key: int, actor: str, rows_in: int, outcome: tuple[Any, ...]) -> None:
+    def admit(self, key: int, budget: Budget) -> bool:
+        """Whether a batch of step ``key`` may be sent: its actors' usage so far is within
+        ``budget``. The tally answers one call at a time, so an admitted call is counted
+        before any later call is refused, and a refused one waits for it (``admitted``)."""
+        if budget.exceeded(self._step(key).usage):
+            return False
+        self._admitted[key] = self._admitted.get(key, 0) + 1
+        return True
+
+    def release(self, key: int) -> None:
+        self._admitted[key] = self._admitted.get(key, 0) - 1
+
+    def admitted(self, key: int) -> int:
+        return self._admitted.get(key, 0)
+
+    def done(
+        self,
+        key: int,
+        actor: str,
+        rows_in: int,
+        outcome: tuple[Any, ...],
+        *,
+        resumed: int = 0,
+        failed: tuple[pa.Table, list[RowError]] | None = None,
+    ) -> None:
+        """A batch answered (``rows_in`` 0: failed): its counts, the rows of it a resumable
+        write answered from saved work, and for an error ledger its failed rows."""
         self._stamp(key)
         counts = self._step(key)
         rows_out, skipped, nulled, first_error, poisoned, usage = outcome
@@ -259,6 +375,12 @@ class Tally:
         counts.first_error = counts.first_error or first_error
         counts.poisoned.extend(poisoned)
         counts.usage = add_counts(counts.usage, usage)
+        counts.resumed += resumed
+        if failed is not None:
+            self.failed.setdefault(key, []).append(failed)
+
+    def failed_rows(self) -> dict[int, list[tuple[pa.Table, list[RowError]]]]:
+        return self.failed
 
     def totals(self) -> dict[int, StepCounts]:
         return self.steps
@@ -276,6 +398,7 @@ class StepCounts:
     first_error: str | None = None
     poisoned: list[str] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
+    resumed: int = 0  # rows answered from a resumable write's saved work
     servers: tuple[ServerCount, ...] = ()  # its actors' requests per server, summed
     first: float | None = None  # by the tally's clock: the step's first report
     last: float | None = None  # and its latest

@@ -28,14 +28,17 @@ import pyarrow as pa
 
 from vane import _engine
 from vane._arrow import one_batch
+from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
 from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import file_datasource
 from vane.execution.ray.fit import actor_resources
 from vane.execution.ray.waits import ResourceWatch
+from vane.execution.resume import Checkpoint, step_key
 from vane.execution.row_steps import BlockSql, reroot, streamed
 from vane.io import file_stores
+from vane.io.resume import ResumeStore
 from vane.plan.nodes import (
     ArrowScan,
     ArrowStreamScan,
@@ -106,8 +109,18 @@ class RayLowering:
     ``streaming`` action's reader waits for each batch (see ``_tables``)."""
 
     def __init__(
-        self, plan: PlanNode, tally: Any, watch: ResourceWatch, *, streaming: bool = False
+        self,
+        plan: PlanNode,
+        tally: Any,
+        watch: ResourceWatch,
+        *,
+        streaming: bool = False,
+        resume: ResumeStore | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
+        """``resume``: a resumable write's store, each UDF step's actors answering from it and
+        keeping their answers in it (``actor.py``); ``ledger``: a write's error ledger, whose
+        steps' actors send the rows ``on_error`` handled to the tally."""
         import ray.data
 
         self.ray_data = ray.data
@@ -115,6 +128,8 @@ class RayLowering:
         # Ray Data's executions report their progress to it, and stop when it says so
         self.watch = watch
         self.streaming = streaming
+        self.resume = resume
+        self.ledger = ledger
         self._shared = shared_subplans(plan)
         # The UDF steps, by the key their actors report their counts under: the step's id.
         self.steps: dict[int, UdfStep] = {
@@ -212,6 +227,10 @@ class RayLowering:
                 "tally": self.tally,
                 "key": node.step_id,
                 "file_stores": file_stores.snapshot(),
+                "checkpoint": (
+                    None if self.resume is None else Checkpoint(self.resume, step_key(node))
+                ),
+                "failed_rows": (self.ledger is not None and self.ledger.recorder(node) is not None),
             },
             batch_size=spec.rows_per_batch,
             batch_format="pyarrow",

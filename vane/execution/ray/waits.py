@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from vane.errors import ResourceWaitError
 from vane.execution.ray.fit import TASK_CPUS, Pool, amount
@@ -144,6 +144,9 @@ class ResourceWatch:
         self._lock = threading.Lock()
         self._pulling = 0
         self._ray_progress: dict[Hashable, Hashable] = {}
+        # The actors of the action's Ray Data executions as they run (``watching.py``), so
+        # that a failed action can kill them at once rather than when they are collected.
+        self.actors: weakref.WeakSet[Any] = weakref.WeakSet()
         self._live[self.key] = self
 
     @classmethod
