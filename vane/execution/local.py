@@ -30,13 +30,13 @@ from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
-from vane.execution.ledger import Ledger, check_retry
+from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
-from vane.execution.resume import Checkpoint, fingerprint, step_key
+from vane.execution.resume import Checkpoint, step_key
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
-from vane.io.ledger import LedgeredSink
+from vane.execution.write_setup import prepare_write
 from vane.io.resume import Resume, ResumeStore
 from vane.io.sinks import Sink, WriteResult, abort_unfinished, write_to, writes_started
 from vane.io.spool import Spool
@@ -399,15 +399,9 @@ class LocalRunner:
         sink.check_schema(plan.schema)
         plan = optimize(plan)
         _prestart(plan)  # (before the resume store and the ledger are opened)
-        check_retry(plan, errors_to, caller, sink.path)
-        ledger = None
-        if errors_to is not None:
-            ledger = Ledger(plan, errors_to, errors_key, caller)
-            sink = LedgeredSink(sink, errors_to, ledger.table)
-        store = None
-        if resume:
-            store = ResumeStore(sink.path, caller)
-            store.open(fingerprint(plan), restart=resume == "restart")
+        sink, ledger, store = prepare_write(
+            plan, sink, caller, resume=resume, errors_to=errors_to, errors_key=errors_key
+        )
         with _action(plan) as execution:
             execution.resume = store
             execution.ledger = ledger

@@ -158,10 +158,8 @@ class RayRunner:
         batch's ``on_error`` handled reach the driver through the action's tally with the
         batch's counts, and the driver records them in the same ``Ledger`` as the local
         runner, before the output (and the ledger with it) is committed."""
-        from vane.execution.ledger import Ledger, check_retry
-        from vane.execution.resume import fingerprint
-        from vane.io.ledger import LedgeredSink, LedgeredWrite
-        from vane.io.resume import ResumeStore
+        from vane.execution.write_setup import prepare_write
+        from vane.io.ledger import LedgeredWrite
 
         started = time.perf_counter()  # the whole write, as on the local runner
         caller = f"write_{getattr(sink, 'format', 'table')}"
@@ -171,17 +169,17 @@ class RayRunner:
             return self._local.write(
                 plan, sink, resume=resume, errors_to=errors_to, errors_key=errors_key
             )
-        check_retry(plan, errors_to, caller, sink.path)
-        ledger = None
-        if errors_to is not None:
-            ledger = Ledger(plan, errors_to, errors_key, caller)
-            sink = LedgeredSink(sink, errors_to, ledger.table)
-        store = None
-        if resume:
-            store = ResumeStore(sink.path, caller)
-            # The actors open it from their own working directories: by its absolute path
-            store.path = store.path.absolute()
-            store.open(fingerprint(plan), restart=resume == "restart")
+        # The actors open the store from their own working directories: by its absolute path
+        sink, ledger, store = prepare_write(
+            plan,
+            sink,
+            caller,
+            resume=resume,
+            errors_to=errors_to,
+            errors_key=errors_key,
+            absolute_store=True,
+        )
+        if store is not None:
             _warn_unless_shared(store)
         from vane.io.sinks import write_to
 
