@@ -12,6 +12,11 @@ PIP := $(BIN)/python -m pip
 # torch in would fetch a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
+# The suite runs on two worker processes (pytest-xdist), one a core on CI's 2-core machine: much
+# of a test's time is waiting on processes it started. tests/conftest.py groups the tests (all the
+# Ray ones on one worker, each other module whole on one). PYTEST_WORKERS= runs it in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadgroup
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
@@ -43,7 +48,7 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_WORKERS)
 
 # The same suite on a busy machine: two processes keep two cores busy beside it (.ci/busy.py
 # starts them and ends them with the suite). No test may depend on how much happens within
@@ -54,7 +59,7 @@ test-stress: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check vane tests examples bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
-	VANE_KILL_MATRIX=full $(BIN)/python .ci/busy.py 2 -- $(BIN)/python -m pytest
+	VANE_KILL_MATRIX=full $(BIN)/python .ci/busy.py 2 -- $(BIN)/python -m pytest $(PYTEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

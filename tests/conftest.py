@@ -40,6 +40,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HF_HOME, ignore_errors=True)  # links to the packaged model, not copies
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``make test`` (pytest-xdist: ``-n 2 --dist loadgroup``) a worker takes a whole
+    group of tests at once. Every test that runs on Ray is one group, so that one cluster (the
+    session's) serves them all, and it goes first: it is the longest stretch, which the other
+    worker fills. Each other module is a group, so that its module- and session-scoped servers,
+    models and example runs (tests/test_docs.py starts all the docs' examples at once) start
+    once. Runs before xdist's own hook, which reads the ``xdist_group`` marks."""
+
+    def group(item: pytest.Item) -> str:
+        if item.get_closest_marker("ray") or "ray_cluster" in getattr(item, "fixturenames", ()):
+            return "ray"
+        return item.nodeid.split("::", 1)[0]
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(group(item)))
+    items.sort(key=lambda item: group(item) != "ray")  # stable: each module keeps its order
+
+
 @pytest.fixture(autouse=True)
 def _quiet_progress():
     import vane
