@@ -10,6 +10,8 @@ rows. A file is made once and reused; its name carries the kind, the row count a
 * ``overhead_small_groups``: the same rows as ``overhead`` (which pyarrow writes in row groups
   of a million rows), in row groups of 122,880 rows, the size DuckDB writes by default: the
   memory workload reads both, to tell a cost of the input's size from one of its row groups.
+* ``overhead_x10``: a folder of ten links to the ``overhead`` file with a tenth of the rows
+  (the large-object store workload: the same pipeline over one object and over ten).
 * ``sentences``: ``id BIGINT, text VARCHAR``, sentences of 8 to 30 words drawn from ``WORDS``
   (the embed and prompt workloads).
 * ``files``: a folder of ``rows`` Parquet files of two rows each (``id BIGINT, text VARCHAR``):
@@ -32,7 +34,7 @@ import pyarrow.parquet as pq
 VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent / ".data"
 CHUNK = 1_000_000
-FOLDERS = {"files", "images"}  # kinds that are a folder of files rather than one file
+FOLDERS = {"files", "images", "overhead_x10"}  # kinds that are a folder of files, not one file
 
 _VOCABULARY = """
 the a an of to and in on for with by from at as is was are be been this that these those
@@ -64,6 +66,7 @@ def ensure(kind: str, rows: int) -> Path:
         makers = {
             "overhead": _overhead,
             "overhead_small_groups": _overhead_small_groups,
+            "overhead_x10": _overhead_x10,
             "sentences": _sentences,
             "files": _files,
             "images": _images,
@@ -99,6 +102,15 @@ def _overhead(path: Path, rows: int) -> None:
             picks = pa.array(rng.integers(0, len(phrases), size=len(ids)))
             text = pc.binary_join_element_wise(phrases.take(picks), pc.cast(ids, pa.string()), " #")
             writer.write_table(pa.table({"id": ids, "text": text}, schema=schema))
+
+
+def _overhead_x10(path: Path, rows: int) -> None:
+    """Ten objects of the ``overhead`` file with a tenth of the rows, as links to one file:
+    the large-object store serves each under its own key (``bench/file_store.py``)."""
+    one = ensure("overhead", rows // 10)
+    path.mkdir()
+    for part in range(10):
+        (path / f"part-{part:02d}.parquet").symlink_to(one)
 
 
 SMALL_ROW_GROUP = 122_880  # DuckDB's default ROW_GROUP_SIZE for COPY ... (FORMAT parquet)

@@ -34,9 +34,10 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,7 @@ class Workload:
     cases: list[Case]
     needs_server: bool = False  # the prompt server runs for the whole workload
     needs_store: bool = False  # the local S3 server runs, with every case's input uploaded
+    needs_file_store: bool = False  # bench/file_store.py serves every case's input as an object
 
 
 def vane_variants(workload: str) -> list[Variant]:
@@ -221,6 +223,24 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         *vane_variants("store"),
         *peer_variants("store"),
     ]
+    # Large objects (issue 27): the first row of one object of about 2 GB in a full run, and
+    # the store pipeline (written to local disk) over one object and over ten, whose peaks
+    # should match. Served from disk by bench/file_store.py: moto copies a whole object for
+    # every request, a footer's included, which would measure moto.
+    large_rows = 4_000_000 if quick else 96_000_000
+    store = ("--store",)
+    store_first = [
+        Variant("hand-loop", "first_handloop.py", "vane", store),
+        Variant("vane", "first_vane.py", "vane", store),
+        Variant("daft", "first_daft.py", "peers", store),
+        Variant("ray-data", "first_ray.py", "peers", store),
+    ]
+    object_rows = 500_000 if quick else 10_000_000
+    store_memory = [
+        Case(replace(v, args=(*v.args, "--local-out")), kind, rows, batch)
+        for kind, rows in (("overhead", object_rows), ("overhead_x10", 10 * object_rows))
+        for v in vane_variants("store")
+    ]
     # Four CPU-side actors, the model in each of them or in one server they share (issue 29).
     serve = [
         Variant("vane-actors", "serve_vane.py", "vane", ("--mode", "actors")),
@@ -238,6 +258,12 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
             [Case(v, "overhead", overhead_rows, batch, writes=False) for v in store],
             needs_store=True,
         ),
+        Workload(
+            "store_first",
+            [Case(v, "overhead", large_rows, writes=False) for v in store_first],
+            needs_file_store=True,
+        ),
+        Workload("store_memory", store_memory, needs_file_store=True),
         Workload("memory", memory_cases),
         Workload("first_result", [Case(v, "overhead", 10, writes=False) for v in first]),
         Workload(
@@ -456,38 +482,86 @@ def object_store(inputs: list[Path]) -> Iterator[str]:
         stderr=log,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    saved = {k: os.environ.get(k) for k in [*STORE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
     try:
-        for _ in range(300):  # up to a minute for the server to answer
-            try:
-                urllib.request.urlopen(endpoint, timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None:
-                    raise RuntimeError(f"the S3 server exited, see {log.name}") from None
-                time.sleep(0.2)
-        os.environ.update(STORE_CREDENTIALS, AWS_ENDPOINT_URL=endpoint)
-        fs = pafs.S3FileSystem(
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            access_key=STORE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            secret_key=STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region=STORE_CREDENTIALS["AWS_DEFAULT_REGION"],
-            allow_bucket_creation=True,
-        )
-        fs.create_dir("bench")
-        for path in dict.fromkeys(inputs):
-            pafs.copy_files(str(path), f"bench/inputs/{path.name}", destination_filesystem=fs)
-        yield endpoint
+        with store_environment(endpoint):
+            wait_for(endpoint, server, log.name)
+            fs = pafs.S3FileSystem(
+                endpoint_override=f"127.0.0.1:{port}",
+                scheme="http",
+                access_key=STORE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                secret_key=STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                region=STORE_CREDENTIALS["AWS_DEFAULT_REGION"],
+                allow_bucket_creation=True,
+            )
+            fs.create_dir("bench")
+            for path in dict.fromkeys(inputs):
+                pafs.copy_files(str(path), f"bench/inputs/{path.name}", destination_filesystem=fs)
+            yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+@contextlib.contextmanager
+def file_store(inputs: list[Path]) -> Iterator[str]:
+    """bench/file_store.py on 127.0.0.1: a bucket ``bench`` whose ``inputs/`` are links to
+    ``inputs`` (files, or folders of them), read from disk; the variables every S3 client
+    reads set for the variants while it runs, as ``object_store`` does."""
+    root = WORK / "file-store"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "bench" / "inputs").mkdir(parents=True)
+    for path in dict.fromkeys(inputs):
+        (root / "bench" / "inputs" / path.name).symlink_to(path.resolve())
+    port = free_port()
+    log = open(WORK / "file_store.log", "wb")  # noqa: SIM115 -- closed in finally
+    command = [str(INTERPRETERS["vane"]), str(BENCH / "file_store.py"), "--root", str(root)]
+    server = subprocess.Popen(
+        [*command, "--port", str(port)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=log,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        with store_environment(endpoint):
+            wait_for(endpoint, server, log.name)
+            yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def store_environment(endpoint: str) -> Iterator[None]:
+    """AWS_ENDPOINT_URL and the test credentials, for the variants; the old values after."""
+    saved = {k: os.environ.get(k) for k in [*STORE_CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(STORE_CREDENTIALS, AWS_ENDPOINT_URL=endpoint)
+    try:
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+
+
+def wait_for(endpoint: str, server: subprocess.Popen[bytes], log: str) -> None:
+    """Until the server at ``endpoint`` answers (up to a minute), or has exited."""
+    for _ in range(300):
+        try:
+            urllib.request.urlopen(endpoint, timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answered, with an error: it is up
+        except OSError:
+            if server.poll() is not None:
+                raise RuntimeError(f"the S3 server exited, see {log}") from None
+            time.sleep(0.2)
+    raise RuntimeError(f"the S3 server at {endpoint} did not answer in a minute, see {log}")
 
 
 def server_stats(base_url: str) -> dict[str, Any]:
@@ -620,7 +694,11 @@ def main() -> None:
             data.ensure(case.kind, case.rows)
         server = prompt_server() if workload.needs_server else contextlib.nullcontext(None)
         inputs = [data.ensure(case.kind, case.rows) for case in workload.cases]
-        store = object_store(inputs) if workload.needs_store else contextlib.nullcontext(None)
+        store: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
+        if workload.needs_store:
+            store = object_store(inputs)
+        elif workload.needs_file_store:
+            store = file_store(inputs)
         with server as base_url, store:
             extra = ("--base-url", base_url) if base_url else ()
             for repetition in range(repetitions):

@@ -46,6 +46,18 @@ def parser(description: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def store_parser(description: str | None) -> argparse.ArgumentParser:
+    """A first-result variant's arguments: ``--store`` reads ``--data`` as the object the
+    driver serves on its S3 endpoint (the store_first workload), not as a local file."""
+    p = parser(description)
+    p.add_argument("--store", action="store_true", help="read the object the driver serves")
+    return p
+
+
+def first_workload(args: argparse.Namespace) -> str:
+    return "store_first" if args.store else "first_result"
+
+
 def run(workload: str, variant: str, body: Callable[[], dict[str, Any]]) -> None:
     """Run ``body`` and print its result, or the error that stopped it, as one JSON line.
 
@@ -420,10 +432,26 @@ def store_endpoint() -> str:
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str]:
-    """The input object the driver uploaded for ``--data``, and this run's output prefix."""
+    """The input object the driver uploaded for ``--data`` (a prefix, for a folder), and this
+    run's output prefix."""
+    folder = "/" if os.path.isdir(args.data) else ""
     return (
-        f"s3://{BUCKET}/inputs/{os.path.basename(args.data)}",
+        f"s3://{BUCKET}/inputs/{os.path.basename(args.data)}{folder}",
         f"s3://{BUCKET}/outputs/{os.path.basename(args.out.rstrip('/'))}/",
+    )
+
+
+def daft_store_config() -> Any:
+    """Daft's IOConfig for the local S3 server (Daft has its own S3 client)."""
+    from daft.io import IOConfig, S3Config
+
+    return IOConfig(
+        s3=S3Config(
+            endpoint_url=store_endpoint(),
+            key_id=os.environ["AWS_ACCESS_KEY_ID"],
+            access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+            region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        )
     )
 
 

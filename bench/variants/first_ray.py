@@ -1,5 +1,6 @@
 """first result, Ray Data: from interpreter start (ray.init included: Ray needs it) to the first
-row of read_parquet -> map_batches(identity)."""
+row of read_parquet -> map_batches(identity). ``--store``: the
+same from the object the driver serves on its S3 endpoint (the store_first workload)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     import ray
 
     benchlib.start_ray()
-    ds = ray.data.read_parquet(args.data).map_batches(lambda b: b, batch_format="pyarrow")
+    if args.store:
+        source = benchlib.store_urls(args)[0].removeprefix("s3://")
+        ds = ray.data.read_parquet(source, filesystem=benchlib.store_filesystem())
+    else:
+        ds = ray.data.read_parquet(args.data)
+    ds = ds.map_batches(lambda b: b, batch_format="pyarrow")
     first = ds.take(1)
     seconds = benchlib.since_process_start()
     ray.shutdown()
@@ -20,5 +26,5 @@ def main(args: argparse.Namespace) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    args = benchlib.parser(__doc__).parse_args()
-    benchlib.run("first_result", "ray-data", lambda: main(args))
+    args = benchlib.store_parser(__doc__).parse_args()
+    benchlib.run(benchlib.first_workload(args), "ray-data", lambda: main(args))

@@ -1,5 +1,6 @@
 """first result, vane: from interpreter start to the first row of read_parquet -> map_batches
-(identity, thread backend)."""
+(identity, thread backend). ``--store``: the
+same from the object the driver serves on its S3 endpoint (the store_first workload)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     import vane
 
     vane.configure(progress=False)
-    rel = vane.read_parquet(args.data).map_batches(
+    source = benchlib.store_urls(args)[0] if args.store else args.data
+    rel = vane.read_parquet(source).map_batches(
         lambda batch: batch, schema={"id": "BIGINT", "text": "VARCHAR"}
     )
     first = next(iter(rel.iter_batches(10)))
@@ -21,5 +23,5 @@ def main(args: argparse.Namespace) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    args = benchlib.parser(__doc__).parse_args()
-    benchlib.run("first_result", "vane", lambda: main(args))
+    args = benchlib.store_parser(__doc__).parse_args()
+    benchlib.run(benchlib.first_workload(args), "vane", lambda: main(args))

@@ -4,7 +4,6 @@ write_parquet("s3://..."), with Daft's own S3 client pointed at the local server
 from __future__ import annotations
 
 import argparse
-import os
 
 import benchlib
 
@@ -12,17 +11,9 @@ import benchlib
 def main(args: argparse.Namespace) -> dict[str, object]:
     import daft
     import pyarrow as pa
-    from daft.io import IOConfig, S3Config
 
     source, target = benchlib.store_urls(args)
-    io = IOConfig(
-        s3=S3Config(
-            endpoint_url=benchlib.store_endpoint(),
-            key_id=os.environ["AWS_ACCESS_KEY_ID"],
-            access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
-            region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-        )
-    )
+    io = benchlib.daft_store_config()
     both = daft.DataType.struct({"x": daft.DataType.int64(), "n": daft.DataType.int64()})
 
     @daft.func.batch(return_dtype=both, unnest=True, batch_size=args.batch_size)
