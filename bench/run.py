@@ -57,6 +57,10 @@ INTERPRETERS = {
 SAMPLE_EVERY = 0.05
 PROMPT_LATENCY = 0.05
 IN_FLIGHT = 64
+# prompt_busy: many more requests in flight, each answered sooner: the client's CPU, not the
+# server, becomes the limit (the server's own is BUSY_IN_FLIGHT / BUSY_LATENCY rows/s).
+BUSY_LATENCY = 0.02
+BUSY_IN_FLIGHT = 256
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class Workload:
     name: str
     cases: list[Case]
     needs_server: bool = False  # the prompt server runs for the whole workload
+    latency: float = PROMPT_LATENCY  # the prompt server's seconds before each answer
     needs_store: bool = False  # the local S3 server runs, with every case's input uploaded
     needs_file_store: bool = False  # bench/file_store.py serves every case's input as an object
 
@@ -117,6 +122,12 @@ def peer_variants(workload: str) -> list[Variant]:
         Variant("daft", f"{workload}_daft.py", "peers"),
         Variant("ray-data", f"{workload}_ray.py", "peers"),
     ]
+
+
+# The first_rows cases' input (the embed and prompt workloads' full-size files: a first row must
+# not wait on the rest) and arguments; they write nothing.
+EMBED_FIRST = ("sentences", 20_000, ("--batch-size", "64"), False)
+PROMPT_FIRST = ("sentences", 5_000, ("--in-flight", str(IN_FLIGHT)), False)
 
 
 def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
@@ -241,6 +252,26 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         for kind, rows in (("overhead", object_rows), ("overhead_x10", 10 * object_rows))
         for v in vane_variants("store")
     ]
+    # Seconds to the first rows of the embed and prompt pipelines (issue 31), against the hand
+    # loops' first rows: the model's load (embed) or the first answer (prompt) included.
+    first_flag = ("--first",)
+    first_rows = [
+        Case(Variant("embed-hand-loop", "embed_handloop.py", "vane", first_flag), *EMBED_FIRST),
+        Case(Variant("embed-vane", "embed_vane.py", "vane", first_flag), *EMBED_FIRST),
+        Case(
+            Variant("embed-vane-ray", "embed_vane.py", "vane", ("--runner", "ray", *first_flag)),
+            *EMBED_FIRST,
+        ),
+    ]
+    first_prompt_rows = [
+        Case(
+            Variant("prompt-aiohttp-loop", "prompt_aiohttp.py", "vane", first_flag), *PROMPT_FIRST
+        ),
+        Case(Variant("prompt-vane", "prompt_vane.py", "vane", first_flag), *PROMPT_FIRST),
+    ]
+    busy_rows = rows or (2_000 if quick else 50_000)
+    busy = ("--in-flight", str(BUSY_IN_FLIGHT))
+    prompt_busy = [v for v in prompt if v.name in ("aiohttp-loop", "vane")]
     # Four CPU-side actors, the model in each of them or in one server they share (issue 29).
     serve = [
         Variant("vane-actors", "serve_vane.py", "vane", ("--mode", "actors")),
@@ -272,8 +303,16 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
             needs_server=True,
         ),
         Workload(
+            "prompt_busy",
+            [Case(v, "sentences", busy_rows, busy) for v in prompt_busy],
+            needs_server=True,
+            latency=BUSY_LATENCY,
+        ),
+        Workload(
             "embed", [Case(v, "sentences", embed_rows, ("--batch-size", "64")) for v in embed]
         ),
+        Workload("first_rows", first_rows),
+        Workload("first_rows_prompt", first_prompt_rows, needs_server=True),
         Workload("images", [Case(v, "images", image_rows, ("--batch-size", "32")) for v in images]),
     ]
 
@@ -435,14 +474,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def prompt_server() -> Iterator[str]:
+def prompt_server(latency: float) -> Iterator[str]:
     """vane.testing's OpenAIServer (see prompt_server.py) in its own process, with vane's
-    interpreter, answering each request after 50 ms."""
+    interpreter, answering each request after ``latency`` seconds."""
     port = free_port()
     log = open(WORK / "prompt_server.log", "wb")  # noqa: SIM115 -- closed in finally
     command = [str(INTERPRETERS["vane"]), str(BENCH / "prompt_server.py")]
     server = subprocess.Popen(
-        [*command, "--port", str(port), "--latency", str(PROMPT_LATENCY)],
+        [*command, "--port", str(port), "--latency", str(latency)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=log,
@@ -684,6 +723,8 @@ def main() -> None:
         "settings": {
             "prompt_latency_s": PROMPT_LATENCY,
             "in_flight": IN_FLIGHT,
+            "busy_latency_s": BUSY_LATENCY,
+            "busy_in_flight": BUSY_IN_FLIGHT,
             "sample_every_s": SAMPLE_EVERY,
         },
         "workloads": {w.name: [c.label for c in w.cases] for w in suite},
@@ -692,7 +733,11 @@ def main() -> None:
     for workload in suite:
         for case in workload.cases:  # generate every input before the first timed run
             data.ensure(case.kind, case.rows)
-        server = prompt_server() if workload.needs_server else contextlib.nullcontext(None)
+        server = (
+            prompt_server(workload.latency)
+            if workload.needs_server
+            else contextlib.nullcontext(None)
+        )
         inputs = [data.ensure(case.kind, case.rows) for case in workload.cases]
         store: contextlib.AbstractContextManager[str | None] = contextlib.nullcontext(None)
         if workload.needs_store:
@@ -707,7 +752,7 @@ def main() -> None:
                         server_stats(base_url)  # count this run's requests only
                     record = run_case(workload.name, case, repetition, extra, timeout)
                     if base_url:
-                        record.update(server_stats(base_url))
+                        record.update(server_stats(base_url), server_latency_s=workload.latency)
                     results["runs"].append(record)
                     print(report.one_line(record), flush=True)
                     results_json.write_text(json.dumps(results, indent=1) + "\n")

@@ -387,7 +387,17 @@ def prompt_parser(description: str | None) -> argparse.ArgumentParser:
     p = parser(description)
     p.add_argument("--base-url", required=True, help="http://127.0.0.1:PORT/v1")
     p.add_argument("--in-flight", type=int, default=64, help="requests in flight at once")
+    first_arguments(p)
     return p
+
+
+def first_arguments(p: argparse.ArgumentParser) -> None:
+    """``--first``: time the pipeline to its first rows, not to its end (first_rows)."""
+    p.add_argument("--first", action="store_true", help="stop at the first rows")
+
+
+def prompt_workload(args: argparse.Namespace) -> str:
+    return "first_rows_prompt" if args.first else "prompt"
 
 
 def chat_body(text: str) -> dict[str, Any]:

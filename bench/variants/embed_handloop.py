@@ -1,5 +1,6 @@
 """embed, a hand-written loop: load the model, then for each batch of the Parquet file encode the
-texts and write (id, embedding). The physical limit of the machine for this model."""
+texts and write (id, embedding). The physical limit of the machine for this model. ``--first``:
+the seconds to the first batch's rows, model load included (first_rows)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ def main(args: argparse.Namespace) -> dict[str, object]:
                 writer = pq.ParquetWriter(os.path.join(args.out, "part-0.parquet"), result.schema)
             writer.write_table(result)
             rows += result.num_rows
+            if args.first:
+                break
         if writer is not None:
             writer.close()
     return {"rows": rows, "seconds": watch.seconds}
 
 
 if __name__ == "__main__":
-    args = benchlib.parser(__doc__).parse_args()
-    benchlib.run("embed", "hand-loop", lambda: main(args))
+    parser = benchlib.parser(__doc__)
+    benchlib.first_arguments(parser)
+    args = parser.parse_args()
+    benchlib.run("first_rows" if args.first else "embed", "hand-loop", lambda: main(args))

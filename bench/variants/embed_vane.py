@@ -4,7 +4,8 @@ with one backend (``--backend thread`` or ``subprocess_actor``) or on a local Ra
 ``vane.configure(runner="ray")``, so the step runs on one Ray actor). The model loads once,
 inside the actor. ``--resume`` writes with ``resume=True`` (what keeping each batch's answer
 costs); ``--killed-at 0.5`` times the rerun of a resumable write killed half-way (the kill,
-in a child process, is untimed)."""
+in a child process, is untimed). ``--first``: the seconds to the pipeline's first rows
+(``iter_batches``: a step's first answered batch), model load included (first_rows)."""
 
 from __future__ import annotations
 
@@ -27,21 +28,24 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     vane.configure(progress=False)
     if args.killed_at:
         record.update(benchlib.kill_at(args))
+    embedded = vane.read_parquet(args.data).map_batches(
+        Embedder,
+        schema={"id": "BIGINT", "embedding": f"FLOAT[{benchlib.EMBED_DIM}]"},
+        batch_size=args.batch_size,
+        execution_backend=args.backend,
+    )
+    if args.first:
+        with benchlib.Stopwatch() as watch:
+            batches = embedded.iter_batches()
+            first = next(batches)
+        batches.close()  # type: ignore[attr-defined]  # a generator: closing it ends the action
+        return {"rows": first.num_rows, "seconds": watch.seconds, **record}
     with benchlib.Stopwatch() as watch:
-        result = (
-            vane.read_parquet(args.data)
-            .map_batches(
-                Embedder,
-                schema={"id": "BIGINT", "embedding": f"FLOAT[{benchlib.EMBED_DIM}]"},
-                batch_size=args.batch_size,
-                execution_backend=args.backend,
-            )
-            .write_parquet(args.out + "/", resume=benchlib.resume_option(args))
-        )
+        result = embedded.write_parquet(args.out + "/", resume=benchlib.resume_option(args))
     if args.runner == "ray":
         import ray
 
-        ray.shutdown()
+        ray.shutdown()  # at exit, for --first
     if args.killed_at:
         record["rows_resumed"] = result.steps[0].rows_resumed
     return {"rows": result.rows, "seconds": watch.seconds, **record}
@@ -56,8 +60,9 @@ if __name__ == "__main__":
         help="the UDF step's backend (default: thread locally, ray_actor on Ray)",
     )
     benchlib.resume_arguments(parser)
+    benchlib.first_arguments(parser)
     args = parser.parse_args()
     if args.backend is None:
         args.backend = "ray_actor" if args.runner == "ray" else "thread"
     name = f"vane-{args.backend}" if args.runner == "local" else "vane-ray"
-    benchlib.run("embed", name, lambda: main(args))
+    benchlib.run("first_rows" if args.first else "embed", name, lambda: main(args))

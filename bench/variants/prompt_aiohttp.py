@@ -1,5 +1,6 @@
 """prompt, plain asyncio + aiohttp: one session, a semaphore of --in-flight requests, one POST per
-row. The practical limit of a Python client on this machine."""
+row. The practical limit of a Python client on this machine. ``--first``: the seconds to the
+first answer, all rows' requests sent as for the whole run (first_rows)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import asyncio
 import benchlib
 
 
-async def answer_all(base_url: str, texts: list[str], in_flight: int) -> list[str]:
+async def answer_all(
+    base_url: str, texts: list[str], in_flight: int, first: bool = False
+) -> list[str]:
     import aiohttp
 
     slots = asyncio.Semaphore(in_flight)
@@ -24,7 +27,14 @@ async def answer_all(base_url: str, texts: list[str], in_flight: int) -> list[st
         return body["choices"][0]["message"]["content"]
 
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
-        return await asyncio.gather(*(ask(session, text) for text in texts))
+        if not first:
+            return await asyncio.gather(*(ask(session, text) for text in texts))
+        tasks = [asyncio.create_task(ask(session, text)) for text in texts]
+        answer = await next(asyncio.as_completed(tasks))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return [answer]
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
@@ -33,11 +43,13 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     with benchlib.Stopwatch() as watch:
         table = pq.read_table(args.data)
         texts = table["text"].to_pylist()
-        answers = asyncio.run(answer_all(args.base_url, texts, args.in_flight))
-        rows = benchlib.write_answers(args.out, table["id"], answers)
+        answers = asyncio.run(answer_all(args.base_url, texts, args.in_flight, args.first))
+        rows = (
+            len(answers) if args.first else benchlib.write_answers(args.out, table["id"], answers)
+        )
     return {"rows": rows, "seconds": watch.seconds, "in_flight": args.in_flight}
 
 
 if __name__ == "__main__":
     args = benchlib.prompt_parser(__doc__).parse_args()
-    benchlib.run("prompt", "aiohttp-loop", lambda: main(args))
+    benchlib.run(benchlib.prompt_workload(args), "aiohttp-loop", lambda: main(args))
