@@ -5,7 +5,7 @@ slots created for each actor (``shm.py``), handed over by small frames on pipes 
 worker's side is ``_worker.py``).
 
 A worker that dies (a crash, ``os._exit``, the OOM killer) or hangs past ``batch_timeout_s``
-(it reports HUNG and exits) is lost: ``base.py`` says what becomes of its batches. The driver's
+(it reports HUNG and exits) is lost: ``recovery.py`` says what becomes of its batches. The driver's
 own threads for a worker (a sender and a receiver) report their own failure as the job's
 (``ActorPool.fail_internal``), never as the worker's death.
 
