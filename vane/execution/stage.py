@@ -314,7 +314,7 @@ class UdfStage:
     def _units_in_flight(self, pool: ActorPool) -> int:
         """The pool's capacity counts batches sent one by one; units of several count as
         their batches, down to two per actor (one running, one waiting behind it)."""
-        per_actor = max(2, pool.slots_per_actor // self.calls_per_unit)
+        per_actor = max(2, pool.batches_per_actor // self.calls_per_unit)
         return min(pool.capacity, per_actor * max(1, len(pool.actors)))
 
     def _size_units(self, outcome: BatchOutcome, chunk: pa.Table) -> None:

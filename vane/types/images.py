@@ -78,7 +78,7 @@ def is_image_type(arrow_type: pa.DataType) -> bool:
 
 def _flat(array: pa.Array) -> tuple[np.ndarray, tuple[int, int, int]]:
     """A fixed-shape column's pixels as one (n, h, w, c) array over Arrow's buffer (no copy):
-    null rows hold whatever their slots hold. Each level's offset is followed down to the
+    null rows hold whatever bytes lie in their place. Each level's offset is followed down to the
     ``uint8`` leaf, so a sliced column reads its own rows."""
     shape = image_shape(array.type)
     assert shape is not None

@@ -113,7 +113,8 @@ def catchable(error: UDFError) -> UDFError:
 
 def _copy_attributes(source: BaseException, target: BaseException) -> None:
     """The user's exception's attributes (an errno, a filename, a status code) on ``target``:
-    those in its ``__dict__``, and the fields builtin exception classes keep in slots."""
+    those in its ``__dict__``, and the fields builtin exception classes keep as members (of
+    their C struct)."""
     for cls in type(source).__mro__:
         if cls.__module__ != "builtins" or cls in (BaseException, object):
             continue

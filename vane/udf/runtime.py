@@ -177,8 +177,9 @@ class Task:
         """The batch cut in two, each half a batch of its own with ``attempts_done`` spent: the
         one bisection of a failing batch, down to the rows that fail. It runs where the
         failure is seen: in the actor when the function raises (``UdfRuntime._salvage``, the
-        halves in turn), in the pool when an actor is lost with the batch (``ActorPool``, the
-        halves on any actors); a single row left failing becomes ``failed_rows`` in both."""
+        halves in turn), in the pool when an actor is lost with the batch (``Recovery`` in
+        ``vane.execution.actors.recovery`` decides, ``ActorPool`` runs the halves on any
+        actors); a single row left failing becomes ``failed_rows`` in both."""
         middle = self.table.num_rows // 2
         return self.piece(0, middle, attempts_done), self.piece(middle, attempts_done=attempts_done)
 

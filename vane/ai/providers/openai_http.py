@@ -72,7 +72,7 @@ class Transport:
     def __init__(self, settings: ClientSettings) -> None:
         self.settings = settings
         self._session: Any = None  # an aiohttp session, made on the actor's event loop
-        self._slots: asyncio.Semaphore | None = None
+        self._request_limit: asyncio.Semaphore | None = None
         self.limiter = RateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
         self._answered_once = False  # the server has sent a reply, of any status
         self._absent: str | None = None  # why no server is there, once a request found out
@@ -104,7 +104,7 @@ class Transport:
                 connector=aiohttp.TCPConnector(limit=self.settings.max_concurrent_requests),
                 timeout=aiohttp.ClientTimeout(total=self.settings.timeout),
             )
-            self._slots = asyncio.Semaphore(self.settings.max_concurrent_requests)
+            self._request_limit = asyncio.Semaphore(self.settings.max_concurrent_requests)
         return self._session
 
     async def send(
@@ -124,11 +124,11 @@ class Transport:
         import aiohttp
 
         session = self._open()
-        assert self._slots is not None
+        assert self._request_limit is not None
         url = f"{self.base_url}{path}"
         headers_sent = {"Content-Type": content_type} if content_type else None
         last = ""
-        async with self._slots:
+        async with self._request_limit:
             attempt, resent = 0, False
             while attempt <= self.settings.max_retries:
                 if self._absent is not None:

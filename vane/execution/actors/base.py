@@ -1,5 +1,6 @@
 """What every actor pool shares: starting actors, sending each batch to the least-loaded one,
-replacing an actor that is lost, and what happens to the batches it held.
+replacing an actor that is lost, and carrying out what the recovery policy decides for the
+batches it held.
 
 A pool starts ``min`` actors side by side (each constructs the UDF once, inside its thread or
 process, within ``actor_start_timeout_s``), takes batches with ``submit`` (a future of the
@@ -9,20 +10,13 @@ needs no more of the step's output (a ``limit`` met, a stream closed) ends it ea
 graceful too: unstarted batches are dropped, and every actor runs its UDF's ``teardown()``.
 
 An actor is *lost* when its process dies or a call overruns ``batch_timeout_s`` and cannot be
-stopped. The pool starts a replacement, sends the batches that never started elsewhere, and
-treats the batch that was running as follows:
+stopped. The pool starts a replacement in its place and sends the batches that never started
+elsewhere; what becomes of the batch that was running (sent again, split, failed, or settled as
+a poison row) is the recovery policy's to decide (``recovery.py``), and the pool's to carry out.
 
-- ``on_error="raise"``: a batch whose worker died is sent again, up to ``MAX_DEATHS_PER_BATCH``
-  times (a process killed for memory may succeed next time); a batch that hung is an attempt
-  that failed, retried up to ``max_retries`` times. Then the step fails.
-- ``"skip"``/``"null"``: bisection, as for a function that raises: a batch of several rows is
-  split in halves that run on their own (a hang first uses up its retries); a single row that
-  kills or hangs its actor is a *poison row*: dropped, or kept as nulls with the error text, and
-  listed in the step's warning. One poison row among n costs about log2(n) + 1 lost actors.
-
-A lost *unit* (several of the function's batches sent as one: ``Task.call_rows``) is first
-split into its batches, each sent again on its own and uncharged, since which of them was
-running is not known; the rules above then apply to each. A poison row costs one more actor.
+Each actor holds one *GPU share* (``Actor.gpu_share``, 0 .. ``max_actors`` - 1): which of the
+pool's GPUs its process may see (``warm.share_devices``). Shares are handed out lowest first
+and come back when an actor goes, so a replacement sees the devices of the actor it replaces.
 """
 
 from __future__ import annotations
@@ -34,36 +28,21 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 
-from vane.errors import ActorDiedError, ExecutionError, UDFError, VaneError
+from vane.errors import ExecutionError, UDFError, VaneError
 from vane.execution.actors.body import Result, batches_in_flight
+from vane.execution.actors.recovery import GiveUp, Loss, PoisonRow, Recovery, Retry, Split
 from vane.observe.events import ServerCount, merge_servers
 from vane.observe.requests import report_safely
 from vane.udf.failures import describe_exception
-from vane.udf.runtime import BatchOutcome, Task, failed_rows
+from vane.udf.runtime import BatchOutcome, Task
 from vane.udf.spec import UdfSpec
 
-MAX_DEATHS_PER_BATCH = 3
-
 log = logging.getLogger("vane")
-
-
-@dataclass(frozen=True)
-class Loss:
-    """Why an actor lost the batch it was running: its process died, or the call hung."""
-
-    hung: bool
-    text: str  # "the worker process (pid 12) exited with code 137"
-    attempt: int = 0  # for a hang, the attempt that hung
-    where: str = ""  # for a hang, where the call was stuck
-
-    @property
-    def row_error(self) -> str:
-        return f"{'TimeoutError' if self.hung else 'ActorDiedError'}: {self.text}"
 
 
 class Request:
@@ -108,10 +87,10 @@ class Actor(ABC):
     # Said of an actor given up on while its code still runs (a thread cannot be stopped).
     abandon_note = ""
 
-    def __init__(self, pool: ActorPool, index: int, slot: int) -> None:
+    def __init__(self, pool: ActorPool, index: int, gpu_share: int) -> None:
         self.pool = pool
         self.index = index
-        self.slot = slot  # which share of the pool's GPUs it holds
+        self.gpu_share = gpu_share  # which share of the pool's GPUs it holds
         self._pending: dict[int, Request] = {}
         self._tokens = itertools.count()
         self._lock = threading.Lock()
@@ -180,10 +159,13 @@ class ActorPool(ABC):
         self._closed = False
         self._indexes = itertools.count()
         # Shares of the GPUs, handed out lowest first and returned when an actor goes.
-        self._free_slots = list(range(spec.max_actors))
+        self._free_shares = list(range(spec.max_actors))
         # Batches submitted and not yet finished by an actor, for abort to fail.
         self._requests: set[Request] = set()
-        self.slots_per_actor = batches_in_flight(spec)
+        # How many batches an actor holds at once, sent and not yet answered.
+        self.batches_per_actor = batches_in_flight(spec)
+        # What becomes of a batch whose actor is lost.
+        self.recovery = Recovery(spec, schema, self.where)
         # What the actors' HTTP clients report of their requests, per server, by actor index;
         # each report goes on to ``on_requests`` (the stage's event, a Ray actor's tally),
         # summed over the actors, in the order the reports came (hence under the lock).
@@ -240,14 +222,14 @@ class ActorPool(ABC):
         with self._lock:
             if self._closed:
                 raise self._broken or RuntimeError("the actor pool is closed")
-            if not self._free_slots:
+            if not self._free_shares:
                 return
             index = next(self._indexes)
-            slot = heapq.heappop(self._free_slots)
+            gpu_share = heapq.heappop(self._free_shares)
         try:
-            actor = self._start_actor(index, slot)
+            actor = self._start_actor(index, gpu_share)
         except BaseException:
-            self._release(slot)
+            self._release(gpu_share)
             raise
         with self._lock:
             self._starting.add(actor)
@@ -258,7 +240,7 @@ class ActorPool(ABC):
             actor.wait_ready(self.spec.actor_start_timeout_s)
         except StartTimeout:
             actor.stop(graceful=False)
-            self._release(slot)
+            self._release(gpu_share)
             seconds = self.spec.actor_start_timeout_s
             raise UDFError(
                 f"{self.where}: constructing {self.spec.name} did not finish within "
@@ -268,7 +250,7 @@ class ActorPool(ABC):
             ) from TimeoutError(f"the constructor ran for more than {seconds:g} s")
         except BaseException:
             actor.stop(graceful=False)
-            self._release(slot)
+            self._release(gpu_share)
             raise
         finally:
             with self._lock:
@@ -284,15 +266,15 @@ class ActorPool(ABC):
                 self._joined.notify_all()
         if closed:  # it finished starting after teardown: nobody will use or stop it
             actor.stop(graceful=False)
-            self._release(actor.slot)
+            self._release(actor.gpu_share)
 
-    def _release(self, slot: int) -> None:
+    def _release(self, gpu_share: int) -> None:
         with self._lock:
-            if slot not in self._free_slots:
-                heapq.heappush(self._free_slots, slot)
+            if gpu_share not in self._free_shares:
+                heapq.heappush(self._free_shares, gpu_share)
 
     @abstractmethod
-    def _start_actor(self, index: int, slot: int) -> Actor:
+    def _start_actor(self, index: int, gpu_share: int) -> Actor:
         """Create an actor and begin constructing its UDF; ``wait_ready`` waits for it."""
 
     def teardown(self, *, graceful: bool = True, early: bool = False) -> None:
@@ -337,11 +319,11 @@ class ActorPool(ABC):
 
     @property
     def capacity(self) -> int:
-        return max(1, len(self.actors)) * self.slots_per_actor
+        return max(1, len(self.actors)) * self.batches_per_actor
 
     def can_scale_up(self) -> bool:
         with self._lock:
-            return bool(self._free_slots) and not self._closed
+            return bool(self._free_shares) and not self._closed
 
     def scale_up(self) -> None:
         if self.can_scale_up():
@@ -355,7 +337,7 @@ class ActorPool(ABC):
         """Every actor holds as many batches as it usefully can: work is queueing."""
         with self._lock:
             return bool(self._load) and all(
-                load >= self.slots_per_actor for load in self._load.values()
+                load >= self.batches_per_actor for load in self._load.values()
             )
 
     def submit(self, task: Task) -> Future[BatchOutcome]:
@@ -427,7 +409,7 @@ class ActorPool(ABC):
                 self.actors.remove(actor)
             self._load.pop(actor.index, None)
             closed = self._closed
-        self._release(actor.slot)
+        self._release(actor.gpu_share)
         self._drop_in_flight(actor.index)
         if closed:
             return
@@ -469,41 +451,18 @@ class ActorPool(ABC):
             _resolve(request.future, error=error)
 
     def _after_loss(self, request: Request, loss: Loss, actor: Actor) -> None:
-        spec, task = self.spec, request.task
-        if task.calls > 1:
-            # A unit of several calls (``Task.call_rows``): which of them hung or killed the
-            # actor is not known, so none is charged. Each is sent again as a batch of its own,
-            # and is charged as above if it is lost again.
-            self._send_apart(request, task.split_calls())
-            return
-        if loss.hung:
-            attempts = loss.attempt + 1
-            if attempts <= spec.max_retries:
-                request.task = replace(task, attempts_done=attempts)
+        """Carry out what the recovery policy decides for a batch lost with ``actor``."""
+        decision = self.recovery.after_loss(request.task, request.deaths, loss, actor.abandon_note)
+        match decision:
+            case Retry(task, deaths):
+                request.task, request.deaths = task, deaths
                 self._dispatch(request)
-                return
-        else:
-            request.deaths += 1
-            if spec.on_error == "raise" and request.deaths <= MAX_DEATHS_PER_BATCH:
-                self._dispatch(request)
-                return
-        if spec.on_error == "raise":
-            _resolve(request.future, error=self._loss_error(request, loss, actor))
-        elif task.table.num_rows > 1:
-            self._split(request, loss)
-        else:
-            poisoned = [f"input row {task.row(0)}: {loss.text}"]
-            attempts = max(request.deaths, loss.attempt + 1 if loss.hung else 1)
-            outcome = failed_rows(
-                spec, self.schema, task.table, loss.row_error, poisoned, attempts=attempts
-            )
-            _resolve(request.future, outcome)
-
-    def _split(self, request: Request, loss: Loss) -> None:
-        task = request.task
-        # A hang used up the batch's retries; a death did not touch them.
-        attempts = self.spec.max_retries if loss.hung else task.attempts_done
-        self._send_apart(request, list(task.halves(attempts)))
+            case Split(tasks):
+                self._send_apart(request, list(tasks))
+            case GiveUp(error):
+                _resolve(request.future, error=error)
+            case PoisonRow(outcome):
+                _resolve(request.future, outcome)
 
     def _send_apart(self, request: Request, tasks: list[Task]) -> None:
         """Run ``tasks``, consecutive pieces of ``request``'s batch, as batches of their own;
@@ -527,23 +486,3 @@ class ActorPool(ABC):
         for part in parts:
             part.future.add_done_callback(settle)
             self._dispatch(part)
-
-    def _loss_error(self, request: Request, loss: Loss, actor: Actor) -> ExecutionError:
-        rows = request.task.rows
-        if not loss.hung:
-            return ActorDiedError(
-                f"{self.where}: {loss.text} while running input rows {rows}, {request.deaths} "
-                f"times; vane retries a batch {MAX_DEATHS_PER_BATCH} times. Check the worker's "
-                "output above, and its memory use (a process killed by SIGKILL is often out of "
-                "memory); on_error='skip' drops the rows that kill their worker"
-            )
-        tries = self.spec.max_retries + 1
-        error = UDFError(
-            f"{self.where}: input rows {rows} did not finish within batch_timeout_s="
-            f"{self.spec.batch_timeout_s:g} s (after {tries} attempt{'s' * (tries != 1)}); "
-            f"the call was stuck at {loss.where}{actor.abandon_note}. Raise batch_timeout_s, "
-            "or pass on_error='skip' to drop rows that hang or on_error='null' to keep them "
-            "as nulls"
-        )
-        error.__cause__ = TimeoutError(loss.text)
-        return error

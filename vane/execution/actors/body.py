@@ -238,7 +238,7 @@ class ActorBody:
     def _serve_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         import asyncio
 
-        self._slots = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
+        self._call_limit = asyncio.Semaphore(self.spec.max_concurrency_per_actor)
         try:
             loop.run_forever()
             # Stopped with or without grace, every batch has ended (the drain awaited them): the
@@ -261,7 +261,7 @@ class ActorBody:
 
         assert self.runtime is not None
         result: Result
-        async with self._slots:
+        async with self._call_limit:
             try:
                 result = await self.runtime.run(task, self._watch(token))
             except Exception as exc:

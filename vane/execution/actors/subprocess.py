@@ -5,7 +5,7 @@ slots created for each actor (``shm.py``), handed over by small frames on pipes 
 worker's side is ``_worker.py``).
 
 A worker that dies (a crash, ``os._exit``, the OOM killer) or hangs past ``batch_timeout_s``
-(it reports HUNG and exits) is lost: ``base.py`` says what becomes of its batches. The driver's
+(it reports HUNG and exits) is lost: ``recovery.py`` says what becomes of its batches. The driver's
 own threads for a worker (a sender and a receiver) report their own failure as the job's
 (``ActorPool.fail_internal``), never as the worker's death.
 
@@ -39,8 +39,9 @@ import pyarrow as pa
 
 from vane.errors import ActorDiedError
 from vane.execution.actors import ipc, shm
-from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
+from vane.execution.actors.base import Actor, ActorPool, wait_ready
 from vane.execution.actors.body import batches_in_flight, concurrent_batches, settle
+from vane.execution.actors.recovery import Loss
 from vane.execution.actors.warm import WARM, Worker, WorkerKey, worker_env
 from vane.io import file_stores
 from vane.udf.runtime import Task
@@ -73,8 +74,8 @@ def exit_description(returncode: int | None) -> str:
 class SubprocessActor(Actor):
     abandon_note = "; its worker process was ended"
 
-    def __init__(self, pool: SubprocessPool, index: int, slot: int, key: WorkerKey) -> None:
-        super().__init__(pool, index, slot)
+    def __init__(self, pool: SubprocessPool, index: int, gpu_share: int, key: WorkerKey) -> None:
+        super().__init__(pool, index, gpu_share)
         self._owner = pool
         self.label = f"{pool.spec.name} actor {index}"
         worker = None if pool.linger else WARM.take(key, pool.sys_path)
@@ -287,7 +288,7 @@ class SubprocessPool(ActorPool):
     ) -> None:
         super().__init__(spec, schema, step)
         if not spec.is_async:
-            self.slots_per_actor = PLAIN_BATCHES_IN_FLIGHT
+            self.batches_per_actor = PLAIN_BATCHES_IN_FLIGHT
         self._visible_gpus = visible_gpus
         # Workers that end their UDF (teardown) when this process is killed while they are idle
         # (a Ray actor's workers: see _worker.py).
@@ -306,17 +307,26 @@ class SubprocessPool(ActorPool):
             },
         )
 
-    def _start_actor(self, index: int, slot: int) -> Actor:
-        key = worker_key(self.spec, self._visible_gpus, slot, self.slot_limit, linger=self.linger)
-        return SubprocessActor(self, index, slot, key)
+    def _start_actor(self, index: int, gpu_share: int) -> Actor:
+        key = worker_key(
+            self.spec, self._visible_gpus, gpu_share, self.slot_limit, linger=self.linger
+        )
+        return SubprocessActor(self, index, gpu_share, key)
 
 
 def worker_key(
-    spec: UdfSpec, visible_gpus: list[str], slot: int, slot_limit: int, *, linger: bool = False
+    spec: UdfSpec,
+    visible_gpus: list[str],
+    gpu_share: int,
+    slot_limit: int,
+    *,
+    linger: bool = False,
 ) -> WorkerKey:
-    """How the worker of ``spec``'s actor holding ``slot`` starts."""
+    """How the worker of ``spec``'s actor holding GPU share ``gpu_share`` starts; it gets a
+    shared-memory slot for each batch it holds at once."""
     slots = PLAIN_BATCHES_IN_FLIGHT if not spec.is_async else batches_in_flight(spec)
-    return WorkerKey.of(worker_env(spec, visible_gpus, slot), slots, slot_limit, linger=linger)
+    env = worker_env(spec, visible_gpus, gpu_share)
+    return WorkerKey.of(env, slots, slot_limit, linger=linger)
 
 
 def prestart(steps: list[tuple[UdfSpec, list[str]]]) -> None:
@@ -324,7 +334,7 @@ def prestart(steps: list[tuple[UdfSpec, list[str]]]) -> None:
     and the GPUs visible to it) will start first, unless idle ones would serve (``warm.py``)."""
     needed: Counter[WorkerKey] = Counter()
     for spec, visible in steps:
-        for slot in range(spec.min_actors):
-            needed[worker_key(spec, visible, slot, shm.SLOT_LIMIT)] += 1
+        for gpu_share in range(spec.min_actors):
+            needed[worker_key(spec, visible, gpu_share, shm.SLOT_LIMIT)] += 1
     for key, count in needed.items():
         WARM.prestart(key, count)

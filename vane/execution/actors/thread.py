@@ -4,7 +4,7 @@ I/O-bound or async UDFs.
 
 A thread cannot be killed. A call that overruns ``batch_timeout_s`` (or a constructor that
 overruns ``actor_start_timeout_s``) is given up on: its batch is handled as lost (see
-``base.py``), a replacement actor is started, and the thread, a daemon, is left to finish or
+``recovery.py``), a replacement actor is started, and the thread, a daemon, is left to finish or
 not; whatever it holds (memory, a GPU, a connection) stays in use until the process exits.
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 
-from vane.execution.actors.base import Actor, ActorPool, Loss, wait_ready
+from vane.execution.actors.base import Actor, ActorPool, wait_ready
 from vane.execution.actors.body import ActorBody, Hang
+from vane.execution.actors.recovery import Loss
 from vane.execution.model_bars import quiet_while_constructing
 from vane.udf.runtime import Task
 
@@ -24,8 +25,8 @@ class ThreadActor(Actor):
         "allocated until this process exits"
     )
 
-    def __init__(self, pool: ActorPool, index: int, slot: int) -> None:
-        super().__init__(pool, index, slot)
+    def __init__(self, pool: ActorPool, index: int, gpu_share: int) -> None:
+        super().__init__(pool, index, gpu_share)
         self._body = ActorBody(
             pool.spec,
             pool.schema,
@@ -62,5 +63,5 @@ class ThreadActor(Actor):
 
 
 class ThreadPool(ActorPool):
-    def _start_actor(self, index: int, slot: int) -> Actor:
-        return ThreadActor(self, index, slot)
+    def _start_actor(self, index: int, gpu_share: int) -> Actor:
+        return ThreadActor(self, index, gpu_share)

@@ -115,16 +115,16 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-def gpu_slots(spec: UdfSpec, visible: list[str], slot: int) -> list[str]:
-    """The devices of the actor holding ``slot``: ``gpus`` whole devices each, or a shared one
-    when ``gpus`` is a fraction."""
-    start = math.floor(slot * spec.gpus)
-    end = max(start + 1, math.ceil((slot + 1) * spec.gpus))
+def share_devices(spec: UdfSpec, visible: list[str], gpu_share: int) -> list[str]:
+    """The devices of the actor holding GPU share ``gpu_share`` (``Actor.gpu_share``): ``gpus``
+    whole devices each, or a shared one when ``gpus`` is a fraction."""
+    start = math.floor(gpu_share * spec.gpus)
+    end = max(start + 1, math.ceil((gpu_share + 1) * spec.gpus))
     return visible[start:end]
 
 
-def worker_env(spec: UdfSpec, visible_gpus: list[str], slot: int) -> dict[str, str]:
-    """The environment the worker of the actor holding ``slot`` starts with."""
+def worker_env(spec: UdfSpec, visible_gpus: list[str], gpu_share: int) -> dict[str, str]:
+    """The environment the worker of the actor holding GPU share ``gpu_share`` starts with."""
     # No model library draws its bars in a worker unless asked (model_bars.py).
     env = dict(os.environ, PYTHONUNBUFFERED="1", **worker_environment())
     # The worker imports the same vane as this process, wherever that one came from.
@@ -136,7 +136,7 @@ def worker_env(spec: UdfSpec, visible_gpus: list[str], slot: int) -> dict[str, s
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[name] = threads
     if spec.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_slots(spec, visible_gpus, slot))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(share_devices(spec, visible_gpus, gpu_share))
     return env
 
 
