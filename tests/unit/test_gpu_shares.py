@@ -3,6 +3,7 @@ share, 0 .. ``max_actors`` - 1, and its share names a part of the visible device
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -41,3 +42,26 @@ def test_the_worker_of_a_share_sees_only_its_devices():
     spec = _spec(2, 2)
     env = worker_env(spec, ["4", "5", "6", "7"], 1)
     assert env["CUDA_VISIBLE_DEVICES"] == "6,7"
+
+
+@given(
+    gpus=st.floats(0.01, 0.99, allow_nan=False),
+    actors=st.integers(1, 16),
+)
+def test_any_fraction_keeps_each_share_on_one_device_within_its_capacity(gpus, actors):
+    # Before: gpus=0.3 gave share 3 the devices 0 and 1 (its 0.9-1.2 of the first two).
+    visible = [str(n) for n in range(gpus_needed(actors, gpus))]
+    spec = _spec(gpus, actors)
+    on: dict[str, int] = {}
+    for share in range(actors):
+        [device] = share_devices(spec, visible, share)
+        on[device] = on.get(device, 0) + 1
+    assert all(count * gpus <= 1 + 1e-9 for count in on.values())
+
+
+def test_more_than_one_gpu_per_actor_must_be_whole_devices():
+    import vane
+    from vane.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"gpus=1\.5.*whole devices.*gpus=2"):
+        vane.range(3).map_batches(_identity, gpus=1.5)

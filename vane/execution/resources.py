@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -36,10 +37,19 @@ def visible_gpus() -> list[str]:
 
 
 def gpus_needed(concurrency: int, gpus_per_actor: float) -> int:
+    """Devices for ``concurrency`` actors of ``gpus_per_actor`` each: whole devices each, or,
+    for a fraction, as many actors to a device as fit whole on it (an actor's share never
+    spans two devices: ``warm.share_devices``)."""
     if not gpus_per_actor:
         return 0
-    whole = concurrency * gpus_per_actor
-    return int(whole) if whole == int(whole) else int(whole) + 1
+    if gpus_per_actor >= 1:
+        return concurrency * math.ceil(gpus_per_actor)
+    return math.ceil(concurrency / shares_per_device(gpus_per_actor))
+
+
+def shares_per_device(gpus_per_actor: float) -> int:
+    """Actors of a fractional ``gpus_per_actor`` that fit on one device (1e-9: 1/3 * 3 is 1)."""
+    return max(1, math.floor(1 / gpus_per_actor + 1e-9))
 
 
 def usable_cpus() -> int:

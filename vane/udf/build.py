@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -227,6 +228,13 @@ def build_spec(
     if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0:
         raise ConfigurationError(
             f"{verb}(): gpus is the number of GPUs per actor and must be >= 0, got {gpus!r}"
+        )
+    if gpus > 1 and gpus != int(gpus):
+        # A share of a device packs onto one device; more than one is whole devices (as Ray).
+        raise ConfigurationError(
+            f"{verb}(): gpus={gpus!r}: above 1, an actor's GPUs are whole devices (a fraction "
+            f"shares one device with other actors). Use gpus={math.ceil(gpus)} or a fraction "
+            "below 1"
         )
     if cpus is not None and (not isinstance(cpus, (int, float)) or cpus <= 0):
         raise ConfigurationError(f"{verb}(): cpus must be > 0, got {cpus!r}")

@@ -58,6 +58,7 @@ from typing import IO, Any
 from vane.config import get_config
 from vane.execution.actors import ipc, shm
 from vane.execution.model_bars import worker_environment
+from vane.execution.resources import shares_per_device
 from vane.udf.spec import UdfSpec
 
 # How long a used worker taken from the pool may take to answer its PING (it answers at once).
@@ -117,10 +118,13 @@ _SPAWNER = _Spawner()
 
 def share_devices(spec: UdfSpec, visible: list[str], gpu_share: int) -> list[str]:
     """The devices of the actor holding GPU share ``gpu_share`` (``Actor.gpu_share``): ``gpus``
-    whole devices each, or a shared one when ``gpus`` is a fraction."""
-    start = math.floor(gpu_share * spec.gpus)
-    end = max(start + 1, math.ceil((gpu_share + 1) * spec.gpus))
-    return visible[start:end]
+    whole devices each, or one device shared with as many others as fit whole on it when
+    ``gpus`` is a fraction (``resources.gpus_needed`` counts the same way)."""
+    if spec.gpus >= 1:
+        whole = math.ceil(spec.gpus)
+        return visible[gpu_share * whole : (gpu_share + 1) * whole]
+    device = gpu_share // shares_per_device(spec.gpus)
+    return visible[device : device + 1]
 
 
 def worker_env(spec: UdfSpec, visible_gpus: list[str], gpu_share: int) -> dict[str, str]:
