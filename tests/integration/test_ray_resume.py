@@ -209,3 +209,18 @@ def test_errors_to_on_ray_gives_the_ledger_the_local_runner_gives(ray_cluster, t
             assert ids == sorted(set(range(40)) - {18})
         finally:
             vane.configure(runner="local")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "json"])
+def test_errors_to_beside_a_single_file_output_on_ray(on_ray, tmp_path, fmt):
+    # A single-file output is written whole on the driver, the ledger committed with it.
+    failing = tmp_path / "failing.json"
+    failing.write_text(json.dumps([5, 30]))
+    out, ledger = tmp_path / f"out.{fmt}", tmp_path / "errors.parquet"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the step warns about the rows skipped
+        result = getattr(_flaky_job(failing), f"write_{fmt}")(str(out), errors_to=str(ledger))
+    assert result.rows == 38 and out.is_file()
+    read = getattr(vane, f"read_{fmt}")(str(out)).to_arrow()
+    assert sorted(read["id"].to_pylist()) == sorted(set(range(40)) - {5, 30})
+    assert sorted(pq.read_table(ledger)["id"].to_pylist()) == [5, 30]
