@@ -19,12 +19,12 @@ from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from vane._arrow import Rechunker, split_by_bytes
 from vane._sql import duckdb_message
+from vane.backend import connection
 from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
 from vane.execution.accounting import StepCounts
 from vane.execution.actors import make_pool
@@ -123,7 +123,7 @@ class UdfStage:
                     yield chunk
                 else:  # each a batch of its own: one call, never more than the bytes asked
                     yield from split_by_bytes(chunk, self.spec.batch_bytes)
-        except (duckdb.Error, pa.ArrowException, OSError) as exc:
+        except (connection.Error, pa.ArrowException, OSError) as exc:
             if isinstance(exc, VaneError):
                 raise
             # DuckDB's errors reach this stream as Arrow/OS errors; say whose input failed.
