@@ -14,6 +14,10 @@ from contextlib import contextmanager
 
 import duckdb
 
+# Every error DuckDB raises: caught under this name by the modules that ask the database a
+# question and may not import DuckDB themselves (``vane.types``; the backend's ``connection``).
+Error = duckdb.Error
+
 _lock = threading.Lock()
 _connection: duckdb.DuckDBPyConnection | None = None
 

@@ -34,7 +34,7 @@ from typer.models import OptionInfo
 
 import vane
 from vane._display import terminal_width
-from vane._sql import duckdb_message, quote_ident
+from vane._sql import quote_ident
 from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat
@@ -413,19 +413,10 @@ def explain(query: Annotated[str, typer.Argument(help="One DuckDB query.")]) -> 
 
     Each box shows an operator with the files it reads, the filters pushed into the scans
     and the rows it expects."""
-    import duckdb
-
-    from vane import _engine
+    from vane.backend.connection import query_plan
 
     vane.sql(query)  # checked as `vane sql` checks it: one query, that binds
-    cursor = _engine.cursor()
-    try:
-        plan = cursor.sql(query).explain()
-    except duckdb.Error as exc:
-        raise ExecutionError(f"explaining the query failed: {duckdb_message(exc)}") from exc
-    finally:
-        cursor.close()
-    typer.echo(str(plan).rstrip())
+    typer.echo(query_plan(query))
 
 
 @command()

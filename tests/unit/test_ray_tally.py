@@ -7,6 +7,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vane.execution.accounting import StepCounts
 from vane.execution.ray.actor import Tally
 from vane.observe.events import ServerCount
 from vane.udf.runtime import RowError
@@ -17,7 +18,7 @@ def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
     # What the progress line shows on Ray, decided by the tally: an actor is busy while any
     # call of its own runs, and two actors are two.
     tally = Tally()
-    counts = (5, 0, 0, None, [], {})
+    counts = StepCounts(rows_in=5, rows_out=5)
     tally.starting(1, "a")
     tally.joined(1, "a")
     tally.begin(1, "a")
@@ -27,13 +28,13 @@ def test_the_tally_counts_an_actor_busy_once_whatever_its_calls():
     tally.joined(1, "b")
     tally.begin(1, "b")
     assert (tally.totals()[1].busy, tally.totals()[1].actors) == (2, 2)
-    tally.done(1, "a", 5, counts)
+    tally.done(1, "a", counts)
     assert tally.totals()[1].busy == 2  # "a" still runs a call
-    tally.done(1, "a", 5, counts)
+    tally.done(1, "a", counts)
     assert tally.totals()[1].busy == 1
     tally.left(1, "b")  # let go of while a call ran
     assert (tally.totals()[1].busy, tally.totals()[1].actors) == (0, 1)
-    assert tally.totals()[1].rows_in == 10 and tally.totals()[1].rows_out == 10
+    assert tally.totals()[1].counts.rows_in == 10 and tally.totals()[1].counts.rows_out == 10
 
 
 def test_a_step_takes_its_time_from_its_first_actors_start_to_its_last_answer():
@@ -44,10 +45,10 @@ def test_a_step_takes_its_time_from_its_first_actors_start_to_its_last_answer():
     tally.starting(1, "a")  # 10: its first actor starts (its model loads)
     tally.joined(1, "a")  # 12
     tally.begin(1, "a")  # 13
-    tally.done(1, "a", 5, (5, 0, 0, None, [], {}))  # 15
-    assert tally.totals()[1].seconds == 5.0
+    tally.done(1, "a", StepCounts(rows_in=5, rows_out=5))  # 15
+    assert tally.totals()[1].counts.seconds == 5.0
     tally.left(1, "a")
-    assert tally.totals()[1].seconds == 5.0
+    assert tally.totals()[1].counts.seconds == 5.0
     assert Tally().totals().get(2) is None  # a step that never started says nothing
 
 
@@ -95,7 +96,7 @@ def test_a_budget_admits_calls_while_every_actors_answers_are_within_it(budget, 
         if running:
             prompt, completion = running.pop(0)
             usage = {"prompt_tokens": prompt, "completion_tokens": completion}
-            tally.done(1, "a", 5, (5, 0, 0, None, [], usage))
+            tally.done(1, "a", StepCounts(rows_in=5, rows_out=5, usage=usage))
             tally.release(1)
             spent += prompt + completion
     assert tally.admitted(1) == 0
@@ -105,7 +106,8 @@ def test_the_tally_keeps_each_batchs_failed_rows_and_the_rows_resumed():
     tally = Tally()
     rows = pa.table({"id": [3, 7]})
     errors = [RowError(0, "ValueError: bad 3", 4), RowError(1, "ValueError: bad 7", 2)]
-    tally.done(1, "a", 8, (6, 2, 0, "ValueError: bad 3", [], {}), failed=(rows, errors))
-    tally.done(1, "a", 8, (8, 0, 0, None, [], {}), resumed=8)
+    failing = StepCounts(rows_in=8, rows_out=6, skipped=2, first_error="ValueError: bad 3")
+    tally.done(1, "a", failing, failed=(rows, errors))
+    tally.done(1, "a", StepCounts(rows_in=8, rows_out=8, resumed=8))
     assert tally.failed_rows() == {1: [(rows, errors)]}
-    assert tally.totals()[1].resumed == 8 and tally.totals()[1].rows_in == 16
+    assert tally.totals()[1].counts.resumed == 8 and tally.totals()[1].counts.rows_in == 16

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 from functools import singledispatch
 
-import duckdb
 import pyarrow as pa
 
 from vane import _engine
 from vane._sql import duckdb_message, sql_list
 from vane.backend.compile import (
     FileBinding,
-    Relation,
     apply,
     empty,
     query,
     read_files,
     shape_files,
 )
+from vane.backend.connection import Error, Relation
 from vane.backend.sql import to_sql
 from vane.errors import PlanError, SourceError
 from vane.io import readers
@@ -50,7 +49,7 @@ def _(node: SqlStep) -> pa.Schema:
             else:
                 relation = apply(node, cursor, empties, probe=True)
             schema: pa.Schema = relation.limit(0).to_arrow_table().schema
-        except duckdb.Error as exc:
+        except Error as exc:
             fits = "does not fit its input" if node.inputs else "does not bind"
             raise PlanError(
                 f"step `{node.describe()}` {fits}: {duckdb_message(exc)}{node.columns_note()}"
@@ -67,7 +66,7 @@ def _check_udf_arguments(node: SqlStep, empties: list[Relation]) -> None:
     for call in (c for e in node.expressions() for c in e.udf_calls()):
         try:
             empties[0].project(sql_list(to_sql(a, probe=True) for a in call.args)).limit(0)
-        except duckdb.Error as exc:
+        except Error as exc:
             raise PlanError(
                 f"step `{node.describe()}`: the arguments of {call.udf.name} do not fit the "
                 f"input: {duckdb_message(exc)}{node.columns_note()}"
@@ -79,7 +78,7 @@ def _(node: TableScan) -> pa.Schema:
     cursor = _engine.cursor()
     try:  # the schema as DuckDB gives it back, found without reading a row
         schema: pa.Schema = empty(cursor, node.table.schema).limit(0).to_arrow_table().schema
-    except duckdb.Error as exc:
+    except Error as exc:
         raise SourceError(f"cannot read `{node.describe()}`: {duckdb_message(exc)}") from exc
     finally:
         cursor.close()
@@ -121,7 +120,7 @@ def _(node: FileScan) -> pa.Schema:
                 schemas=node.differing,
                 skip=skip,
             )
-    except duckdb.Error as exc:
+    except Error as exc:
         raise node.vanished() or SourceError(
             f"cannot read `{node.describe()}`: {duckdb_message(exc)}"
         ) from exc

@@ -13,10 +13,10 @@ import itertools
 from dataclasses import dataclass
 from functools import singledispatch
 
-import duckdb
 import pyarrow as pa
 
 from vane._sql import quote_ident, sql_list
+from vane.backend.connection import Cursor, Relation
 from vane.backend.sql import select_item, to_sql
 from vane.io import readers
 from vane.ir.parse import code_tokens
@@ -43,9 +43,6 @@ from vane.plan.nodes import (
     WithColumns,
     group_key_name,
 )
-
-Cursor = duckdb.DuckDBPyConnection
-Relation = duckdb.DuckDBPyRelation
 
 _serial = itertools.count()
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import duckdb
 import pyarrow as pa
 
 from vane._sql import duckdb_message
 from vane.backend.compile import apply, scan
+from vane.backend.connection import Cursor, Error, Relation
 from vane.errors import ExecutionError, SourceError
 from vane.plan.nodes import FileScan, PlanNode, Source, SqlStep, UdfStep
 from vane.plan.traverse import walk
-
-Cursor = duckdb.DuckDBPyConnection
 
 
 class UdfStreams(Protocol):
@@ -27,7 +25,7 @@ class UdfStreams(Protocol):
     def spooled(self, node: PlanNode) -> Source | None: ...
 
 
-def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBPyRelation:
+def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> Relation:
     """The DuckDB relation that computes ``node``, built on ``cursor``. A subplan that two
     parts of the plan read comes from where the action keeps it, computed once."""
     kept = streams.spooled(node)
@@ -41,7 +39,7 @@ def lower(node: PlanNode, cursor: Cursor, streams: UdfStreams) -> duckdb.DuckDBP
             return scan(node, cursor)
         if isinstance(node, SqlStep):
             return apply(node, cursor, inputs)
-    except duckdb.Error as exc:
+    except Error as exc:
         for gone in (n.vanished() for n in walk(node) if isinstance(n, FileScan)):
             if gone is not None:  # another write replaced the files the plan was built on
                 raise gone from exc

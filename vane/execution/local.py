@@ -19,12 +19,12 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 
-from vane import _engine
 from vane._arrow import exact_batches, gathered, one_batch
 from vane._sql import duckdb_message
+from vane.backend import connection
+from vane.backend.connection import Cursor, Relation
 from vane.backend.lowering import lower
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
@@ -62,7 +62,7 @@ class Execution:
         # Each UDF step's summary, as its stage ends (for WriteResult.steps and explain).
         self.finished: list[StageFinished] = []
         self.events.subscribe(self._summary)
-        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._cursors: list[Cursor] = []
         # Subplans two parts of the plan read, computed once for this action and kept.
         self._shared = shared_subplans(plan)
         self._read_twice = frozenset(self._shared)  # (_shared forgets each once computed)
@@ -89,15 +89,13 @@ class Execution:
         if isinstance(event, StageFinished):
             self.finished.append(event)
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        cursor = _engine.cursor()
+    def cursor(self) -> Cursor:
+        cursor = connection.cursor()
         self._cursors.append(cursor)
         self.cancellation.on_cancel(cursor.interrupt)
         return cursor
 
-    def relation(
-        self, node: PlanNode, cursor: duckdb.DuckDBPyConnection | None = None
-    ) -> duckdb.DuckDBPyRelation:
+    def relation(self, node: PlanNode, cursor: Cursor | None = None) -> Relation:
         """``node`` lowered onto ``cursor`` (a new one by default)."""
         return lower(node, cursor or self.cursor(), self)
 
@@ -264,7 +262,7 @@ class Execution:
         self.events.close()
 
 
-_TRANSLATED = (duckdb.Error, pa.ArrowException, OSError, VaneError)
+_TRANSLATED = (connection.Error, pa.ArrowException, OSError, VaneError)
 
 
 @contextmanager
@@ -321,7 +319,7 @@ def _interrupted_in_duckdb(exc: BaseException) -> bool:
     """DuckDB checks for signals as it runs a query on the main thread: on a Ctrl-C it runs
     Python's handler itself and answers with an error of its own, often before the watcher
     thread (``interrupt.py``) has marked the action cancelled."""
-    return isinstance(exc, duckdb.InterruptException) or (
+    return isinstance(exc, connection.Interrupted) or (
         type(exc) is RuntimeError and str(exc) == "Query interrupted"
     )
 

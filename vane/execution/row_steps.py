@@ -12,7 +12,8 @@ from typing import Any
 import pyarrow as pa
 
 from vane import _engine
-from vane.backend.compile import Cursor, Relation, scan
+from vane.backend.compile import scan
+from vane.backend.connection import Cursor, Relation
 from vane.backend.lowering import lower
 from vane.plan.nodes import Limit, PlanNode, Source
 from vane.plan.traverse import with_inputs

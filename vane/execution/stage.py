@@ -19,30 +19,22 @@ from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from vane._arrow import Rechunker, split_by_bytes
 from vane._sql import duckdb_message
-from vane._text import counted
+from vane.backend import connection
 from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
+from vane.execution.accounting import StepCounts
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
-from vane.observe.events import (
-    BatchDone,
-    EventBus,
-    ServerCount,
-    ServerRequests,
-    StageFinished,
-    StageStarted,
-    add_counts,
-)
+from vane.observe.events import EventBus, ServerCount, ServerRequests, StageStarted
 from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, Task
-from vane.udf.spec import Budget, UdfSpec
+from vane.udf.spec import UdfSpec
 
 if TYPE_CHECKING:
     from vane.execution.ledger import Recorder
@@ -97,10 +89,7 @@ class UdfStage:
         self.source = source
         self.events = events
         self.batch_size = spec.rows_per_batch
-        self.rows_in = self.rows_out = self.rows_skipped = self.rows_nulled = 0
-        self.first_error: str | None = None
-        self.poisoned: list[str] = []
-        self.usage: dict[str, int] = {}
+        self.counts = StepCounts()  # what the step did so far (``accounting.py``)
         self.cancellation = cancellation or Cancellation()
         self.warn = warn or (lambda message: warnings.warn(message, UserWarning, stacklevel=3))
         self.calls_per_unit = 1  # grows once the actors say how quick a call is
@@ -112,7 +101,6 @@ class UdfStage:
         self._in_hand = False
         self.checkpoint = checkpoint
         self.ledger = ledger
-        self.rows_resumed = 0  # rows whose answers came from a killed run's saved work
         self._digests: dict[Future[BatchOutcome], str] = {}
         self._pool_started = False
         self._over_budget: BudgetExceededError | None = None  # set once the budget is passed
@@ -135,7 +123,7 @@ class UdfStage:
                     yield chunk
                 else:  # each a batch of its own: one call, never more than the bytes asked
                     yield from split_by_bytes(chunk, self.spec.batch_bytes)
-        except (duckdb.Error, pa.ArrowException, OSError) as exc:
+        except (connection.Error, pa.ArrowException, OSError) as exc:
             if isinstance(exc, VaneError):
                 raise
             # DuckDB's errors reach this stream as Arrow/OS errors; say whose input failed.
@@ -164,7 +152,7 @@ class UdfStage:
             raise catchable(exc) from exc.__cause__
 
     def _batches(self) -> Generator[pa.RecordBatch, None, None]:
-        started = time.perf_counter()
+        self.counts.stamp(time.perf_counter())  # the step's time: from its pool's start
         pool = make_pool(self.spec, self.udf_schema, self.step)
         if self.events.listening:  # the requests its actors have in flight, per server
             pool.on_requests = self._requests
@@ -222,7 +210,7 @@ class UdfStage:
                 future.cancel()
             pool.teardown(graceful=ending != "failed", early=ending == "early")
             if ending != "failed":
-                self._finish(time.perf_counter() - started)
+                self._finish()
 
     def _requests(self, servers: tuple[ServerCount, ...]) -> None:
         self.events.emit(ServerRequests(self.step, self.step_id, servers))
@@ -269,30 +257,19 @@ class UdfStage:
             self.ledger(chunk, outcome.errors)
         resumed = rows_in if future in self._saved else 0
         self._saved.discard(future)
-        self.rows_resumed += resumed
         self._size_units(outcome, chunk)
-        self.rows_skipped += outcome.rows_skipped
-        self.rows_nulled += outcome.rows_nulled
-        self.first_error = self.first_error or outcome.first_error
-        self.poisoned.extend(outcome.poisoned)
-        self.rows_in += rows_in
-        self.rows_out += outcome.table.num_rows
-        self.usage = add_counts(self.usage, outcome.usage)
+        batch_counts = StepCounts.of_batch(rows_in, outcome, resumed=resumed)
+        self.counts.add(batch_counts)
         budget = self.spec.budget
-        if budget is not None and self._over_budget is None and budget.exceeded(self.usage):
+        if budget is not None and self._over_budget is None and budget.exceeded(self.counts.usage):
             # The job stops sending work; the batches in flight finish (their requests are
             # paid for), are kept by a resumable write, and then the stage fails with this.
-            self._over_budget = self._budget_error(budget)
+            self._over_budget = self.counts.over_budget(
+                self.spec, self.step, budget, kept=self.checkpoint is not None
+            )
         self.events.emit(
-            BatchDone(
-                self.step,
-                self.step_id,
-                rows_in,
-                outcome.table.num_rows,
-                pool.busy_actors(),
-                len(pool.actors),
-                outcome.usage,
-                resumed,
+            batch_counts.progress(
+                self.step, self.step_id, busy=pool.busy_actors(), actors=len(pool.actors)
             )
         )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
@@ -305,11 +282,6 @@ class UdfStage:
             yield batch
         if outcome.failure is not None:  # a unit's call failed after the answers above
             raise outcome.failure
-
-    def _budget_error(self, budget: Budget) -> BudgetExceededError:
-        return budget_error(
-            self.spec, self.step, budget, self.usage, self.rows_in, kept=self.checkpoint is not None
-        )
 
     def _units_in_flight(self, pool: ActorPool) -> int:
         """The pool's capacity counts batches sent one by one; units of several count as
@@ -342,60 +314,12 @@ class UdfStage:
             chunk = chunk.filter(pa.array(keep))
         return pa.Table.from_arrays(chunk.columns + outcome.table.columns, schema=self.schema)
 
-    def _finish(self, seconds: float) -> None:
-        self.events.emit(
-            StageFinished(
-                self.step,
-                self.step_id,
-                self.rows_in,
-                self.rows_out,
-                self.rows_skipped,
-                self.rows_nulled,
-                seconds,
-                self.usage,
-                self.rows_resumed,
-            )
-        )
-        message = on_error_warning(
-            self.spec,
-            self.step,
-            skipped=self.rows_skipped,
-            nulled=self.rows_nulled,
-            first_error=self.first_error,
-            poisoned=self.poisoned,
-        )
+    def _finish(self) -> None:
+        self.counts.stamp(time.perf_counter())
+        self.events.emit(self.counts.finished(self.step, self.step_id))
+        message = self.counts.warning(self.spec, self.step)
         if message:
             self.warn(message)
-
-
-def budget_error(
-    spec: UdfSpec,
-    step: str,
-    budget: Budget,
-    usage: dict[str, int],
-    rows_in: int,
-    *,
-    kept: bool,
-) -> BudgetExceededError:
-    """What a step says when its answers passed its budget (``usage`` over ``rows_in`` rows):
-    the local stage's, and a Ray actor's from the step's tally. ``kept``: a resumable write's
-    checkpoint holds the answers so far."""
-    tokens, cost = budget.spent(usage)
-    spent = f"{tokens:,} tokens" + (f" (${cost:,.4f})" if cost is not None else "")
-    limits = []
-    if budget.max_cost is not None:
-        limits.append(f"max_cost={budget.max_cost:g}")
-    if budget.max_total_tokens is not None:
-        limits.append(f"max_total_tokens={budget.max_total_tokens:,}")
-    said = (
-        "the answers so far are kept: rerun with a larger budget to go on from them"
-        if kept
-        else "write with resume=True to keep the answers so far for a rerun"
-    )
-    return BudgetExceededError(
-        f"{spec.verb} step `{step}` spent {spent} on {counted(rows_in, 'row')}, past its "
-        f"budget ({', '.join(limits)}); the job stopped there, and {said}"
-    )
 
 
 def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Iterator[pa.RecordBatch]:
@@ -414,36 +338,3 @@ def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Itera
             yield batch
     finally:
         batches.close()
-
-
-def on_error_warning(
-    spec: UdfSpec,
-    step: str,
-    *,
-    skipped: int,
-    nulled: int,
-    first_error: str | None,
-    poisoned: list[str],
-) -> str | None:
-    """What a step says at its end about the rows on_error handled (None: there were none)."""
-    if not skipped and not nulled:
-        return None
-    if skipped:
-        what = f"skipped {counted(skipped, 'row')} on which the function failed"
-    elif spec.error_shown_as is not None:
-        what = (
-            f"kept {counted(nulled, 'failing row')} as nulls, with the error text in column "
-            f"{spec.error_shown_as!r}"
-        )
-    else:
-        what = (
-            f"kept {counted(nulled, 'failing row')} as nulls (pass error_column='error' to the "
-            "UDF to keep each row's error in a column)"
-        )
-    killed = ""
-    if poisoned:
-        shown = "; ".join(poisoned[:3]) + ("; ..." if len(poisoned) > 3 else "")
-        killed = (
-            f". {len(poisoned):,} of them killed or hung their actor, which was replaced: {shown}"
-        )
-    return f"{spec.verb} step `{step}` {what}; first error: {first_error}{killed}"

@@ -15,8 +15,9 @@ import pyarrow as pa
 
 from vane.errors import SchemaError
 
-# DuckDB is imported by the functions that ask it, not here: ``vane.types`` is imported by
-# worker processes, which only name types when describing a mismatch.
+# The database (``vane._engine``, and DuckDB with it) is imported by the functions that ask
+# it, not here: ``vane.types`` is imported by worker processes, which only name types when
+# describing a mismatch.
 
 # A type name is one expression of the type grammar; anything that could end or extend the
 # statement is rejected before it reaches SQL.
@@ -34,14 +35,12 @@ def duckdb_to_arrow(name: str) -> pa.DataType:
         raise SchemaError(f"a type name must be a non-empty string such as 'BIGINT', got {name!r}")
     if any(token in name for token in _FORBIDDEN):
         raise SchemaError(f"invalid type name {name!r}: it contains {_FORBIDDEN!r} characters")
-    import duckdb
-
     from vane import _engine
 
     with _engine.scratch() as cursor:
         try:
             schema = cursor.sql(f"SELECT NULL::{name} AS t").to_arrow_table().schema
-        except duckdb.Error as exc:
+        except _engine.Error as exc:
             detail = str(exc).splitlines()[0]
             raise SchemaError(
                 f"invalid type name {name!r}: {detail}. Use a DuckDB type name such as 'BIGINT', "
@@ -57,13 +56,11 @@ def arrow_to_duckdb(arrow_type: pa.DataType) -> str:
     >>> arrow_to_duckdb(pa.list_(pa.float32(), 3))
     'FLOAT[3]'
     """
-    import duckdb
-
     from vane import _engine
 
     empty = pa.table({"t": pa.array([], type=arrow_type)})
     with _engine.scratch() as cursor:
         try:
             return str(cursor.from_arrow(empty).types[0])
-        except duckdb.Error as exc:
+        except _engine.Error as exc:
             raise SchemaError(f"Arrow type {arrow_type} has no DuckDB equivalent: {exc}") from exc

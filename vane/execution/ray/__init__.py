@@ -18,11 +18,12 @@ import pyarrow as pa
 from vane._arrow import exact_batches
 from vane.config import get_config
 from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.execution.accounting import StepCounts
 from vane.execution.caller import Caller
 from vane.execution.ledger import Ledger
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.lowering import row_caps
-from vane.execution.ray.actor import StepCounts
+from vane.execution.ray.actor import StepState
 from vane.execution.ray.cluster import cluster_state, ray_module
 from vane.execution.ray.fit import check_fits, pools
 from vane.execution.ray.lowering import (
@@ -32,12 +33,10 @@ from vane.execution.ray.lowering import (
 )
 from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.runner import action_events
-from vane.execution.stage import on_error_warning
 from vane.execution.totals import stage_totals
 from vane.io.resume import Resume, ResumeStore
 from vane.io.sinks import Part, Sink, WriteResult, abort_unfinished, writes_started
 from vane.observe.events import (
-    BatchDone,
     ServerCount,
     ServerRequests,
     StageFinished,
@@ -430,13 +429,16 @@ class _Progress:
                 continue
             self._watch(totals, load)
 
-    def _watch(self, totals: dict[int, StepCounts], load: Load) -> None:
+    def _watch(self, totals: dict[int, StepState], load: Load) -> None:
         """The resource watch's sample of this poll; the steps' lines say its state."""
-        counts = {key: totals.get(key) or StepCounts() for key in self.steps}
+        counts = {key: totals.get(key) or StepState() for key in self.steps}
         total, free, pending = load
         sample = Sample(
             moved=(
-                tuple((c.rows_in, c.rows_out, c.actors, c.starting) for c in counts.values()),
+                tuple(
+                    (c.counts.rows_in, c.counts.rows_out, c.actors, c.starting)
+                    for c in counts.values()
+                ),
                 self.watch.ray_progress(),
             ),
             working=any(c.busy > 0 or c.starting > 0 for c in counts.values()),
@@ -460,32 +462,23 @@ class _Progress:
     def _displayed(self) -> bool:
         return wants_progress(get_config().progress)
 
-    def _update(self, totals: dict[int, StepCounts]) -> None:
+    def _update(self, totals: dict[int, StepState]) -> None:
         """``BatchDone`` for what moved since the last poll, ``ServerRequests`` for requests
         whose counts changed (only the polling thread calls this until ``finish`` has stopped
         it)."""
-        for key, counts in totals.items():
-            if key in self.steps and counts.servers != self._servers_seen.get(key, ()):
-                self._servers_seen[key] = counts.servers
+        for key, state in totals.items():
+            if key in self.steps and state.servers != self._servers_seen.get(key, ()):
+                self._servers_seen[key] = state.servers
                 name = self.steps[key].udf.name
-                self.events.emit(ServerRequests(name, key, counts.servers))
-            seen = self._seen.get(key)
+                self.events.emit(ServerRequests(name, key, state.servers))
+            seen, counts = self._seen.get(key), state.counts
             if seen is None or (counts.rows_in, counts.rows_out) == (seen.rows_in, seen.rows_out):
                 continue
             self._seen[key] = counts
-            usage = {k: v - seen.usage.get(k, 0) for k, v in counts.usage.items()}
-            self.events.emit(
-                BatchDone(
-                    self.steps[key].udf.name,
-                    key,
-                    counts.rows_in - seen.rows_in,
-                    counts.rows_out - seen.rows_out,
-                    max(counts.busy, 0),
-                    max(counts.actors, 0),
-                    {k: v for k, v in usage.items() if v},
-                    counts.resumed - seen.resumed,
-                )
-            )
+            moved = counts.since(seen)
+            name = self.steps[key].udf.name
+            busy, actors = max(state.busy, 0), max(state.actors, 0)
+            self.events.emit(moved.progress(name, key, busy=busy, actors=actors))
 
     def finish(self) -> list[StageFinished]:
         """The steps' summaries, emitted once (later calls return the same)."""
@@ -493,31 +486,17 @@ class _Progress:
             return self.finished
         self._done = True
         self.stop()
-        totals: dict[int, StepCounts] = ray_module().get(self.tally.totals.remote())
+        totals: dict[int, StepState] = ray_module().get(self.tally.totals.remote())
         self._update(totals)
-        for key, node in self.steps.items():
-            spec, counts = node.udf, totals.get(key) or StepCounts()
-            summary = StageFinished(
-                spec.name,
-                key,
-                counts.rows_in,
-                counts.rows_out,
-                counts.skipped,
-                counts.nulled,
-                counts.seconds,
-                counts.usage,
-                counts.resumed,
-            )
+        # Inputs before the steps that read them (``steps`` holds parents first), as a local
+        # action's stages end: so the warnings come in that order, and ``WriteResult.steps``
+        # names two steps of one function ("embed", "embed #2") as the local runner does.
+        for key, node in reversed(self.steps.items()):
+            spec, state = node.udf, totals.get(key) or StepState()
+            summary = state.counts.finished(spec.name, key)
             self.finished.append(summary)
             self.events.emit(summary)
-            message = on_error_warning(
-                spec,
-                spec.name,
-                skipped=counts.skipped,
-                nulled=counts.nulled,
-                first_error=counts.first_error,
-                poisoned=counts.poisoned,
-            )
+            message = state.counts.warning(spec, spec.name)
             if message:
                 self.caller.warn(message)
         return self.finished

@@ -35,11 +35,12 @@ import pyarrow as pa
 
 from vane._arrow import split_by_bytes
 from vane.errors import UDFError
+from vane.execution.accounting import StepCounts
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.execution.actors.subprocess import SubprocessPool
 from vane.io.file_stores import FileStores
 from vane.io.file_stores import install as install_file_stores
-from vane.observe.events import ServerCount, add_counts, merge_servers
+from vane.observe.events import ServerCount, merge_servers
 from vane.udf.failures import catchable
 from vane.udf.runtime import BatchOutcome, RowError, Task
 from vane.udf.spec import Budget, UdfSpec
@@ -144,7 +145,7 @@ class RayUdf:
                 if digest is not None and self.checkpoint is not None:
                     self.checkpoint.put(digest, outcome)  # kept before its rows go on
         except BaseException as exc:
-            self.tally.done.remote(self.key, self.name, 0, (0, 0, 0, None, [], {}))
+            self.tally.done.remote(self.key, self.name, StepCounts())
             if admitted:
                 self.tally.release.remote(self.key)
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
@@ -170,16 +171,9 @@ class RayUdf:
             return True
         while ray.get(self.tally.admitted.remote(self.key)) > 0:
             time.sleep(_ADMITTED_POLL_SECONDS)
-        from vane.execution.stage import budget_error
-
-        counts: StepCounts = ray.get(self.tally.totals.remote())[self.key]
-        raise budget_error(
-            self.spec,
-            self.spec.name,
-            budget,
-            counts.usage,
-            counts.rows_in,
-            kept=self.checkpoint is not None,
+        state: StepState = ray.get(self.tally.totals.remote())[self.key]
+        raise state.counts.over_budget(
+            self.spec, self.spec.name, budget, kept=self.checkpoint is not None
         )
 
     def _calls(self, shipped: pa.Table) -> BatchOutcome:
@@ -216,14 +210,7 @@ class RayUdf:
     def _output(self, batch: pa.Table, outcome: BatchOutcome, resumed: int) -> pa.Table:
         import ray
 
-        counts = (
-            outcome.table.num_rows,
-            outcome.rows_skipped,
-            outcome.rows_nulled,
-            outcome.first_error,
-            outcome.poisoned,
-            outcome.usage,
-        )
+        counts = StepCounts.of_batch(batch.num_rows, outcome, resumed=resumed)
         failed = None
         if self.failed_rows and outcome.errors:
             # The rows themselves (every input column: the ledger picks its keys in the
@@ -232,11 +219,7 @@ class RayUdf:
             errors = [replace(e, row=i) for i, e in enumerate(outcome.errors)]
             failed = (taken, errors)
         # Waited for: the counts must be in before the driver reads the totals at the end.
-        ray.get(
-            self.tally.done.remote(
-                self.key, self.name, batch.num_rows, counts, resumed=resumed, failed=failed
-            )
-        )
+        ray.get(self.tally.done.remote(self.key, self.name, counts, failed=failed))
         if not self.spec.passthrough:
             return outcome.table
         if outcome.dropped:
@@ -282,7 +265,7 @@ class Tally:
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.steps: dict[int, StepCounts] = {}
+        self.steps: dict[int, StepState] = {}
         self._calls: dict[tuple[int, str], int] = {}  # (step, actor) -> calls running
         # (step, actor) -> its requests per server, as it last said
         self._servers: dict[tuple[int, str], tuple[ServerCount, ...]] = {}
@@ -292,14 +275,11 @@ class Tally:
         # A write's error ledger: per step, each batch's failed input rows and their errors.
         self.failed: dict[int, list[tuple[pa.Table, list[RowError]]]] = {}
 
-    def _step(self, key: int) -> StepCounts:
-        return self.steps.setdefault(key, StepCounts())
+    def _step(self, key: int) -> StepState:
+        return self.steps.setdefault(key, StepState())
 
     def _stamp(self, key: int) -> None:
-        counts = self._step(key)
-        now = self._clock()
-        counts.first = now if counts.first is None else counts.first
-        counts.last = now
+        self._step(key).counts.stamp(self._clock())
 
     def _running(self, key: int, actor: str, change: int) -> None:
         calls = self._calls.get((key, actor), 0)
@@ -341,7 +321,7 @@ class Tally:
         """Whether a batch of step ``key`` may be sent: its actors' usage so far is within
         ``budget``. The tally answers one call at a time, so an admitted call is counted
         before any later call is refused, and a refused one waits for it (``admitted``)."""
-        if budget.exceeded(self._step(key).usage):
+        if budget.exceeded(self._step(key).counts.usage):
             return False
         self._admitted[key] = self._admitted.get(key, 0) + 1
         return True
@@ -356,53 +336,32 @@ class Tally:
         self,
         key: int,
         actor: str,
-        rows_in: int,
-        outcome: tuple[Any, ...],
+        counts: StepCounts,
         *,
-        resumed: int = 0,
         failed: tuple[pa.Table, list[RowError]] | None = None,
     ) -> None:
-        """A batch answered (``rows_in`` 0: failed): its counts, the rows of it a resumable
-        write answered from saved work, and for an error ledger its failed rows."""
+        """A batch answered (a failed one: no counts), and for an error ledger its failed
+        rows."""
         self._stamp(key)
-        counts = self._step(key)
-        rows_out, skipped, nulled, first_error, poisoned, usage = outcome
         self._running(key, actor, -1)
-        counts.rows_in += rows_in
-        counts.rows_out += rows_out
-        counts.skipped += skipped
-        counts.nulled += nulled
-        counts.first_error = counts.first_error or first_error
-        counts.poisoned.extend(poisoned)
-        counts.usage = add_counts(counts.usage, usage)
-        counts.resumed += resumed
+        self._step(key).counts.add(counts)
         if failed is not None:
             self.failed.setdefault(key, []).append(failed)
 
     def failed_rows(self) -> dict[int, list[tuple[pa.Table, list[RowError]]]]:
         return self.failed
 
-    def totals(self) -> dict[int, StepCounts]:
+    def totals(self) -> dict[int, StepState]:
         return self.steps
 
 
 @dataclass
-class StepCounts:
+class StepState:
+    """A step of a Ray action as its tally sees it: its counts (as a local stage keeps them)
+    and its actors."""
+
+    counts: StepCounts = field(default_factory=StepCounts)
     actors: int = 0
     starting: int = 0  # constructing (their resources held, their worker not yet up)
     busy: int = 0
-    rows_in: int = 0
-    rows_out: int = 0
-    skipped: int = 0
-    nulled: int = 0
-    first_error: str | None = None
-    poisoned: list[str] = field(default_factory=list)
-    usage: dict[str, int] = field(default_factory=dict)
-    resumed: int = 0  # rows answered from a resumable write's saved work
     servers: tuple[ServerCount, ...] = ()  # its actors' requests per server, summed
-    first: float | None = None  # by the tally's clock: the step's first report
-    last: float | None = None  # and its latest
-
-    @property
-    def seconds(self) -> float:
-        return self.last - self.first if self.first is not None and self.last is not None else 0.0

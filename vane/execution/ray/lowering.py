@@ -23,11 +23,11 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-import duckdb
 import pyarrow as pa
 
-from vane import _engine
 from vane._arrow import one_batch
+from vane.backend import connection
+from vane.backend.connection import Cursor, Relation
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
@@ -142,7 +142,7 @@ class RayLowering:
         # its own text, so the original (with its cause) is kept here to re-raise.
         self.failure: BaseException | None = None
         self._datasets: dict[int, Any] = {}
-        self._cursors: list[duckdb.DuckDBPyConnection] = []
+        self._cursors: list[Cursor] = []
 
     # ---- on Ray --------------------------------------------------------------------------
 
@@ -333,10 +333,10 @@ class RayLowering:
             return holds_udf(node)
         return False
 
-    def relation(self, node: PlanNode) -> duckdb.DuckDBPyRelation:
+    def relation(self, node: PlanNode) -> Relation:
         from vane.backend.lowering import lower
 
-        cursor = _engine.cursor()
+        cursor = connection.cursor()
         self._cursors.append(cursor)
         return lower(node, cursor, self)
 
