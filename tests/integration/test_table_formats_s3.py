@@ -26,7 +26,7 @@ import pytest
 
 import vane
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, local_s3
-from vane.errors import UDFError
+from vane.errors import SinkError, UDFError
 
 lance = pytest.importorskip("lance")
 deltalake = pytest.importorskip("deltalake")
@@ -168,6 +168,57 @@ def test_a_failed_write_leaves_the_previous_version_on_s3(fmt, bucket, endpoint,
         assert table.read().count() == 20
         if fmt != "delta":  # Lance and vane's Iceberg writer remove the files they wrote
             assert table.data_files(bucket) == files
+
+
+def _referenced(where: str) -> set[str]:
+    """The data files some version of the Lance dataset at ``where`` holds."""
+    opened = lance.dataset(where, storage_options={"allow_http": "true"})
+    files = set()
+    for version in opened.versions():
+        at = lance.dataset(
+            where, version=version["version"], storage_options={"allow_http": "true"}
+        )
+        files |= {f.path for fragment in at.get_fragments() for f in fragment.data_files()}
+    return files
+
+
+def test_a_lance_commit_that_fails_on_s3_leaves_no_files_behind(bucket, endpoint) -> None:
+    table = Table("lance", bucket, endpoint, {})
+    table.write(vane.range(20), "create")
+    meanwhile: list[int] = []
+
+    def overwritten_meanwhile(batch: pa.Table) -> pa.Table:
+        # Another writer replaces the rows while this append is under way: its commit, built
+        # on the version before, conflicts, and its data files are referenced by no version.
+        if not meanwhile:
+            meanwhile.append(1)
+            options = {"allow_http": "true"}
+            lance.write_dataset(
+                pa.table({"id": [99]}), table.where, mode="overwrite", storage_options=options
+            )
+        return batch
+
+    job = vane.range(3000).map_batches(
+        overwritten_meanwhile, schema={"id": "BIGINT"}, batch_size=500
+    )
+    with pytest.raises(SinkError, match=r"committing .* failed"):
+        table.write(job, "append", max_rows_per_file=1000)
+    assert sorted(r["id"] for r in table.read().to_pylist()) == [99]
+    listed = {key.split("/data/", 1)[1] for key in table.data_files(bucket)}
+    assert listed == _referenced(table.where)  # before: the append's 3 files stayed
+
+
+def test_a_first_lance_write_killed_on_s3_does_not_block_the_next(bucket, endpoint) -> None:
+    table = Table("lance", bucket, endpoint, {})
+    # What a first write killed before its commit leaves: data files, and no version.
+    lance.fragment.write_fragments(
+        pa.table({"id": [1, 2, 3]}), table.where, storage_options={"allow_http": "true"}
+    )
+    assert table.data_files(bucket)
+    assert table.write(vane.range(5), "create").rows == 5
+    assert sorted(r["id"] for r in table.read().to_pylist()) == [0, 1, 2, 3, 4]
+    listed = {key.split("/data/", 1)[1] for key in table.data_files(bucket)}
+    assert listed == _referenced(table.where)  # the killed write's files went with it
 
 
 DIMENSIONS = 32

@@ -15,9 +15,10 @@ Writing, in Lance's own two steps:
             file put if absent), which is the new version
 
 A failure or a kill before the commit leaves the dataset at its previous version. Lance removes
-the data files of a ``write_fragments`` that fails; ``abort`` removes those of a failed commit;
-after a kill, or when one of several Ray tasks fails, they stay, unreferenced, until Lance's
-``cleanup_old_versions``. ``create`` refuses an existing dataset, ``append`` adds a version (or
+the data files of a ``write_fragments`` that fails; ``abort`` removes those of a failed commit,
+on a local disk or an object store (``RemoteLeftovers``), and a first write's that never
+committed (the next write finds them); after a kill of a later write, or when one of several Ray
+tasks fails, they stay, unreferenced, until Lance's ``cleanup_old_versions``. ``create`` refuses an existing dataset, ``append`` adds a version (or
 creates the dataset), ``overwrite`` makes a version holding only the new rows (the older
 versions stay readable by number). A vector index (``vector_index=``) is built after the rows'
 commit, as a commit of its own: if it fails, the rows are committed and the error says so.
@@ -28,10 +29,11 @@ together by the driver: ``single_file`` is False.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ import pyarrow as pa
 
 from vane._deps import require
 from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
+from vane.io.storage import Location
 from vane.io.tables.base import (
     TablePart,
     check_mode,
@@ -218,12 +221,18 @@ class LanceSink:
     data_storage_version: str | None = None
     storage_options: Mapping[str, str] | None = None
     vector_index: VectorIndex | None = None
+    # An object-store destination as vane's storage layer reaches it (None: a local one), to
+    # remove what a failed write left there (``RemoteLeftovers``).
+    remote: RemoteLeftovers | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.uri, str) or not self.uri:
             raise ConfigurationError(f"write_lance() needs a destination uri, got {self.uri!r}")
         check_mode("write_lance", self.mode, MODES)
         object.__setattr__(self, "uri", _where(self.uri))
+        if not _is_local(self.uri):
+            leftovers = RemoteLeftovers.at(self.uri, self.storage_options)
+            object.__setattr__(self, "remote", leftovers)
         options = library_options("write_lance", self.uri, self.storage_options, "lance")
         object.__setattr__(self, "storage_options", options)
         rows = self.max_rows_per_file
@@ -263,9 +272,10 @@ class LanceSink:
             self.storage_options,
             schema if self.mode == "append" else None,
         )
-        created = _is_local(self.uri) and not (
-            Path(self.uri).exists() and any(Path(self.uri).iterdir())
-        )
+        if self.remote is not None:
+            created = existing is None and self.remote.empty()
+        else:
+            created = not (Path(self.uri).exists() and any(Path(self.uri).iterdir()))
         return LanceWrite(self, writer, read_version, schema, created=created)
 
     def _existing(self) -> Any:
@@ -273,6 +283,9 @@ class LanceSink:
         try:
             return lance.dataset(self.uri, storage_options=self.storage_options)
         except (ValueError, OSError, RuntimeError):
+            if self.remote is not None and self.remote.failed_create():
+                self.remote.remove_all()  # as for a local path, below
+                return None
             if _is_local(self.uri) and _failed_create(Path(self.uri)):
                 # A first write that died before its commit (a kill): its data files, never
                 # part of any version. They go, as the next write's own would on failure.
@@ -307,6 +320,82 @@ def _fix(column: str) -> str:
         f"with_column({column!r}, '{column}::VARCHAR[][]'), or JSON text with "
         f"with_column({column!r}, 'to_json({column})::VARCHAR')"
     )
+
+
+@dataclass(frozen=True)
+class RemoteLeftovers:
+    """A Lance dataset's prefix on an object store, through vane's storage layer: what a write
+    that failed before or at its commit left there goes, as on a local disk. Best effort: a
+    store that refuses leaves unreferenced files (Lance's ``cleanup_old_versions`` removes them
+    later), never an error over the write's own."""
+
+    location: Location
+
+    @classmethod
+    def at(cls, uri: str, given: Mapping[str, Any] | None) -> RemoteLeftovers | None:
+        from vane.io.storage import is_s3_option, locate, protocol_of
+
+        # Lance's own option names (allow_http, aws_*) are not the storage layer's.
+        ours = {k: v for k, v in (given or {}).items() if is_s3_option(k)}
+        if protocol_of(uri) not in ("s3", "s3a"):
+            ours = dict(given or {})
+        try:
+            return cls(locate(uri, ours, "write_lance"))
+        except VaneError:
+            return None  # a store vane cannot reach itself: Lance's own cleanup only
+
+    def _listed(self) -> list[str] | None:
+        """The keys below the prefix, relative to it (None: it could not be listed)."""
+        from pyarrow.fs import FileSelector, FileType
+
+        try:
+            fs = self.location.store.filesystem()
+            found = fs.get_file_info(
+                FileSelector(self.location.path, recursive=True, allow_not_found=True)
+            )
+        except (OSError, VaneError):
+            return None
+        base = self.location.path.rstrip("/") + "/"
+        return [i.path[len(base) :] for i in found if i.type == FileType.File]
+
+    def empty(self) -> bool:
+        return self._listed() == []
+
+    def failed_create(self) -> bool:
+        """The prefix holds only what a first write that never committed leaves (as
+        ``_failed_create`` for a local path)."""
+        keys = self._listed()
+        if not keys:
+            return False
+        tops = {key.split("/", 1)[0] for key in keys}
+        manifests = any(k.startswith("_versions/") and k.endswith(".manifest") for k in keys)
+        return "data" in tops and tops <= {"data", "_transactions", "_versions"} and not manifests
+
+    def remove(self, data_files: list[str], *, whole: bool) -> None:
+        """Remove ``data_files`` (paths under ``data/``), or everything when the write made
+        the dataset (``whole``) and no version of it was committed."""
+        if whole and not self._committed():
+            self.remove_all()
+            return
+        from vane.io import object_puts
+
+        with contextlib.suppress(OSError, VaneError):
+            paths = [self.location.join("data", name).path for name in data_files]
+            object_puts.delete(self.location.store, self.location.store.filesystem(), paths)
+
+    def _committed(self) -> bool:
+        """Whether some version was committed (or the prefix could not be listed: then it is
+        left alone)."""
+        keys = self._listed()
+        return keys is None or any(k.startswith("_versions/") for k in keys)
+
+    def remove_all(self) -> None:
+        from vane.io import object_puts
+
+        keys = self._listed() or []
+        with contextlib.suppress(OSError, VaneError):
+            paths = [self.location.join(key).path for key in keys]
+            object_puts.delete(self.location.store, self.location.store.filesystem(), paths)
 
 
 @dataclass(frozen=True)
@@ -424,9 +513,12 @@ class LanceWrite:
         )
 
     def abort(self) -> None:
-        """Remove the data files of fragments this write made, where they are local (the
-        committed versions never reference them)."""
-        if not _is_local(self.sink.uri):
+        """Remove the data files of fragments this write made (the committed versions never
+        reference them), on a local disk or an object store."""
+        remote = self.sink.remote
+        if remote is not None:
+            files = [f.path for p in self._parts if p.payload is not None for f in p.payload.files]
+            remote.remove(files, whole=self.created)
             return
         if self.created and not (Path(self.sink.uri) / "_versions").exists():
             shutil.rmtree(self.sink.uri, ignore_errors=True)  # no version was ever committed
