@@ -239,12 +239,12 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
     # should match. Served from disk by bench/file_store.py: moto copies a whole object for
     # every request, a footer's included, which would measure moto.
     large_rows = 4_000_000 if quick else 96_000_000
-    store = ("--store",)
+    from_store = ("--store",)
     store_first = [
-        Variant("hand-loop", "first_handloop.py", "vane", store),
-        Variant("vane", "first_vane.py", "vane", store),
-        Variant("daft", "first_daft.py", "peers", store),
-        Variant("ray-data", "first_ray.py", "peers", store),
+        Variant("hand-loop", "first_handloop.py", "vane", from_store),
+        Variant("vane", "first_vane.py", "vane", from_store),
+        Variant("daft", "first_daft.py", "peers", from_store),
+        Variant("ray-data", "first_ray.py", "peers", from_store),
     ]
     object_rows = 500_000 if quick else 10_000_000
     store_memory = [
@@ -512,34 +512,20 @@ def object_store(inputs: list[Path]) -> Iterator[str]:
     (AWS_ENDPOINT_URL and test credentials) set for the variants while it runs."""
     import pyarrow.fs as pafs
 
-    port = free_port()
-    log = open(WORK / "object_store.log", "wb")  # noqa: SIM115 -- closed in finally
-    server = subprocess.Popen(
-        [str(INTERPRETERS["vane"].parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=log,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        with store_environment(endpoint):
-            wait_for(endpoint, server, log.name)
-            fs = pafs.S3FileSystem(
-                endpoint_override=f"127.0.0.1:{port}",
-                scheme="http",
-                access_key=STORE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                secret_key=STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                region=STORE_CREDENTIALS["AWS_DEFAULT_REGION"],
-                allow_bucket_creation=True,
-            )
-            fs.create_dir("bench")
-            for path in dict.fromkeys(inputs):
-                pafs.copy_files(str(path), f"bench/inputs/{path.name}", destination_filesystem=fs)
-            yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+    moto = [str(INTERPRETERS["vane"].parent / "moto_server"), "-H", "127.0.0.1", "-p"]
+    with s3_endpoint(moto, "object_store") as endpoint:
+        fs = pafs.S3FileSystem(
+            endpoint_override=endpoint.removeprefix("http://"),
+            scheme="http",
+            access_key=STORE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            secret_key=STORE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region=STORE_CREDENTIALS["AWS_DEFAULT_REGION"],
+            allow_bucket_creation=True,
+        )
+        fs.create_dir("bench")
+        for path in dict.fromkeys(inputs):
+            pafs.copy_files(str(path), f"bench/inputs/{path.name}", destination_filesystem=fs)
+        yield endpoint
 
 
 @contextlib.contextmanager
@@ -552,15 +538,21 @@ def file_store(inputs: list[Path]) -> Iterator[str]:
     (root / "bench" / "inputs").mkdir(parents=True)
     for path in dict.fromkeys(inputs):
         (root / "bench" / "inputs" / path.name).symlink_to(path.resolve())
-    port = free_port()
-    log = open(WORK / "file_store.log", "wb")  # noqa: SIM115 -- closed in finally
     command = [str(INTERPRETERS["vane"]), str(BENCH / "file_store.py"), "--root", str(root)]
-    server = subprocess.Popen(
-        [*command, "--port", str(port)],
-        cwd=ROOT,
-        stdout=log,
-        stderr=log,
-    )
+    try:
+        with s3_endpoint([*command, "--port"], "file_store") as endpoint:
+            yield endpoint
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def s3_endpoint(command: list[str], name: str) -> Iterator[str]:
+    """An S3 server started as ``command`` + a free port, its output in ``<name>.log``, with
+    the variables every S3 client reads pointed at it until it stops."""
+    port = free_port()
+    log = open(WORK / f"{name}.log", "wb")  # noqa: SIM115 -- closed in finally
+    server = subprocess.Popen([*command, str(port)], cwd=ROOT, stdout=log, stderr=log)
     endpoint = f"http://127.0.0.1:{port}"
     try:
         with store_environment(endpoint):
@@ -570,7 +562,6 @@ def file_store(inputs: list[Path]) -> Iterator[str]:
         server.terminate()
         server.wait(timeout=30)
         log.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager
