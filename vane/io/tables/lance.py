@@ -20,8 +20,9 @@ on a local disk or an object store (``RemoteLeftovers``), and a first write's th
 committed (the next write finds them); after a kill of a later write, or when one of several Ray
 tasks fails, they stay, unreferenced, until Lance's ``cleanup_old_versions``. ``create`` refuses
 an existing dataset, ``append`` adds a version (or creates the dataset), ``overwrite`` makes a
-version holding only the new rows (the older versions stay readable by number). A vector index (``vector_index=``) is built after the rows'
-commit, as a commit of its own: if it fails, the rows are committed and the error says so.
+version holding only the new rows (the older versions stay readable by number). A vector index
+(``vector_index=``) is built after the rows' commit, as a commit of its own: if it fails, the
+rows are committed and the error says so.
 
 Fragments can be written by workers (the Ray runner writes one per block) and committed
 together by the driver: ``single_file`` is False.
