@@ -324,7 +324,7 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
 
     from pyarrow.fs import FileSelector, FileType
 
-    from vane.io.storage import locate_with
+    from vane.io.storage import locate_with, object_stamp, seen
     from vane.io.storage_errors import storage_errors
 
     places = [locate_with(url, storage) for url in urls]
@@ -342,9 +342,10 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
         rest = [p for p in paths if p not in found]
         if rest:
             found.update(zip(rest, fs.get_file_info(rest), strict=True))
-    # To the second: a listing and a HEAD request give an object's time at different precisions.
+    files = [info for info in found.values() if info.type == FileType.File]
+    seen(store, files)  # what DuckDB asks of them next, it is told without a request
     return {
-        url: (0, 0, info.size or 0, (info.mtime_ns or 0) // 10**9)
+        url: object_stamp(info)
         for url, place in zip(urls, places, strict=True)
         if (info := found[place.path]).type == FileType.File
     }
@@ -383,21 +384,30 @@ class ParquetFooter:
     rows: int
 
 
-def parquet_footers(files: Sequence[str], storage: Storage = None) -> list[ParquetFooter] | None:
+def parquet_footers(
+    files: Sequence[str], storage: Storage = None, sizes: Sequence[int | None] | None = None
+) -> list[ParquetFooter] | None:
     """Every file's footer (measured: one by one beats a thread pool on a small machine,
-    150 us a footer; an object's footer is a ranged read or two); None if pyarrow cannot read
-    one (DuckDB then reports the problem when it reads the file)."""
+    150 us a footer; an object's footer is a ranged read or two, ``sizes``: the objects' sizes
+    as their listing gave them, so that nothing asks for them again); None if pyarrow cannot
+    read one (DuckDB then reports the problem when it reads the file)."""
     import pyarrow.parquet as pq
 
     try:
         footers = []
-        for path in files:
+        for i, path in enumerate(files):
             source: Any = path
             if storage is not None:
-                from vane.io.storage import locate_with
+                from pyarrow.fs import FileInfo, FileType
+
+                from vane.io.storage import locate_with, open_object, recall
 
                 place = locate_with(path, storage)
-                source = place.store.filesystem().open_input_file(place.path)
+                info = recall(place.store, place.path)  # as its listing gave it
+                if info is None or (sizes is not None and info.size != sizes[i]):
+                    size = sizes[i] if sizes is not None else None
+                    info = FileInfo(place.path, FileType.File, size=size)
+                source = open_object(place.store, info)
             with pq.ParquetFile(source) as file:
                 footers.append(ParquetFooter(file.schema_arrow, file.metadata.num_rows))
         return footers

@@ -50,6 +50,7 @@ class FileScan(Source):
         if self.stamps is None:
             # Before anything is read: a file replaced from here on differs from its stamp.
             object.__setattr__(self, "stamps", readers.stamps(self.files, self.storage))
+        stamps = self.stamps or {}
         options = dict(self.options)
         restore: dict[str, pa.DataType] = {}
         differing = None  # Parquet files' stored schemas, where they differ
@@ -58,7 +59,11 @@ class FileScan(Source):
             footers = (
                 readers.parquet_footers(self.files)
                 if self.storage is None
-                else readers.parquet_footers(self.files, self.storage)
+                else readers.parquet_footers(
+                    self.files,
+                    self.storage,
+                    [stamps[f][2] if f in stamps else None for f in self.files],
+                )
             )
             if footers is not None:
                 schemas = [footer.schema for footer in footers]
@@ -76,9 +81,12 @@ class FileScan(Source):
         object.__setattr__(self, "_rows", rows)
         self._bind()  # reads the files' headers (their footers are read above)
         self._check_ragged_csv()
-        changed = self.vanished()  # replaced while it was being read: say so now
-        if changed is not None:
-            raise changed
+        if self.storage is None:
+            changed = self.vanished()  # replaced while it was being read: say so now
+            if changed is not None:
+                raise changed
+        # Objects are not listed again here: a listing is a request, and every action lists
+        # them before it reads (``vanished``), so one replaced meanwhile fails that action.
 
     @property
     def rows(self) -> int | None:

@@ -1,0 +1,126 @@
+"""How many requests a read of objects costs, counted by the S3 server that answered them
+(moto's, on 127.0.0.1), and that a read never mixes objects listed with objects changed since.
+
+A plan lists its prefix once and keeps what the listing says of each object (its size and
+time) in its scan: reading the footers, DuckDB's binding and every action reuse it, so no
+object's size is asked (no HEAD request), and an object's last block (a small file whole, a
+big one's footer) is fetched once however many times DuckDB opens it. Each action lists the
+prefix once more, to fail (not mix) where an object changed since the plan was built.
+
+Before (the same reads, counted the same way): building the plan of a 5-file Parquet prefix
+and one ``to_arrow`` cost 9 listings, 26 HEAD and 19 GET requests; JSON 28 GETs more."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import vane
+from tests.s3_server import Request, local_s3
+from vane.errors import SourceError
+
+pytest.importorskip("moto.server")
+botocore_session = pytest.importorskip("botocore.session")
+
+REQUESTS: list[Request] = []
+FILES = 5
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[object]:
+    with local_s3(requests=REQUESTS) as url:
+        yield botocore_session.get_session().create_client("s3", endpoint_url=url)
+
+
+@pytest.fixture
+def bucket(client) -> str:
+    name = f"b-{uuid.uuid4().hex[:10]}"
+    client.create_bucket(Bucket=name)
+    return name
+
+
+def _table(i: int) -> pa.Table:
+    return pa.table({"id": list(range(i * 10, i * 10 + 10)), "s": [f"x{j}" for j in range(10)]})
+
+
+def _put(client, bucket: str, key: str, table: pa.Table, fmt: str) -> None:
+    body = io.BytesIO()
+    if fmt == "parquet":
+        pq.write_table(table, body)
+    else:
+        body.write("".join(json.dumps(r) + "\n" for r in table.to_pylist()).encode())
+    client.put_object(Bucket=bucket, Key=key, Body=body.getvalue())
+
+
+def _counted() -> dict[str, int]:
+    """The requests served since the last count, by kind."""
+    kinds = collections.Counter(r.kind for r in REQUESTS)
+    REQUESTS.clear()
+    return {kind: kinds[kind] for kind in ("LIST", "HEAD", "GET")}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_a_prefix_read_lists_once_asks_no_size_and_gets_each_object_once(client, bucket, fmt):
+    ext = "parquet" if fmt == "parquet" else "jsonl"
+    for i in range(FILES):
+        _put(client, bucket, f"prefix/f{i}.{ext}", _table(i), fmt)
+    read = vane.read_parquet if fmt == "parquet" else vane.read_json
+    REQUESTS.clear()
+    rel = read(f"s3://{bucket}/prefix/")
+    # The prefix, then the bucket's root for a vane write root above it (a log, a write).
+    assert _counted() == {"LIST": 3, "HEAD": 0, "GET": FILES}
+    assert rel.to_arrow().num_rows == 10 * FILES
+    # The action's check that nothing changed; the objects were read already (each a block).
+    action = _counted()
+    assert action["LIST"] == 1 and action["HEAD"] == 0 and action["GET"] <= FILES
+    assert rel.filter("id > 3").select("id").count() == 10 * FILES - 4
+    action = _counted()
+    assert action["LIST"] == 1 and action["HEAD"] == 0 and action["GET"] <= FILES
+    if fmt == "json":  # types= makes the scan detect the other columns: from the kept blocks
+        typed = read(f"s3://{bucket}/prefix/", types={"id": "BIGINT"}, columns=["id"])
+        assert _counted() == {"LIST": 3, "HEAD": 0, "GET": 0}
+        assert typed.count() == 10 * FILES
+
+
+def test_an_object_changed_after_the_plan_fails_the_action(client, bucket):
+    for i in range(FILES):
+        _put(client, bucket, f"p/f{i}.parquet", _table(i), "parquet")
+    rel = vane.read_parquet(f"s3://{bucket}/p/")
+    _put(client, bucket, "p/f3.parquet", _table(7).slice(0, 5), "parquet")  # another size
+    with pytest.raises(SourceError, match=r"f3.parquet' changed since the relation was built"):
+        rel.to_arrow()
+    client.delete_object(Bucket=bucket, Key="p/f1.parquet")
+    with pytest.raises(SourceError, match=r"f1.parquet' no longer exists"):
+        rel.count()
+    again = vane.read_parquet(f"s3://{bucket}/p/")  # built anew: what is there now
+    assert again.count() == 10 * (FILES - 2) + 5
+
+
+def test_listing_more_than_a_page_of_objects_takes_two_requests(client, bucket):
+    """S3 answers a listing 1,000 keys a page: 1,001 objects are 2 listing requests, and the
+    check before an action 2 more; no object is asked for alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vane.io.files import resolve_files
+    from vane.io.readers import stamps
+
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda i: client.put_object(Bucket=bucket, Key=f"many/{i:04}.csv", Body=b"a\n1\n"),
+                range(1001),
+            )
+        )
+    REQUESTS.clear()
+    found = resolve_files(f"s3://{bucket}/many/", "csv", "read_csv")
+    assert len(found.files) == 1001 and found.stamps is not None and len(found.stamps) == 1001
+    assert _counted() == {"LIST": 2 + 2, "HEAD": 0, "GET": 0}  # 2 pages, the bucket's root
+    assert stamps(found.files, found.storage) == found.stamps
+    assert _counted() == {"LIST": 2, "HEAD": 0, "GET": 0}
