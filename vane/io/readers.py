@@ -324,6 +324,7 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
 
     from pyarrow.fs import FileSelector, FileType
 
+    from vane.io import s3_objects
     from vane.io.storage import locate_with, object_stamp, seen
     from vane.io.storage_errors import storage_errors
 
@@ -332,22 +333,32 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
     fs = store.filesystem()
     paths = [p.path for p in places]
     found: dict[str, Any] = {}
+    etags: dict[str, str] = {}
+    s3 = store.protocol == "s3"  # through botocore: S3's listing says each object's ETag
     with storage_errors(urls[0], "cannot look at", store):
         if len(paths) >= _LIST_FROM:
             shared = posixpath.commonpath([posixpath.dirname(p) for p in paths])
             if shared.strip("/"):
                 wanted = set(paths)
-                selector = FileSelector(shared, recursive=True, allow_not_found=True)
-                found = {i.path: i for i in fs.get_file_info(selector) if i.path in wanted}
+                if s3:
+                    listed, etags = s3_objects.list_objects(store, shared)
+                else:
+                    selector = FileSelector(shared, recursive=True, allow_not_found=True)
+                    listed = fs.get_file_info(selector)
+                found = {i.path: i for i in listed if i.path in wanted}
         rest = [p for p in paths if p not in found]
-        if rest:
+        if rest and s3:
+            heads, tags = s3_objects.head_objects(store, rest)
+            found.update((i.path, i) for i in heads)
+            etags.update(tags)
+        elif rest:
             found.update(zip(rest, fs.get_file_info(rest), strict=True))
     files = [info for info in found.values() if info.type == FileType.File]
-    seen(store, files)  # what DuckDB asks of them next, it is told without a request
+    seen(store, files, etags)  # what DuckDB asks of them next, it is told without a request
     return {
-        url: object_stamp(info)
+        url: object_stamp(info, etags.get(place.path))
         for url, place in zip(urls, places, strict=True)
-        if (info := found[place.path]).type == FileType.File
+        if (info := found.get(place.path)) is not None and info.type == FileType.File
     }
 
 
@@ -403,11 +414,12 @@ def parquet_footers(
                 from vane.io.storage import locate_with, open_object, recall
 
                 place = locate_with(path, storage)
-                info = recall(place.store, place.path)  # as its listing gave it
+                recalled = recall(place.store, place.path)  # as its listing gave it
+                info, etag = recalled if recalled is not None else (None, None)
                 if info is None or (sizes is not None and info.size != sizes[i]):
                     size = sizes[i] if sizes is not None else None
-                    info = FileInfo(place.path, FileType.File, size=size)
-                source = open_object(place.store, info)
+                    info, etag = FileInfo(place.path, FileType.File, size=size), None
+                source = open_object(place.store, info, etag)
             with pq.ParquetFile(source) as file:
                 footers.append(ParquetFooter(file.schema_arrow, file.metadata.num_rows))
         return footers

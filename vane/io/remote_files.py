@@ -16,7 +16,7 @@ from typing import Any
 
 from vane.errors import SourceNotFoundError
 from vane.io import object_commit
-from vane.io.storage import Location, complete, locate, object_stamp, seen
+from vane.io.storage import Location, Store, complete, locate, object_stamp, seen
 from vane.io.storage_errors import storage_errors
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -89,7 +89,7 @@ def resolve_remote(
         if options is None:
             options = where.store.options
         with storage_errors(item, f"{caller}(): cannot list", where.store):
-            matched, base, infos = _find(where, extensions, directory=item.endswith("/"))
+            matched, base, infos, etags = _find(where, extensions, directory=item.endswith("/"))
         if not matched:
             _check_bucket(where, item, caller)
             raise SourceNotFoundError(
@@ -103,8 +103,10 @@ def resolve_remote(
         # Where the listing says each object's size and time (S3's does; an HTTP index page
         # does not), those are its stamp and what DuckDB is told of it.
         known = {p: i for p in matched if (i := infos.get(p)) is not None and complete(i)}
-        stamps.update((where.store.url(p), object_stamp(i)) for p, i in known.items())
-        seen(where.store, list(known.values()))
+        stamps.update(
+            (where.store.url(p), object_stamp(i, etags.get(i.path))) for p, i in known.items()
+        )
+        seen(where.store, list(known.values()), etags)
     return Listed(files, hive, options or (), stamps)
 
 
@@ -126,13 +128,16 @@ def _check_bucket(where: Location, item: str, caller: str) -> None:
 
 def _find(
     where: Location, extensions: tuple[str, ...], *, directory: bool
-) -> tuple[list[str], str, dict[str, Any]]:
-    """The paths ``where`` names, the prefix hive directories are judged from, and the
-    listing's ``FileInfo`` of each path it listed; a URL ending in "/" is a prefix to list even
-    where the store answers for it as an object (an HTTP server's index page).
+) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
+    """The paths ``where`` names, the prefix hive directories are judged from, the listing's
+    ``FileInfo`` of each path it listed, and their ETags (where the listing says them); a URL
+    ending in "/" is a prefix to list even where the store answers for it as an object (an
+    HTTP server's index page).
 
-    An S3 URL ending in "/" is listed straight away: asking first what it is costs a HEAD
-    request and a listing of one key, and a prefix with nothing under it lists as empty."""
+    On S3 a URL ending in "/" is listed straight away (pyarrow's asking first what it is
+    costs a HEAD request and a listing of one key; a prefix with nothing under it lists as
+    empty), and any other is asked as an object first (one HEAD request, which says its ETag),
+    then listed as a prefix if there is no such object."""
     from pyarrow.fs import FileType
 
     fs = where.store.filesystem()
@@ -140,32 +145,31 @@ def _find(
     glob = _GLOB_CHARS.search(path)
     if glob is None:
         base = path.rstrip("/")
-        if not (directory and where.store.protocol == "s3"):
+        s3 = where.store.protocol == "s3"
+        if s3 and not directory and "/" in base:
+            from vane.io import s3_objects
+
+            heads, etags = s3_objects.head_objects(where.store, [base])  # and its ETag
+            if heads:
+                return _one(fs, path, heads[0], etags)
+        elif not s3:
             info = fs.get_file_info(base)
             if info.type == FileType.File and not directory:
-                parent = path.rsplit("/", 1)[0]
-                roots = object_commit.roots_above(fs, parent)
-                if roots:  # an object under a vane write root: read only if committed
-                    try:
-                        shown = _visible(fs, roots[0], [path])
-                    except _Committed:
-                        shown = _visible(fs, roots[0], [path])
-                    return ([path] if path in shown else []), parent, {path: info}
-                return [path], parent, {path: info}
+                return _one(fs, path, info, {})
             if info.type == FileType.NotFound:
-                return [], base, {}
+                return [], base, {}, {}
         pattern = None
     else:
         base = path[: glob.start()].rsplit("/", 1)[0]
         pattern = _pattern(path)
     for _attempt in range(_LISTING_ATTEMPTS):
         try:
-            candidates, infos = _candidates(fs, base)
+            candidates, infos, etags = _candidates(where.store, fs, base)
             break
         except _Committed:
             continue  # a first commit landed while listing: list again, under its log
     else:
-        candidates, infos = _candidates(fs, base)
+        candidates, infos, etags = _candidates(where.store, fs, base)
     matched = []
     for candidate in dict.fromkeys(candidates):
         relative = candidate[len(base) :].lstrip("/")
@@ -176,7 +180,23 @@ def _find(
         if pattern is None and not candidate.endswith(extensions):
             continue
         matched.append(candidate)
-    return sorted(matched), base, infos
+    return sorted(matched), base, infos, etags
+
+
+def _one(
+    fs: Any, path: str, info: Any, etags: dict[str, str]
+) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
+    """``_find``'s answer for the one object ``path`` (``info``): itself, unless it lies under
+    a vane write root whose manifests do not name it."""
+    parent = path.rsplit("/", 1)[0]
+    roots = object_commit.roots_above(fs, parent)
+    if roots:  # an object under a vane write root: read only if committed
+        try:
+            shown = _visible(fs, roots[0], [path])
+        except _Committed:
+            shown = _visible(fs, roots[0], [path])
+        return ([path] if path in shown else []), parent, {path: info}, etags
+    return [path], parent, {path: info}, etags
 
 
 _LISTING_ATTEMPTS = 5
@@ -186,14 +206,23 @@ class _Committed(Exception):
     """A write root got its first manifest while it was being listed."""
 
 
-def _candidates(fs: Any, base: str) -> tuple[list[str], dict[str, Any]]:
+def _candidates(
+    store: Store, fs: Any, base: str
+) -> tuple[list[str], dict[str, Any], dict[str, str]]:
     """Every path a reader of ``base`` may read: outside vane write roots, what the listing
     found; inside one, what its manifests name (a listing could catch a commit half seen).
-    And the listing's ``FileInfo`` of each path.
+    And the listing's ``FileInfo`` of each path, and its ETag (S3's listing says them).
 
     Whether ``base`` itself is a write root, its recursive listing shows (a ``_vane_log/`` or
     ``_vane_writes/`` key right under it): only the prefixes above it are asked."""
-    infos = {i.path: i for i in object_commit._list(fs, base)}
+    etags: dict[str, str] = {}
+    if store.protocol == "s3":
+        from vane.io import s3_objects
+
+        listed, etags = s3_objects.list_objects(store, base)
+        infos = {i.path: i for i in listed}
+    else:
+        infos = {i.path: i for i in object_commit._list(fs, base)}
     if base.startswith(("http://", "https://")):
         # An index page links "k=1/" as "k%3D1/": hive directories are read by their names.
         infos = {_HIVE_ESCAPE.sub("=", p): i for p, i in infos.items()}
@@ -210,7 +239,7 @@ def _candidates(fs: Any, base: str) -> tuple[list[str], dict[str, Any]]:
         candidates.extend(
             p for p in _visible(fs, root, listing) if p.startswith(base.rstrip("/") + "/")
         )
-    return candidates, infos
+    return candidates, infos, etags
 
 
 def _visible(fs: Any, root: str, listing: list[str]) -> set[str]:

@@ -235,26 +235,38 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
 # and a scan checks its files' stamps itself before it reads (plan/nodes.py, FileScan).
 _INFO_SECONDS = 30.0
 _ESCAPED = re.compile(r"\[([*?\[])\]")
-# Each object's FileInfo as a listing or a request last saw it, with when (monotonic): the
-# listing that resolved a read and the one that checks its stamps before an action answer
-# DuckDB's questions, so it sends no HEAD request of its own.
-_seen: dict[tuple[Store, str], tuple[float, Any]] = {}
+# Each object's FileInfo as a listing or a request last saw it, with when (monotonic) and its
+# ETag where the listing said it (S3): the listing that resolved a read and the one that
+# checks its stamps before an action answer DuckDB's questions, so it sends no HEAD request
+# of its own, and its reads name the ETag the check saw.
+_seen: dict[tuple[Store, str], tuple[float, Any, str | None]] = {}
+_SEEN_KEPT = 100_000
 
 
-def seen(store: Store, infos: list[Any]) -> None:
-    """Note what a listing of ``store`` just said of these objects (``pyarrow.fs.FileInfo``)."""
+def seen(store: Store, infos: list[Any], etags: Mapping[str, str] | None = None) -> None:
+    """Note what a listing of ``store`` just said of these objects (``pyarrow.fs.FileInfo``,
+    and their ETags by path)."""
     import time
 
     now = time.monotonic()
     with _lock:
         for info in infos:
-            _seen[(store, info.path)] = (now, info)
-        if len(_seen) > _SEEN_KEPT:  # the oldest go first (dicts keep insertion order)
+            _seen.pop((store, info.path), None)  # to the end: the oldest go first
+            _seen[(store, info.path)] = (now, info, (etags or {}).get(info.path))
+        if len(_seen) > _SEEN_KEPT:
             for key in list(itertools.islice(_seen, len(_seen) - _SEEN_KEPT)):
                 del _seen[key]
 
 
-_SEEN_KEPT = 100_000
+def recall(store: Store, path: str) -> tuple[Any, str | None] | None:
+    """What a listing or a request said of the object at ``path`` in the last
+    ``_INFO_SECONDS`` (a ``pyarrow.fs.FileInfo``, and its ETag if known), or None."""
+    import time
+
+    cached = _seen.get((store, path))
+    if cached is None or time.monotonic() - cached[0] >= _INFO_SECONDS:
+        return None
+    return cached[1], cached[2]
 
 
 def complete(info: Any) -> bool:
@@ -262,10 +274,14 @@ def complete(info: Any) -> bool:
     return info.size is not None and info.mtime_ns is not None
 
 
-def object_stamp(info: Any) -> tuple[int, int, int, int]:
-    """An object's identity (``readers.Stamp``) from its ``FileInfo``: its size and time, to
-    the second (a listing and a HEAD request give the time at different precisions)."""
-    return (0, 0, info.size or 0, (info.mtime_ns or 0) // 10**9)
+def object_stamp(info: Any, etag: str | None = None) -> tuple[int, int, int, int]:
+    """An object's identity (``readers.Stamp``) from its ``FileInfo``: its ETag (as a number;
+    0 where the store says none), size and time, to the second (a listing and a HEAD request
+    give the time at different precisions)."""
+    from vane.io.s3_objects import etag_number
+
+    tag = etag_number(etag) if etag else 0
+    return (0, tag, info.size or 0, (info.mtime_ns or 0) // 10**9)
 
 
 def _duckdb_filesystem(store: Store, alias: str) -> Any:
@@ -288,14 +304,20 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
 
     def lookup(self: Any, path: str) -> Any:
         """The object at ``path`` (on the store, no protocol), as recently seen."""
+        return looked_up(self, path)[0]
+
+    def looked_up(self: Any, path: str) -> tuple[Any, str | None]:
+        """The object at ``path`` and its ETag, as recently seen. Asked again, it keeps the
+        ETag its listing gave: reads name it, so an object replaced since fails its read."""
         now = time.monotonic()
         cached = _seen.get((store, path))
         if cached is not None and now - cached[0] < _INFO_SECONDS:
-            return cached[1]
+            return cached[1], cached[2]
         [found] = self.fs.get_file_info([path])
+        etag = cached[2] if cached is not None else None
         with _lock:
-            _seen[(store, path)] = (now, found)
-        return found
+            _seen[(store, path)] = (now, found, etag)
+        return found, etag
 
     def info(self: Any, path: str, **kwargs: Any) -> Any:
         return self._make_entry(file_info(self, path))
@@ -318,8 +340,8 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
     ) -> Any:
         if mode != "rb":
             return ArrowFSWrapper._open(self, path, mode, block_size, **kwargs)
-        found = lookup(self, path)  # fsspec's open() has taken the protocol off already
-        return open_object(store, found)
+        found, etag = looked_up(self, path)  # fsspec's open() took the protocol off already
+        return open_object(store, found, etag)
 
     kind = type(
         f"VaneStore_{alias}",
@@ -348,26 +370,17 @@ RANGE_BLOCK = 4 * 2**20
 RANGE_BLOCKS_KEPT = 4  # per open file: memory stays at most 16 MB a file
 
 
-def open_object(store: Store, info: Any) -> RangedFile:
+def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
     """The object ``info`` (a ``pyarrow.fs.FileInfo``) describes, to read at any offset. On S3,
-    with its size known, each read is one ranged GET request and nothing else: pyarrow's
-    input file would first ask the size again (a HEAD request per open; DuckDB opens a file
-    several times per query)."""
-    identity = (store, info.path, info.size, info.mtime_ns) if complete(info) else None
+    with its size known, each read is one ranged GET request naming its ``etag`` (if known)
+    and nothing else (``s3_objects.S3Object``): pyarrow's input file would first ask the size
+    again, a HEAD request per open, and DuckDB opens a file several times per query."""
+    identity = (store, info.path, info.size, info.mtime_ns, etag) if complete(info) else None
     if store.protocol == "s3" and info.size is not None:
-        return RangedFile(_S3Object(store, info.path), info.size, identity)
+        from vane.io.s3_objects import S3Object
+
+        return RangedFile(S3Object(store, info.path, etag), info.size, identity)
     return RangedFile(store.filesystem().open_input_file(info.path), info.size, identity)
-
-
-def recall(store: Store, path: str) -> Any:
-    """What a listing or a request said of the object at ``path`` in the last
-    ``_INFO_SECONDS`` (a ``pyarrow.fs.FileInfo``), or None."""
-    import time
-
-    cached = _seen.get((store, path))
-    if cached is None or time.monotonic() - cached[0] >= _INFO_SECONDS:
-        return None
-    return cached[1]
 
 
 class _Tails:
@@ -402,49 +415,6 @@ class _Tails:
 
 TAILS_KEPT = 64 * 2**20
 _tails = _Tails()
-
-
-class _S3Object:
-    """An S3 object read by ranged GET requests through botocore (``object_puts.s3_client``,
-    with the store's credentials, timeouts and retries)."""
-
-    def __init__(self, store: Store, path: str) -> None:
-        from vane.io.object_puts import s3_client
-
-        self._store = store
-        self._path = path
-        self._bucket, _, self._key = path.partition("/")
-        self._client = s3_client(store)
-
-    def read_at(self, size: int, offset: int) -> bytes:
-        if size <= 0:
-            return b""
-        from botocore.exceptions import (
-            ConnectionClosedError,
-            ReadTimeoutError,
-            ResponseStreamingError,
-        )
-
-        from vane.io.storage_errors import storage_errors
-
-        where = self._store.url(self._path)
-        for attempt in range(S3_ATTEMPTS):
-            with storage_errors(where, "cannot read", self._store):
-                answer = self._client.get_object(
-                    Bucket=self._bucket, Key=self._key, Range=f"bytes={offset}-{offset + size - 1}"
-                )
-                try:
-                    data: bytes = answer["Body"].read()
-                except (ResponseStreamingError, ReadTimeoutError, ConnectionClosedError):
-                    # botocore retries a request, not the reading of its answer's body
-                    if attempt == S3_ATTEMPTS - 1:
-                        raise
-                    continue
-                return data
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        pass
 
 
 class RangedFile(io.RawIOBase):
