@@ -151,11 +151,11 @@ def _find(
 
             heads, etags = s3_objects.head_objects(where.store, [base])  # and its ETag
             if heads:
-                return _one(fs, path, heads[0], etags)
+                return _one(where.store, fs, path, heads[0], etags)
         elif not s3:
             info = fs.get_file_info(base)
             if info.type == FileType.File and not directory:
-                return _one(fs, path, info, {})
+                return _one(where.store, fs, path, info, {})
             if info.type == FileType.NotFound:
                 return [], base, {}, {}
         pattern = None
@@ -183,13 +183,22 @@ def _find(
     return sorted(matched), base, infos, etags
 
 
+def _roots_above(store: Store, fs: Any, path: str) -> list[str]:
+    """``object_commit.roots_above``: on S3 one listing request per prefix, not two."""
+    if store.protocol == "s3":
+        from vane.io import s3_objects
+
+        return s3_objects.roots_above(store, path)
+    return object_commit.roots_above(fs, path)
+
+
 def _one(
-    fs: Any, path: str, info: Any, etags: dict[str, str]
+    store: Store, fs: Any, path: str, info: Any, etags: dict[str, str]
 ) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
     """``_find``'s answer for the one object ``path`` (``info``): itself, unless it lies under
     a vane write root whose manifests do not name it."""
     parent = path.rsplit("/", 1)[0]
-    roots = object_commit.roots_above(fs, parent)
+    roots = _roots_above(store, fs, parent)
     if roots:  # an object under a vane write root: read only if committed
         try:
             shown = _visible(fs, roots[0], [path])
@@ -227,11 +236,8 @@ def _candidates(
         # An index page links "k=1/" as "k%3D1/": hive directories are read by their names.
         infos = {_HIVE_ESCAPE.sub("=", p): i for p, i in infos.items()}
     listing = list(infos)
-    above = (
-        object_commit.roots_above(fs, base.rstrip("/").rsplit("/", 1)[0])
-        if "/" in base.strip("/")
-        else []
-    )
+    parent = base.rstrip("/").rsplit("/", 1)[0] if "/" in base.strip("/") else None
+    above = _roots_above(store, fs, parent) if parent is not None else []
     roots = above + sorted(object_commit.roots_in(listing))
     inside = tuple(root.rstrip("/") + "/" for root in roots)
     candidates = [p for p in listing if not p.startswith(inside)]

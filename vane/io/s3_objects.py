@@ -79,6 +79,29 @@ def head_objects(store: Store, paths: list[str]) -> tuple[list[pafs.FileInfo], d
     return infos, etags
 
 
+def roots_above(store: Store, path: str) -> list[str]:
+    """The vane write roots (``object_commit``: a prefix with a ``_vane_log/`` or a
+    ``_vane_writes/``) among the prefixes that hold ``path`` and ``path`` itself, deepest
+    first: one listing request each (the keys after ``<prefix>/_vane_``, by their next
+    ``/``), where ``object_commit.roots_above`` lists the two folders apart."""
+    from vane.io.object_commit import LOG, WRITES
+
+    client = s3_client(store)
+    parts = path.strip("/").split("/")
+    bucket = parts[0]
+    found = []
+    for depth in range(len(parts), 0, -1):
+        key = "/".join(parts[1:depth])
+        prefix = f"{key}/_vane_" if key else "_vane_"
+        answer = client.list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/")
+        folders = {
+            p["Prefix"].rstrip("/").rsplit("/", 1)[-1] for p in answer.get("CommonPrefixes", [])
+        }
+        if folders & {LOG, WRITES}:
+            found.append("/".join(parts[:depth]))
+    return found
+
+
 class S3Object:
     """An S3 object read by ranged GET requests (with the store's credentials, timeouts and
     retries, ``object_puts.s3_client``), each naming the object's ETag where it is known."""
