@@ -188,7 +188,7 @@ def _roots_above(store: Store, fs: Any, path: str) -> list[str]:
     if store.protocol == "s3":
         from vane.io import s3_objects
 
-        return s3_objects.roots_above(store, path)
+        return s3_objects.roots_above(store, path, {object_commit.LOG, object_commit.WRITES})
     return object_commit.roots_above(fs, path)
 
 

@@ -79,25 +79,27 @@ def head_objects(store: Store, paths: list[str]) -> tuple[list[pafs.FileInfo], d
     return infos, etags
 
 
-def roots_above(store: Store, path: str) -> list[str]:
-    """The vane write roots (``object_commit``: a prefix with a ``_vane_log/`` or a
-    ``_vane_writes/``) among the prefixes that hold ``path`` and ``path`` itself, deepest
-    first: one listing request each (the keys after ``<prefix>/_vane_``, by their next
-    ``/``), where ``object_commit.roots_above`` lists the two folders apart."""
-    from vane.io.object_commit import LOG, WRITES
+def roots_above(store: Store, path: str, folders: set[str]) -> list[str]:
+    """The prefixes that hold ``path``, and ``path`` itself, with a key under one of their
+    ``folders`` (``object_commit``'s ``_vane_log`` and ``_vane_writes``: vane write roots),
+    deepest first: one listing request each (the keys after ``<prefix>/_vane_``, grouped by their
+    next ``/``), where ``object_commit.roots_above`` lists each folder apart."""
+    import os
 
     client = s3_client(store)
+    # by character, as S3 prefixes compare: "_vane_"
+    shared = os.path.commonprefix(sorted(folders))  # noqa: RUF071
     parts = path.strip("/").split("/")
     bucket = parts[0]
     found = []
     for depth in range(len(parts), 0, -1):
         key = "/".join(parts[1:depth])
-        prefix = f"{key}/_vane_" if key else "_vane_"
+        prefix = f"{key}/{shared}" if key else shared
         answer = client.list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/")
-        folders = {
+        names = {
             p["Prefix"].rstrip("/").rsplit("/", 1)[-1] for p in answer.get("CommonPrefixes", [])
         }
-        if folders & {LOG, WRITES}:
+        if names & folders:
             found.append("/".join(parts[:depth]))
     return found
 
