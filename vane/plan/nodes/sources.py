@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -128,14 +128,17 @@ class FileScan(Source):
         count = len(self.files)
         return f"Read{self.format.capitalize()} {self.label} ({count} file{'s' * (count != 1)})"
 
-    def vanished(self) -> SourceError | None:
-        """If files listed when the relation was built are gone or were replaced since
-        (another write), the error that says so; None if they are all as they were."""
+    def vanished(self, files: Sequence[str] | None = None) -> SourceError | None:
+        """If files listed when the relation was built (or those of ``files``) are gone or
+        were replaced since (another write), the error that says so; None if they are all as
+        they were. Objects are listed to know (which also tells this process's DuckDB what
+        they are, so that it asks nothing more before it reads them)."""
         stamps = self.stamps or {}
+        files = self.files if files is None else files
         gone: list[str] = []
         replaced: list[str] = []
-        current = readers.stamps(self.files, self.storage) if self.storage is not None else None
-        for path in self.files:
+        current = readers.stamps(files, self.storage) if self.storage is not None else None
+        for path in files:
             try:
                 now = current[path] if current is not None else readers.stamp(os.stat(path))
             except (OSError, KeyError):
