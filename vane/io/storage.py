@@ -12,7 +12,10 @@ process's DuckDB database as an fsspec filesystem (``register_filesystem``), so 
 every option and check they have on local files (CSV dialects, JSON types, ``union_by_name``,
 hive columns, row-group statistics and column projection: DuckDB asks for the byte ranges it
 needs, in ``RANGE_BLOCK`` ranges). DuckDB's own ``httpfs`` is never used: it downloads an
-extension at run time, which fails offline and in locked-down clusters.
+extension at run time, which fails offline and in locked-down clusters. What a listing said of
+each object (``seen``) answers DuckDB's questions about it, so it sends no HEAD request; on S3
+the ranges are GET requests of their own, naming the object's ETag (``s3_objects``), and an
+object's last block is shared by every reader of it for a while (``RangedFile``).
 
 Measured on the local S3 test server (moto), a 104 MB Parquet object of 31 row groups, against
 pyarrow's own reader of the same object (``pq.ParquetFile``, which coalesces its ranged reads):
