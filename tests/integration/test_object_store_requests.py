@@ -88,6 +88,20 @@ def test_a_prefix_read_lists_once_asks_no_size_and_gets_each_object_once(client,
         assert typed.count() == 10 * FILES
 
 
+def test_a_list_of_urls_asks_each_object_once_and_their_prefixes_once(client, bucket):
+    """Each URL is one HEAD request (which says its size and ETag); whether the prefixes
+    above them are vane write roots is asked once for all (before: 32 listings, 15 HEAD
+    requests for 5 URLs)."""
+    for i in range(FILES):
+        _put(client, bucket, f"a/b/f{i}.parquet", _table(i), "parquet")
+    REQUESTS.clear()
+    rel = vane.read_parquet([f"s3://{bucket}/a/b/f{i}.parquet" for i in range(FILES)])
+    # a/b/, a/ and the bucket's root, each asked once
+    assert _counted() == {"LIST": 3, "HEAD": FILES, "GET": FILES}
+    assert rel.count() == 10 * FILES
+    assert _counted()["HEAD"] == 0  # the check before the action is one listing
+
+
 def test_an_object_changed_after_the_plan_fails_the_action(client, bucket):
     for i in range(FILES):
         _put(client, bucket, f"p/f{i}.parquet", _table(i), "parquet")

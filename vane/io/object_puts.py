@@ -67,7 +67,10 @@ def s3_client(store: Any) -> Any:
     )
     settings = (
         endpoint or None,
-        options.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
+        options.get("region")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1",
         options.get("access_key"),
         options.get("secret_key"),
         options.get("session_token"),
@@ -76,8 +79,12 @@ def s3_client(store: Any) -> Any:
         float(options.get("connect_timeout", S3_CONNECT_TIMEOUT)),
         float(options.get("request_timeout", S3_REQUEST_TIMEOUT)),
     )
+    # Not the client's settings, but what it was made under: the credentials botocore found
+    # in the environment then, and this process (a forked child makes its own connections).
+    made_under = (os.getpid(), *(os.environ.get(name) for name in _CREDENTIALS))
+    key = settings + made_under
     with _CLIENTS_LOCK:
-        client = _CLIENTS.get(settings)
+        client = _CLIENTS.get(key)
         if client is None:
             # Creating a client loads botocore's service description (~0.1 s): once per
             # process and store, not once per commit.
@@ -102,8 +109,11 @@ def s3_client(store: Any) -> Any:
                 aws_session_token=token,
                 config=config,
             )
-            _CLIENTS[settings] = client
+            _CLIENTS[key] = client
     return client
+
+
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 
 def _s3_create(store: Any, path: str, body: bytes) -> bool:

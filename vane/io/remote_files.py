@@ -84,12 +84,15 @@ def resolve_remote(
     stamps: dict[str, tuple[int, int, int, int]] = {}
     hive = False
     options: tuple[tuple[str, Any], ...] | None = None
+    roots: dict[str, list[str]] = {}  # the write roots above each prefix, asked once per read
     for item in items:
         where = locate(item, storage_options, caller)
         if options is None:
             options = where.store.options
         with storage_errors(item, f"{caller}(): cannot list", where.store):
-            matched, base, infos, etags = _find(where, extensions, directory=item.endswith("/"))
+            matched, base, infos, etags = _find(
+                where, extensions, directory=item.endswith("/"), roots=roots
+            )
         if not matched:
             _check_bucket(where, item, caller)
             raise SourceNotFoundError(
@@ -127,7 +130,7 @@ def _check_bucket(where: Location, item: str, caller: str) -> None:
 
 
 def _find(
-    where: Location, extensions: tuple[str, ...], *, directory: bool
+    where: Location, extensions: tuple[str, ...], *, directory: bool, roots: dict[str, list[str]]
 ) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
     """The paths ``where`` names, the prefix hive directories are judged from, the listing's
     ``FileInfo`` of each path it listed, and their ETags (where the listing says them); a URL
@@ -151,11 +154,11 @@ def _find(
 
             heads, etags = s3_objects.head_objects(where.store, [base])  # and its ETag
             if heads:
-                return _one(where.store, fs, path, heads[0], etags)
+                return _one(where.store, fs, path, heads[0], etags, known=roots)
         elif not s3:
             info = fs.get_file_info(base)
             if info.type == FileType.File and not directory:
-                return _one(where.store, fs, path, info, {})
+                return _one(where.store, fs, path, info, {}, known=roots)
             if info.type == FileType.NotFound:
                 return [], base, {}, {}
         pattern = None
@@ -164,12 +167,13 @@ def _find(
         pattern = _pattern(path)
     for _attempt in range(_LISTING_ATTEMPTS):
         try:
-            candidates, infos, etags = _candidates(where.store, fs, base)
+            candidates, infos, etags = _candidates(where.store, fs, base, roots)
             break
         except _Committed:
-            continue  # a first commit landed while listing: list again, under its log
+            roots.clear()  # a first commit landed while listing: list again, under its log
+            continue
     else:
-        candidates, infos, etags = _candidates(where.store, fs, base)
+        candidates, infos, etags = _candidates(where.store, fs, base, roots)
     matched = []
     for candidate in dict.fromkeys(candidates):
         relative = candidate[len(base) :].lstrip("/")
@@ -183,22 +187,35 @@ def _find(
     return sorted(matched), base, infos, etags
 
 
-def _roots_above(store: Store, fs: Any, path: str) -> list[str]:
-    """``object_commit.roots_above``: on S3 one listing request per prefix, not two."""
-    if store.protocol == "s3":
-        from vane.io import s3_objects
+def _roots_above(store: Store, fs: Any, path: str, known: dict[str, list[str]]) -> list[str]:
+    """``object_commit.roots_above``: on S3 one listing request per prefix, not two; and
+    ``known`` to this read already (a list of URLs in one prefix asks it once)."""
+    found = known.get(path)
+    if found is None:
+        if store.protocol == "s3":
+            from vane.io import s3_objects
 
-        return s3_objects.roots_above(store, path, {object_commit.LOG, object_commit.WRITES})
-    return object_commit.roots_above(fs, path)
+            folders = {object_commit.LOG, object_commit.WRITES}
+            found = s3_objects.roots_above(store, path, folders)
+        else:
+            found = object_commit.roots_above(fs, path)
+        known[path] = found
+    return found
 
 
 def _one(
-    store: Store, fs: Any, path: str, info: Any, etags: dict[str, str]
+    store: Store,
+    fs: Any,
+    path: str,
+    info: Any,
+    etags: dict[str, str],
+    *,
+    known: dict[str, list[str]],
 ) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
     """``_find``'s answer for the one object ``path`` (``info``): itself, unless it lies under
     a vane write root whose manifests do not name it."""
     parent = path.rsplit("/", 1)[0]
-    roots = _roots_above(store, fs, parent)
+    roots = _roots_above(store, fs, parent, known)
     if roots:  # an object under a vane write root: read only if committed
         try:
             shown = _visible(fs, roots[0], [path])
@@ -216,7 +233,7 @@ class _Committed(Exception):
 
 
 def _candidates(
-    store: Store, fs: Any, base: str
+    store: Store, fs: Any, base: str, known: dict[str, list[str]]
 ) -> tuple[list[str], dict[str, Any], dict[str, str]]:
     """Every path a reader of ``base`` may read: outside vane write roots, what the listing
     found; inside one, what its manifests name (a listing could catch a commit half seen).
@@ -237,7 +254,7 @@ def _candidates(
         infos = {_HIVE_ESCAPE.sub("=", p): i for p, i in infos.items()}
     listing = list(infos)
     parent = base.rstrip("/").rsplit("/", 1)[0] if "/" in base.strip("/") else None
-    above = _roots_above(store, fs, parent) if parent is not None else []
+    above = _roots_above(store, fs, parent, known) if parent is not None else []
     roots = above + sorted(object_commit.roots_in(listing))
     inside = tuple(root.rstrip("/") + "/" for root in roots)
     candidates = [p for p in listing if not p.startswith(inside)]
