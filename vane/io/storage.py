@@ -378,7 +378,9 @@ def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
     with its size known, each read is one ranged GET request naming its ``etag`` (if known)
     and nothing else (``s3_objects.S3Object``): pyarrow's input file would first ask the size
     again, a HEAD request per open, and DuckDB opens a file several times per query."""
-    identity = (store, info.path, info.size, info.mtime_ns, etag) if complete(info) else None
+    # Its last block is shared by its readers only where an ETag names its content: a size
+    # and a time to the second (an HTTP server's) would not tell a rewrite within the second.
+    identity = (store, info.path, info.size, info.mtime_ns, etag) if etag else None
     if store.protocol == "s3" and info.size is not None:
         from vane.io.s3_objects import S3Object
 
@@ -388,8 +390,8 @@ def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
 
 class _Tails:
     """The last block of each object recently read, by the object's identity (store, path,
-    size, time), for ``_INFO_SECONDS``, at most ``TAILS_KEPT`` bytes in all (the oldest go
-    first). An object replaced since has another size or time: its new tail is fetched."""
+    size, time, ETag), for ``_INFO_SECONDS``, at most ``TAILS_KEPT`` bytes in all (the oldest
+    go first). An object replaced since has another ETag: its new tail is fetched."""
 
     def __init__(self) -> None:
         self._kept: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
@@ -425,8 +427,8 @@ class RangedFile(io.RawIOBase):
     request each), the ``RANGE_BLOCKS_KEPT`` most recent kept; a read as large as a block goes
     to the store as it is.
 
-    ``identity`` (the object's store, path, size and time, as a listing gave them): its last
-    block is kept for every reader of the object for ``_INFO_SECONDS`` (``_tails``). It holds a
+    ``identity`` (the object's store, path, size, time and ETag, as a listing gave them): its
+    last block is kept for every reader of the object for ``_INFO_SECONDS`` (``_tails``). It holds a
     Parquet file's footer and a small file whole, which the footers' reading, DuckDB's binding
     and each scan would otherwise each fetch again: 3 to 5 requests per small file become 1."""
 
