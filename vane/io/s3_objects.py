@@ -31,19 +31,36 @@ def etag_number(etag: str) -> int:
     return int.from_bytes(hashlib.blake2b(etag.encode(), digest_size=7).digest(), "big")
 
 
-def list_objects(store: Store, path: str) -> tuple[list[pafs.FileInfo], dict[str, str]]:
+def list_objects(
+    store: Store, path: str, between: tuple[str, str] | None = None, wanted: int | None = None
+) -> tuple[list[pafs.FileInfo], dict[str, str]]:
     """Every object under the prefix ``path`` (``bucket/key...``), recursively, as
-    ``FileInfo``s, and each one's ETag by path. An empty prefix lists as empty."""
+    ``FileInfo``s, and each one's ETag by path. An empty prefix lists as empty.
+
+    ``between`` (two paths under ``path``): only the keys from the first to the last are
+    listed, as S3 lists keys in order: a few objects of a large prefix (a Ray task's share of
+    a read) cost a request per thousand keys between them, not per thousand in the prefix;
+    ``wanted``: how many of those keys are wanted (each request then asks for about as many)."""
     from pyarrow.fs import FileInfo, FileType
 
     bucket, _, prefix = path.strip("/").partition("/")
     prefix = prefix + "/" if prefix else ""
+    window: dict[str, Any] = {}
+    last = None
+    if between is not None:
+        first, last = (p.partition("/")[2] for p in between)
+        if first[:-1]:  # S3 lists after the key given: one a character shorter sorts before
+            window["StartAfter"] = first[:-1]
+        if wanted is not None:  # pages of about as many keys as are wanted
+            window["PaginationConfig"] = {"PageSize": min(1000, 2 * wanted + 8)}
     infos: list[FileInfo] = []
     etags: dict[str, str] = {}
     pages = s3_client(store).get_paginator("list_objects_v2")
-    for page in pages.paginate(Bucket=bucket, Prefix=prefix):
+    for page in pages.paginate(Bucket=bucket, Prefix=prefix, **window):
         for entry in page.get("Contents", []):
             key = entry["Key"]
+            if last is not None and key > last:
+                return infos, etags
             if key.endswith("/"):  # a "directory" marker: no data
                 continue
             where = f"{bucket}/{key}"
