@@ -58,6 +58,8 @@ def _read(
                 found.label,
                 tuple(sorted(settings.items())),
                 keep,
+                # Remote: the listing's stamps, so that the plan lists its prefix once.
+                stamps=found.stamps if found.stamps and len(found.stamps) == len(files) else None,
                 storage=found.storage,
             )
             return Relation(scan)

@@ -105,6 +105,45 @@ def test_a_ranged_file_reads_exactly_the_bytes_asked(size, reads, monkeypatch_bl
     ranged.close()
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(1, 3 * 2**16),
+    reads=st.lists(st.tuples(st.integers(0, 3 * 2**16), st.integers(-1, 2**17)), max_size=6),
+)
+def test_readers_of_one_object_share_its_last_block_and_read_its_bytes(
+    size, reads, monkeypatch_block
+):
+    """Two readers of one object (one identity: store, path, size, time, ETag) read exactly
+    its bytes; the second fetches nothing to read in the last block the first fetched."""
+    import uuid
+
+    import pyarrow as pa
+
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    fetched: list[tuple[int, int]] = []
+
+    class Counted:  # the object's bytes, noting each range asked of the store
+        def read_at(self, length: int, offset: int) -> bytes:
+            fetched.append((offset, length))
+            return pa.BufferReader(data).read_at(length, offset)
+
+        def close(self) -> None:
+            pass
+
+    identity = ("store", uuid.uuid4().hex, size, 0, "etag")
+    last = (size - 1) // storage.RANGE_BLOCK * storage.RANGE_BLOCK
+    first = 0
+    for asked in ([(last, 1), *reads], [(last, 1), (size - 1, 1)]):
+        first = len(fetched)
+        ranged = storage.RangedFile(Counted(), size, identity)
+        for offset, length in asked:
+            ranged.seek(offset)
+            want = data[offset:] if length < 0 else data[offset : offset + length]
+            assert ranged.read(length) == want
+        ranged.close()
+    assert fetched[first:] == []
+
+
 @pytest.fixture(scope="module")
 def monkeypatch_block():
     # Small blocks, so that reads span several and some go around the cache.

@@ -107,6 +107,11 @@ def _(node: FileScan, cursor: Cursor) -> Relation:
     changed = node.vanished()
     if changed is not None:
         raise changed
+    return scan_checked(node, cursor)
+
+
+def scan_checked(node: FileScan, cursor: Cursor) -> Relation:
+    """``scan`` of files whose stamps were just checked (``FileScan.vanished``)."""
     binding = file_binding(node)
     relation = read_files(node, cursor, dict(binding.options), binding.records)
     bound = (relation.columns, [str(t) for t in relation.types])

@@ -123,6 +123,9 @@ class Resolved:
     label: str
     hive: bool
     storage: tuple[tuple[str, Any], ...] | None = None
+    # Remote objects' stamps as their listing gave them (``readers.Stamp``); None for local
+    # files, which a scan stats itself.
+    stamps: dict[str, tuple[int, int, int, int]] | None = None
 
 
 def resolve_files(
@@ -157,10 +160,8 @@ def resolve_files(
         from vane.io.remote_files import resolve_remote
 
         urls = [os.fspath(i) for i in items]
-        found_remote, hive, storage = resolve_remote(
-            urls, LISTED[fmt], fmt, caller, storage_options
-        )
-        return Resolved(tuple(found_remote), label, hive, storage)
+        listed = resolve_remote(urls, LISTED[fmt], fmt, caller, storage_options)
+        return Resolved(tuple(listed.files), label, listed.hive, listed.storage, listed.stamps)
     if storage_options:
         raise ConfigurationError(
             f"{caller}(): storage_options apply to remote paths (s3://...), and {label!r} is local"

@@ -44,17 +44,22 @@ def create(store: Any, fs: pafs.FileSystem, path: str, entry: dict[str, Any]) ->
     return True
 
 
-# botocore clients for conditional puts, by endpoint, region and credentials (thread-safe).
-_CLIENTS: dict[tuple[str | None, ...], Any] = {}
+# botocore clients, by endpoint, region, credentials and settings (thread-safe).
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _s3_client(store: Any) -> Any:
-    """A botocore client for ``store``'s endpoint, region and credentials (one per process)."""
+def s3_client(store: Any) -> Any:
+    """A botocore client for ``store``'s endpoint, region, credentials, timeouts and retries
+    (one per process): for the requests pyarrow's S3 filesystem cannot send (a conditional
+    put) or sends with more requests than needed (a ranged read of an object whose size a
+    listing gave: pyarrow asks the size again, a HEAD request per open)."""
     from vane._deps import require
 
     require("botocore", extra="s3")
     import botocore.session
+
+    from vane.io.storage_errors import S3_ATTEMPTS, S3_CONNECT_TIMEOUT, S3_REQUEST_TIMEOUT
 
     options = dict(store.options)
     endpoint = options.get("endpoint_url") or (
@@ -62,17 +67,39 @@ def _s3_client(store: Any) -> Any:
     )
     settings = (
         endpoint or None,
-        options.get("region") or os.environ.get("AWS_REGION") or "us-east-1",
+        options.get("region")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1",
         options.get("access_key"),
         options.get("secret_key"),
         options.get("session_token"),
+        bool(options.get("anonymous")),
+        int(options.get("max_attempts", S3_ATTEMPTS)),
+        float(options.get("connect_timeout", S3_CONNECT_TIMEOUT)),
+        float(options.get("request_timeout", S3_REQUEST_TIMEOUT)),
     )
+    # Not the client's settings, but what it was made under: the credentials botocore found
+    # in the environment then, and this process (a forked child makes its own connections).
+    made_under = (os.getpid(), *(os.environ.get(name) for name in _CREDENTIALS))
+    key = settings + made_under
     with _CLIENTS_LOCK:
-        client = _CLIENTS.get(settings)
+        client = _CLIENTS.get(key)
         if client is None:
             # Creating a client loads botocore's service description (~0.1 s): once per
             # process and store, not once per commit.
-            endpoint_url, region, key_id, secret, token = settings
+            import botocore.config
+
+            endpoint_url, region, key_id, secret, token, anonymous, attempts, connect, read = (
+                settings
+            )
+            config = botocore.config.Config(
+                retries={"max_attempts": attempts, "mode": "standard"},
+                connect_timeout=connect,
+                read_timeout=read,
+                max_pool_connections=16,  # DuckDB's threads read objects at once
+                **({"signature_version": botocore.UNSIGNED} if anonymous else {}),
+            )
             client = botocore.session.get_session().create_client(
                 "s3",
                 endpoint_url=endpoint_url,
@@ -80,9 +107,13 @@ def _s3_client(store: Any) -> Any:
                 aws_access_key_id=key_id,
                 aws_secret_access_key=secret,
                 aws_session_token=token,
+                config=config,
             )
-            _CLIENTS[settings] = client
+            _CLIENTS[key] = client
     return client
+
+
+_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
 
 
 def _s3_create(store: Any, path: str, body: bytes) -> bool:
@@ -90,7 +121,7 @@ def _s3_create(store: Any, path: str, body: bytes) -> bool:
     refuses it if the key exists. pyarrow's S3 filesystem cannot send it; botocore can."""
     from botocore.exceptions import ClientError
 
-    client = _s3_client(store)
+    client = s3_client(store)
     bucket, _, key = path.partition("/")
     try:
         client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
@@ -112,7 +143,7 @@ def delete(store: Any, fs: pafs.FileSystem, paths: list[str]) -> None:
     if not paths:
         return
     if store.protocol == "s3":
-        client = _s3_client(store)
+        client = s3_client(store)
         by_bucket: dict[str, list[str]] = {}
         for path in paths:
             bucket, _, key = path.partition("/")
@@ -133,7 +164,7 @@ def put(store: Any, fs: pafs.FileSystem, path: str, body: bytes) -> None:
     upload of three requests even for a few bytes)."""
     if store.protocol == "s3":
         bucket, _, key = path.partition("/")
-        _s3_client(store).put_object(Bucket=bucket, Key=key, Body=body)
+        s3_client(store).put_object(Bucket=bucket, Key=key, Body=body)
         return
     with fs.open_output_stream(path) as handle:
         handle.write(body)

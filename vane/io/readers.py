@@ -315,7 +315,8 @@ def stamps(files: Sequence[str], storage: Storage = None) -> dict[str, Stamp]:
 
 
 # From this many objects on, their stamps come from one listing of the prefix they share
-# rather than a HEAD request each (16 files: 1 request instead of 16).
+# rather than a request each (16 files: 1 request instead of 16). S3 lists only the keys
+# between the first object and the last, in one request however few they are.
 _LIST_FROM = 4
 
 
@@ -324,7 +325,8 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
 
     from pyarrow.fs import FileSelector, FileType
 
-    from vane.io.storage import locate_with
+    from vane.io import s3_objects
+    from vane.io.storage import locate_with, object_stamp, seen
     from vane.io.storage_errors import storage_errors
 
     places = [locate_with(url, storage) for url in urls]
@@ -332,21 +334,38 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
     fs = store.filesystem()
     paths = [p.path for p in places]
     found: dict[str, Any] = {}
+    etags: dict[str, str] = {}
+    s3 = store.protocol == "s3"  # through botocore: S3's listing says each object's ETag
     with storage_errors(urls[0], "cannot look at", store):
-        if len(paths) >= _LIST_FROM:
-            shared = posixpath.commonpath([posixpath.dirname(p) for p in paths])
-            if shared.strip("/"):
+        shared = posixpath.commonpath([posixpath.dirname(p) for p in paths])
+        buckets = {p.partition("/")[0] for p in paths}
+        if s3 and len(buckets) == 1 and all("/" in p for p in paths):
+            # The keys from the first object to the last, in one listing request per thousand
+            # (S3 lists keys in order): an object not among them is gone.
+            between = (min(paths), max(paths))
+            listed, etags = s3_objects.list_objects(
+                store, shared or buckets.pop(), between, len(paths)
+            )
+            wanted = set(paths)
+            found = {i.path: i for i in listed if i.path in wanted}
+        else:
+            if len(paths) >= _LIST_FROM and shared.strip("/"):
                 wanted = set(paths)
                 selector = FileSelector(shared, recursive=True, allow_not_found=True)
                 found = {i.path: i for i in fs.get_file_info(selector) if i.path in wanted}
-        rest = [p for p in paths if p not in found]
-        if rest:
-            found.update(zip(rest, fs.get_file_info(rest), strict=True))
-    # To the second: a listing and a HEAD request give an object's time at different precisions.
+            rest = [p for p in paths if p not in found]
+            if rest and s3:
+                heads, tags = s3_objects.head_objects(store, rest)
+                found.update((i.path, i) for i in heads)
+                etags.update(tags)
+            elif rest:
+                found.update(zip(rest, fs.get_file_info(rest), strict=True))
+    files = [info for info in found.values() if info.type == FileType.File]
+    seen(store, files, etags)  # what DuckDB asks of them next, it is told without a request
     return {
-        url: (0, 0, info.size or 0, (info.mtime_ns or 0) // 10**9)
+        url: object_stamp(info, etags.get(place.path))
         for url, place in zip(urls, places, strict=True)
-        if (info := found[place.path]).type == FileType.File
+        if (info := found.get(place.path)) is not None and info.type == FileType.File
     }
 
 
@@ -383,21 +402,31 @@ class ParquetFooter:
     rows: int
 
 
-def parquet_footers(files: Sequence[str], storage: Storage = None) -> list[ParquetFooter] | None:
+def parquet_footers(
+    files: Sequence[str], storage: Storage = None, sizes: Sequence[int | None] | None = None
+) -> list[ParquetFooter] | None:
     """Every file's footer (measured: one by one beats a thread pool on a small machine,
-    150 us a footer; an object's footer is a ranged read or two); None if pyarrow cannot read
-    one (DuckDB then reports the problem when it reads the file)."""
+    150 us a footer; an object's footer is a ranged read or two, ``sizes``: the objects' sizes
+    as their listing gave them, so that nothing asks for them again); None if pyarrow cannot
+    read one (DuckDB then reports the problem when it reads the file)."""
     import pyarrow.parquet as pq
 
     try:
         footers = []
-        for path in files:
+        for i, path in enumerate(files):
             source: Any = path
             if storage is not None:
-                from vane.io.storage import locate_with
+                from pyarrow.fs import FileInfo, FileType
+
+                from vane.io.storage import locate_with, open_object, recall
 
                 place = locate_with(path, storage)
-                source = place.store.filesystem().open_input_file(place.path)
+                recalled = recall(place.store, place.path)  # as its listing gave it
+                info, etag = recalled if recalled is not None else (None, None)
+                if info is None or (sizes is not None and info.size != sizes[i]):
+                    size = sizes[i] if sizes is not None else None
+                    info, etag = FileInfo(place.path, FileType.File, size=size), None
+                source = open_object(place.store, info, etag)
             with pq.ParquetFile(source) as file:
                 footers.append(ParquetFooter(file.schema_arrow, file.metadata.num_rows))
         return footers

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vane.errors import SourceNotFoundError
 from vane.io import object_commit
-from vane.io.storage import Location, locate
+from vane.io.storage import Location, Store, complete, locate, object_stamp, seen
 from vane.io.storage_errors import storage_errors
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -58,24 +59,40 @@ def _hidden(relative: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/") if part)
 
 
+@dataclass(frozen=True)
+class Listed:
+    """What ``resolve_remote`` found: the URLs of the objects to read, whether they sit in
+    ``key=value`` prefixes below what was named, the store options they are read with (one
+    store per read), and each object's stamp as the listing gave it (``readers.Stamp``: its
+    size and time), so that nothing asks the store for them again."""
+
+    files: list[str]
+    hive: bool
+    storage: tuple[tuple[str, Any], ...]
+    stamps: dict[str, tuple[int, int, int, int]]
+
+
 def resolve_remote(
     items: Sequence[str],
     extensions: tuple[str, ...],
     fmt: str,
     caller: str,
     storage_options: Mapping[str, Any] | None,
-) -> tuple[list[str], bool, tuple[tuple[str, Any], ...]]:
-    """The URLs of the objects to read, whether they sit in ``key=value`` prefixes below what
-    was named, and the store options they are read with (one store per read)."""
+) -> Listed:
+    """The objects ``items`` name (see ``Listed``)."""
     files: list[str] = []
+    stamps: dict[str, tuple[int, int, int, int]] = {}
     hive = False
     options: tuple[tuple[str, Any], ...] | None = None
+    roots: dict[str, list[str]] = {}  # the write roots above each prefix, asked once per read
     for item in items:
         where = locate(item, storage_options, caller)
         if options is None:
             options = where.store.options
         with storage_errors(item, f"{caller}(): cannot list", where.store):
-            matched, base = _find(where, extensions, directory=item.endswith("/"))
+            matched, base, infos, etags = _find(
+                where, extensions, directory=item.endswith("/"), roots=roots
+            )
         if not matched:
             _check_bucket(where, item, caller)
             raise SourceNotFoundError(
@@ -86,7 +103,14 @@ def resolve_remote(
             relative = path[len(base) :].strip("/").split("/")[:-1]
             hive = hive or any(_HIVE.match(part) for part in relative)
         files.extend(where.store.url(p) for p in matched)
-    return files, hive, options or ()
+        # Where the listing says each object's size and time (S3's does; an HTTP index page
+        # does not), those are its stamp and what DuckDB is told of it.
+        known = {p: i for p in matched if (i := infos.get(p)) is not None and complete(i)}
+        stamps.update(
+            (where.store.url(p), object_stamp(i, etags.get(i.path))) for p, i in known.items()
+        )
+        seen(where.store, list(known.values()), etags)
+    return Listed(files, hive, options or (), stamps)
 
 
 def _check_bucket(where: Location, item: str, caller: str) -> None:
@@ -106,42 +130,50 @@ def _check_bucket(where: Location, item: str, caller: str) -> None:
 
 
 def _find(
-    where: Location, extensions: tuple[str, ...], *, directory: bool
-) -> tuple[list[str], str]:
-    """The paths ``where`` names, and the prefix hive directories are judged from; a URL
+    where: Location, extensions: tuple[str, ...], *, directory: bool, roots: dict[str, list[str]]
+) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
+    """The paths ``where`` names, the prefix hive directories are judged from, the listing's
+    ``FileInfo`` of each path it listed, and their ETags (where the listing says them); a URL
     ending in "/" is a prefix to list even where the store answers for it as an object (an
-    HTTP server's index page)."""
+    HTTP server's index page).
+
+    On S3 a URL ending in "/" is listed straight away (pyarrow's asking first what it is
+    costs a HEAD request and a listing of one key; a prefix with nothing under it lists as
+    empty), and any other is asked as an object first (one HEAD request, which says its ETag),
+    then listed as a prefix if there is no such object."""
     from pyarrow.fs import FileType
 
     fs = where.store.filesystem()
     path = where.path
     glob = _GLOB_CHARS.search(path)
     if glob is None:
-        info = fs.get_file_info(path.rstrip("/"))
-        if info.type == FileType.File and not directory:
-            roots = object_commit.roots_above(fs, path.rsplit("/", 1)[0])
-            if roots:  # an object under a vane write root: read only if committed
-                try:
-                    shown = _visible(fs, roots[0], [path])
-                except _Committed:
-                    shown = _visible(fs, roots[0], [path])
-                return ([path] if path in shown else []), path.rsplit("/", 1)[0]
-            return [path], path.rsplit("/", 1)[0]
         base = path.rstrip("/")
-        if info.type == FileType.NotFound:
-            return [], base
+        s3 = where.store.protocol == "s3"
+        if s3 and not directory and "/" in base:
+            from vane.io import s3_objects
+
+            heads, etags = s3_objects.head_objects(where.store, [base])  # and its ETag
+            if heads:
+                return _one(where.store, fs, path, heads[0], etags, known=roots)
+        elif not s3:
+            info = fs.get_file_info(base)
+            if info.type == FileType.File and not directory:
+                return _one(where.store, fs, path, info, {}, known=roots)
+            if info.type == FileType.NotFound:
+                return [], base, {}, {}
         pattern = None
     else:
         base = path[: glob.start()].rsplit("/", 1)[0]
         pattern = _pattern(path)
     for _attempt in range(_LISTING_ATTEMPTS):
         try:
-            candidates = _candidates(fs, base)
+            candidates, infos, etags = _candidates(where.store, fs, base, roots)
             break
         except _Committed:
-            continue  # a first commit landed while listing: list again, under its log
+            roots.clear()  # a first commit landed while listing: list again, under its log
+            continue
     else:
-        candidates = _candidates(fs, base)
+        candidates, infos, etags = _candidates(where.store, fs, base, roots)
     matched = []
     for candidate in dict.fromkeys(candidates):
         relative = candidate[len(base) :].lstrip("/")
@@ -152,7 +184,45 @@ def _find(
         if pattern is None and not candidate.endswith(extensions):
             continue
         matched.append(candidate)
-    return sorted(matched), base
+    return sorted(matched), base, infos, etags
+
+
+def _roots_above(store: Store, fs: Any, path: str, known: dict[str, list[str]]) -> list[str]:
+    """``object_commit.roots_above``: on S3 one listing request per prefix, not two; and
+    ``known`` to this read already (a list of URLs in one prefix asks it once)."""
+    found = known.get(path)
+    if found is None:
+        if store.protocol == "s3":
+            from vane.io import s3_objects
+
+            folders = {object_commit.LOG, object_commit.WRITES}
+            found = s3_objects.roots_above(store, path, folders)
+        else:
+            found = object_commit.roots_above(fs, path)
+        known[path] = found
+    return found
+
+
+def _one(
+    store: Store,
+    fs: Any,
+    path: str,
+    info: Any,
+    etags: dict[str, str],
+    *,
+    known: dict[str, list[str]],
+) -> tuple[list[str], str, dict[str, Any], dict[str, str]]:
+    """``_find``'s answer for the one object ``path`` (``info``): itself, unless it lies under
+    a vane write root whose manifests do not name it."""
+    parent = path.rsplit("/", 1)[0]
+    roots = _roots_above(store, fs, parent, known)
+    if roots:  # an object under a vane write root: read only if committed
+        try:
+            shown = _visible(fs, roots[0], [path])
+        except _Committed:
+            shown = _visible(fs, roots[0], [path])
+        return ([path] if path in shown else []), parent, {path: info}, etags
+    return [path], parent, {path: info}, etags
 
 
 _LISTING_ATTEMPTS = 5
@@ -162,21 +232,37 @@ class _Committed(Exception):
     """A write root got its first manifest while it was being listed."""
 
 
-def _candidates(fs: Any, base: str) -> list[str]:
+def _candidates(
+    store: Store, fs: Any, base: str, known: dict[str, list[str]]
+) -> tuple[list[str], dict[str, Any], dict[str, str]]:
     """Every path a reader of ``base`` may read: outside vane write roots, what the listing
-    found; inside one, what its manifests name (a listing could catch a commit half seen)."""
-    listing = [i.path for i in object_commit._list(fs, base)]
+    found; inside one, what its manifests name (a listing could catch a commit half seen).
+    And the listing's ``FileInfo`` of each path, and its ETag (S3's listing says them).
+
+    Whether ``base`` itself is a write root, its recursive listing shows (a ``_vane_log/`` or
+    ``_vane_writes/`` key right under it): only the prefixes above it are asked."""
+    etags: dict[str, str] = {}
+    if store.protocol == "s3":
+        from vane.io import s3_objects
+
+        listed, etags = s3_objects.list_objects(store, base)
+        infos = {i.path: i for i in listed}
+    else:
+        infos = {i.path: i for i in object_commit._list(fs, base)}
     if base.startswith(("http://", "https://")):
         # An index page links "k=1/" as "k%3D1/": hive directories are read by their names.
-        listing = [_HIVE_ESCAPE.sub("=", p) for p in listing]
-    roots = object_commit.roots_above(fs, base) + sorted(object_commit.roots_in(listing))
+        infos = {_HIVE_ESCAPE.sub("=", p): i for p, i in infos.items()}
+    listing = list(infos)
+    parent = base.rstrip("/").rsplit("/", 1)[0] if "/" in base.strip("/") else None
+    above = _roots_above(store, fs, parent, known) if parent is not None else []
+    roots = above + sorted(object_commit.roots_in(listing))
     inside = tuple(root.rstrip("/") + "/" for root in roots)
     candidates = [p for p in listing if not p.startswith(inside)]
     for root in roots:
         candidates.extend(
             p for p in _visible(fs, root, listing) if p.startswith(base.rstrip("/") + "/")
         )
-    return candidates
+    return candidates, infos, etags
 
 
 def _visible(fs: Any, root: str, listing: list[str]) -> set[str]:

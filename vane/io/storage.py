@@ -12,7 +12,10 @@ process's DuckDB database as an fsspec filesystem (``register_filesystem``), so 
 every option and check they have on local files (CSV dialects, JSON types, ``union_by_name``,
 hive columns, row-group statistics and column projection: DuckDB asks for the byte ranges it
 needs, in ``RANGE_BLOCK`` ranges). DuckDB's own ``httpfs`` is never used: it downloads an
-extension at run time, which fails offline and in locked-down clusters.
+extension at run time, which fails offline and in locked-down clusters. What a listing said of
+each object (``seen``) answers DuckDB's questions about it, so it sends no HEAD request; on S3
+the ranges are GET requests of their own, naming the object's ETag (``s3_objects``), and an
+object's last block is shared by every reader of it for a while (``RangedFile``).
 
 Measured on the local S3 test server (moto), a 104 MB Parquet object of 31 row groups, against
 pyarrow's own reader of the same object (``pq.ParquetFile``, which coalesces its ranged reads):
@@ -43,7 +46,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +56,8 @@ from vane.errors import (
 )
 from vane.io.storage_errors import (
     S3_ATTEMPTS,
+    S3_CONNECT_TIMEOUT,
+    S3_REQUEST_TIMEOUT,
     Frozen,
     scrub,
 )
@@ -96,8 +101,6 @@ _S3_NAMES = {
     "connect_timeout": "connect_timeout",
     "request_timeout": "request_timeout",
 }
-_S3_CONNECT_TIMEOUT = 10.0
-_S3_REQUEST_TIMEOUT = 60.0
 
 
 def protocol_of(path: str) -> str | None:
@@ -235,11 +238,59 @@ def _registered(store: Store, cursor: duckdb.DuckDBPyConnection) -> str:
 # and a scan checks its files' stamps itself before it reads (plan/nodes.py, FileScan).
 _INFO_SECONDS = 30.0
 _ESCAPED = re.compile(r"\[([*?\[])\]")
+# Each object's FileInfo as a listing or a request last saw it, with when (monotonic) and its
+# ETag where the listing said it (S3): the listing that resolved a read and the one that
+# checks its stamps before an action answer DuckDB's questions, so it sends no HEAD request
+# of its own, and its reads name the ETag the check saw.
+_seen: dict[tuple[Store, str], tuple[float, Any, str | None]] = {}
+_SEEN_KEPT = 100_000
+
+
+def seen(store: Store, infos: list[Any], etags: Mapping[str, str] | None = None) -> None:
+    """Note what a listing of ``store`` just said of these objects (``pyarrow.fs.FileInfo``,
+    and their ETags by path)."""
+    import time
+
+    now = time.monotonic()
+    with _lock:
+        for info in infos:
+            _seen.pop((store, info.path), None)  # to the end: the oldest go first
+            _seen[(store, info.path)] = (now, info, (etags or {}).get(info.path))
+        if len(_seen) > _SEEN_KEPT:
+            for key in list(itertools.islice(_seen, len(_seen) - _SEEN_KEPT)):
+                del _seen[key]
+
+
+def recall(store: Store, path: str) -> tuple[Any, str | None] | None:
+    """What a listing or a request said of the object at ``path`` in the last
+    ``_INFO_SECONDS`` (a ``pyarrow.fs.FileInfo``, and its ETag if known), or None."""
+    import time
+
+    cached = _seen.get((store, path))
+    if cached is None or time.monotonic() - cached[0] >= _INFO_SECONDS:
+        return None
+    return cached[1], cached[2]
+
+
+def complete(info: Any) -> bool:
+    """Whether ``info`` says an object's size and time (an HTTP index page's listing does not)."""
+    return info.size is not None and info.mtime_ns is not None
+
+
+def object_stamp(info: Any, etag: str | None = None) -> tuple[int, int, int, int]:
+    """An object's identity (``readers.Stamp``) from its ``FileInfo``: its ETag (as a number;
+    0 where the store says none), size and time, to the second (a listing and a HEAD request
+    give the time at different precisions)."""
+    from vane.io.s3_objects import etag_number
+
+    tag = etag_number(etag) if etag else 0
+    return (0, tag, info.size or 0, (info.mtime_ns or 0) // 10**9)
 
 
 def _duckdb_filesystem(store: Store, alias: str) -> Any:
     """``store`` as the fsspec filesystem DuckDB calls, answering to ``alias://``, with each
-    object's size and time looked up once per ``_INFO_SECONDS``."""
+    object's size and time looked up once per ``_INFO_SECONDS`` (or taken from a listing
+    made as recently, ``seen``)."""
     import datetime
     import time
 
@@ -247,7 +298,6 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
     from pyarrow.fs import FileType
 
     prefix = f"{alias}://"
-    known: dict[str, tuple[float, Any]] = {}
 
     def strip(cls: type, path: str) -> str:
         return path[len(prefix) :] if path.startswith(prefix) else path
@@ -257,13 +307,20 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
 
     def lookup(self: Any, path: str) -> Any:
         """The object at ``path`` (on the store, no protocol), as recently seen."""
+        return looked_up(self, path)[0]
+
+    def looked_up(self: Any, path: str) -> tuple[Any, str | None]:
+        """The object at ``path`` and its ETag, as recently seen. Asked again, it keeps the
+        ETag its listing gave: reads name it, so an object replaced since fails its read."""
         now = time.monotonic()
-        cached = known.get(path)
+        cached = _seen.get((store, path))
         if cached is not None and now - cached[0] < _INFO_SECONDS:
-            return cached[1]
+            return cached[1], cached[2]
         [found] = self.fs.get_file_info([path])
-        known[path] = (now, found)
-        return found
+        etag = cached[2] if cached is not None else None
+        with _lock:
+            _seen[(store, path)] = (now, found, etag)
+        return found, etag
 
     def info(self: Any, path: str, **kwargs: Any) -> Any:
         return self._make_entry(file_info(self, path))
@@ -286,8 +343,8 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
     ) -> Any:
         if mode != "rb":
             return ArrowFSWrapper._open(self, path, mode, block_size, **kwargs)
-        found = lookup(self, path)  # fsspec's open() has taken the protocol off already
-        return RangedFile(self.fs.open_input_file(found.path), found.size)
+        found, etag = looked_up(self, path)  # fsspec's open() took the protocol off already
+        return open_object(store, found, etag)
 
     kind = type(
         f"VaneStore_{alias}",
@@ -316,17 +373,72 @@ RANGE_BLOCK = 4 * 2**20
 RANGE_BLOCKS_KEPT = 4  # per open file: memory stays at most 16 MB a file
 
 
+def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
+    """The object ``info`` (a ``pyarrow.fs.FileInfo``) describes, to read at any offset. On S3,
+    with its size known, each read is one ranged GET request naming its ``etag`` (if known)
+    and nothing else (``s3_objects.S3Object``): pyarrow's input file would first ask the size
+    again, a HEAD request per open, and DuckDB opens a file several times per query."""
+    # Its last block is shared by its readers only where an ETag names its content: a size
+    # and a time to the second (an HTTP server's) would not tell a rewrite within the second.
+    identity = (store, info.path, info.size, info.mtime_ns, etag) if etag else None
+    if store.protocol == "s3" and info.size is not None:
+        from vane.io.s3_objects import S3Object
+
+        return RangedFile(S3Object(store, info.path, etag), info.size, identity)
+    return RangedFile(store.filesystem().open_input_file(info.path), info.size, identity)
+
+
+class _Tails:
+    """The last block of each object recently read, by the object's identity (store, path,
+    size, time, ETag), for ``_INFO_SECONDS``, at most ``TAILS_KEPT`` bytes in all (the oldest
+    go first). An object replaced since has another ETag: its new tail is fetched."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[Hashable, tuple[float, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, identity: Hashable, fetch: Callable[[], bytes]) -> bytes:
+        import time
+
+        now = time.monotonic()
+        with self._lock:
+            kept = self._kept.get(identity)
+            if kept is not None and now - kept[0] < _INFO_SECONDS:
+                self._kept.move_to_end(identity)
+                return kept[1]
+        block = fetch()  # outside the lock: other objects' reads go on meanwhile
+        with self._lock:
+            old = self._kept.pop(identity, None)
+            self._bytes += len(block) - (len(old[1]) if old else 0)
+            self._kept[identity] = (now, block)
+            while self._bytes > TAILS_KEPT and self._kept:
+                _, (_, dropped) = self._kept.popitem(last=False)
+                self._bytes -= len(dropped)
+        return block
+
+
+TAILS_KEPT = 64 * 2**20
+_tails = _Tails()
+
+
 class RangedFile(io.RawIOBase):
     """A remote object as DuckDB reads it: seekable, read in ``RANGE_BLOCK`` ranges (one
     request each), the ``RANGE_BLOCKS_KEPT`` most recent kept; a read as large as a block goes
-    to the store as it is."""
+    to the store as it is.
 
-    def __init__(self, source: Any, size: int | None) -> None:
+    ``identity`` (the object's store, path, size, time and ETag, as a listing gave them): its
+    last block is kept for every reader of the object for ``_INFO_SECONDS`` (``_tails``). It holds a
+    Parquet file's footer and a small file whole, which the footers' reading, DuckDB's binding
+    and each scan would otherwise each fetch again: 3 to 5 requests per small file become 1."""
+
+    def __init__(self, source: Any, size: int | None, identity: Hashable | None = None) -> None:
         super().__init__()
         self._source = source
         self._size = int(size if size is not None else source.size())
         self._position = 0
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._identity = identity
 
     def readable(self) -> bool:
         return True
@@ -349,12 +461,20 @@ class RangedFile(io.RawIOBase):
         block = self._blocks.get(number)
         if block is None:
             start = number * RANGE_BLOCK
-            block = self._source.read_at(min(RANGE_BLOCK, self._size - start), start)
+            last = start + RANGE_BLOCK >= self._size
+            if last and self._identity is not None:
+                block = _tails.get(self._identity, lambda: self._fetch(start))
+            else:
+                block = self._fetch(start)
             self._blocks[number] = block
             while len(self._blocks) > RANGE_BLOCKS_KEPT:
                 self._blocks.popitem(last=False)
         else:
             self._blocks.move_to_end(number)
+        return block
+
+    def _fetch(self, start: int) -> bytes:
+        block: bytes = self._source.read_at(min(RANGE_BLOCK, self._size - start), start)
         return block
 
     def read(self, size: int | None = -1) -> bytes:
@@ -396,8 +516,8 @@ def _s3(options: dict[str, Any]) -> pafs.FileSystem:
         "retry_strategy": AwsStandardS3RetryStrategy(
             max_attempts=int(options.get("max_attempts", S3_ATTEMPTS))
         ),
-        "connect_timeout": float(options.get("connect_timeout", _S3_CONNECT_TIMEOUT)),
-        "request_timeout": float(options.get("request_timeout", _S3_REQUEST_TIMEOUT)),
+        "connect_timeout": float(options.get("connect_timeout", S3_CONNECT_TIMEOUT)),
+        "request_timeout": float(options.get("request_timeout", S3_REQUEST_TIMEOUT)),
     }
     if endpoint:
         scheme, _, rest = str(endpoint).rpartition("://")

@@ -17,6 +17,9 @@ _SECRET_NAMES = ("secret_key", "session_token", "access_key", "secret", "token",
 # Each request is tried this many times in all (the AWS SDK's standard strategy: throttling
 # such as 503 SlowDown, 5xx, resets and timeouts, with exponential backoff and jitter).
 S3_ATTEMPTS = 5
+# How long a connection to S3, then each request, may take before it is tried again.
+S3_CONNECT_TIMEOUT = 10.0
+S3_REQUEST_TIMEOUT = 60.0
 
 
 class Located(Protocol):
@@ -32,7 +35,9 @@ class Located(Protocol):
 _NOT_FOUND_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|bucket does not exist", re.I)
 _NOT_FOUND = re.compile(r"NO_SUCH_KEY|NoSuchKey|Path does not exist|not found|404", re.I)
 _ACCESS = re.compile(
-    r"ACCESS_DENIED|AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|Forbidden|403|"
+    # pyarrow names AWS errors in capitals (INVALID_ACCESS_KEY_ID), botocore as AWS does
+    r"ACCESS_DENIED|AccessDenied|InvalidAccessKeyId|INVALID_ACCESS_KEY_ID|"
+    r"SignatureDoesNotMatch|SIGNATURE_DOES_NOT_MATCH|Forbidden|403|"
     r"ExpiredToken|InvalidToken|No response body|credentials",
     re.I,
 )

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from vane import _engine
-from vane.backend.compile import scan as scan_source
+from vane.backend.compile import scan_checked
 from vane.plan.nodes import FileScan
 
 
@@ -31,11 +31,20 @@ def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def read_files(scan: FileScan, files: Iterable[str]) -> pa.Table:
-    """The rows of ``files``, a share of ``scan``'s, read as the scan reads them."""
-    share = dataclasses.replace(scan, files=tuple(files))
+    """The rows of ``files``, a share of ``scan``'s, read as the scan reads them.
+
+    The share is checked against the scan's stamps before it is bound: that check is the
+    listing that tells this process what each object is (its size, time and ETag), so that
+    binding it and reading it ask the store nothing more, and its reads name the ETags the
+    driver's plan was built on."""
+    files = tuple(files)
+    changed = scan.vanished(files)
+    if changed is not None:
+        raise changed
+    share = dataclasses.replace(scan, files=files)
     cursor = _engine.cursor()
     try:
-        table: pa.Table = scan_source(share, cursor).to_arrow_table()
+        table: pa.Table = scan_checked(share, cursor).to_arrow_table()
     finally:
         cursor.close()
     return conform_columns(table, scan.schema)
@@ -71,6 +80,8 @@ def file_datasource(scan: FileScan) -> Any:
             return tasks
 
     def _size(path: str) -> int:
+        if scan.storage is not None:  # an object: its size as its listing gave it
+            return (scan.stamps or {}).get(path, (0, 0, 0, 0))[2]
         try:
             return os.path.getsize(path)
         except OSError:

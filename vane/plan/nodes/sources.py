@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -50,6 +50,7 @@ class FileScan(Source):
         if self.stamps is None:
             # Before anything is read: a file replaced from here on differs from its stamp.
             object.__setattr__(self, "stamps", readers.stamps(self.files, self.storage))
+        stamps = self.stamps or {}
         options = dict(self.options)
         restore: dict[str, pa.DataType] = {}
         differing = None  # Parquet files' stored schemas, where they differ
@@ -58,7 +59,11 @@ class FileScan(Source):
             footers = (
                 readers.parquet_footers(self.files)
                 if self.storage is None
-                else readers.parquet_footers(self.files, self.storage)
+                else readers.parquet_footers(
+                    self.files,
+                    self.storage,
+                    [stamps[f][2] if f in stamps else None for f in self.files],
+                )
             )
             if footers is not None:
                 schemas = [footer.schema for footer in footers]
@@ -76,9 +81,12 @@ class FileScan(Source):
         object.__setattr__(self, "_rows", rows)
         self._bind()  # reads the files' headers (their footers are read above)
         self._check_ragged_csv()
-        changed = self.vanished()  # replaced while it was being read: say so now
-        if changed is not None:
-            raise changed
+        if self.storage is None:
+            changed = self.vanished()  # replaced while it was being read: say so now
+            if changed is not None:
+                raise changed
+        # Objects are not listed again here: a listing is a request, and every action lists
+        # them before it reads (``vanished``), so one replaced meanwhile fails that action.
 
     @property
     def rows(self) -> int | None:
@@ -120,14 +128,17 @@ class FileScan(Source):
         count = len(self.files)
         return f"Read{self.format.capitalize()} {self.label} ({count} file{'s' * (count != 1)})"
 
-    def vanished(self) -> SourceError | None:
-        """If files listed when the relation was built are gone or were replaced since
-        (another write), the error that says so; None if they are all as they were."""
+    def vanished(self, files: Sequence[str] | None = None) -> SourceError | None:
+        """If files listed when the relation was built (or those of ``files``) are gone or
+        were replaced since (another write), the error that says so; None if they are all as
+        they were. Objects are listed to know (which also tells this process's DuckDB what
+        they are, so that it asks nothing more before it reads them)."""
         stamps = self.stamps or {}
+        files = self.files if files is None else files
         gone: list[str] = []
         replaced: list[str] = []
-        current = readers.stamps(self.files, self.storage) if self.storage is not None else None
-        for path in self.files:
+        current = readers.stamps(files, self.storage) if self.storage is not None else None
+        for path in files:
             try:
                 now = current[path] if current is not None else readers.stamp(os.stat(path))
             except (OSError, KeyError):
