@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import vane
-from tests.s3_server import Request, local_s3
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, Request, local_s3
 from vane.errors import SourceError
 
 pytest.importorskip("moto.server")
@@ -178,8 +178,9 @@ def test_ray_tasks_read_their_share_with_one_check_and_one_get_per_object(client
     objects."""
     for i in range(FILES):
         _put(client, bucket, f"ray/f{i}.parquet", _table(i), "parquet")
-    endpoint = client.meta.endpoint_url  # workers may predate the server and its variables
-    rel = vane.read_parquet(f"s3://{bucket}/ray/", storage_options={"endpoint_url": endpoint})
+    # The session's Ray workers may predate the server and the variables that point at it.
+    options = {"endpoint_url": client.meta.endpoint_url, "key": ACCESS_KEY, "secret": SECRET_KEY}
+    rel = vane.read_parquet(f"s3://{bucket}/ray/", storage_options=options)
     REQUESTS.clear()
     mapped = rel.map_batches(
         _doubled,
