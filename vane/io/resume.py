@@ -11,8 +11,9 @@ written by the sink's commit protocol as ever, all at once at the end, so it hol
 exactly once whatever the number of reruns; once it is committed, the folder is removed.
 
 The answers of a step are appended to logs, ``<step>/<run>-<pid>-<thread>-<unique>.log``, one
-per writer (each thread of each process that keeps answers: the stage's thread locally, each
-Ray actor's threads), opened once and never shared, so that appends never interleave and no
+per writer (each thread of each process that keeps answers: locally, the thread that hands a
+stage its answers, an actor's or the one reading a worker process's replies; on Ray, each actor's
+threads), opened once and never shared, so that appends never interleave and no
 lock is taken to keep an answer. One file per answer cost more than a quick function's call
 (a creation and a rename, about 1 ms a batch on the benchmark's machine). A log is a sequence
 of records, each::
@@ -32,8 +33,8 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
    if the kernel took part of it). A kill during it leaves a torn record at the log's end: a
    short one, or one whose head or body fails its CRC, which a reader skips (with nothing
    after it in that log: its writer is dead). Once the write returns, the answer is whole: a
-   killed process's writes are in the kernel's page cache, which outlives it. The stage puts
-   an answer before it hands the rows on, so no answer that reached the output is ever lost.
+   killed process's writes are in the kernel's page cache, which outlives it. The stage has an
+   answer kept before it hands its rows on, so no answer that reached the output is lost.
    Records are not synced to disk (``fsync``) one by one: that cost more than the rest of a
    quick function's job (8 ms a batch on the benchmark's machine, against 0.3 ms for the
    function). Only the output's correctness needs durability, and the sink's commit gives it
@@ -49,8 +50,11 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
    input (the digest covers every value of every column the function is given, in order), so
    taking it is the same as calling the function again, minus the cost. An answer kept twice
    (a batch given twice, or computed again after its record failed its CRC) is read from its
-   latest whole record.
-4. ``finish``: after the sink has committed, the logs are closed and the folder removed. A
+   latest whole record. (A folder an earlier vane wrote, one ``.arrow`` file per answer, is
+   not read: its batches are computed again.)
+4. ``close``: when the job ends, committed or failed, the runner closes the logs its process
+   wrote (their answers stay kept); a Ray actor's close with its process.
+5. ``finish``: after the sink has committed, the logs are closed and the folder removed. A
    kill between the commit and the removal leaves a folder whose work is all in the output; a
    later ``resume=True`` write to the same path with ``mode="error"`` fails on the existing
    output as usual.
