@@ -169,7 +169,10 @@ def kill_at(args: argparse.Namespace) -> dict[str, Any]:
     import signal
     import subprocess
 
-    from vane.io.resume import store_path
+    from vane.io.resume import ResumeStore
+
+    def kept() -> int:  # the answers the store holds, as a rerun finds them
+        return sum(1 for _ in ResumeStore(args.out + "/", "bench").kept())
 
     batches = -(-args.rows // args.batch_size)
     wanted = max(1, int(batches * args.killed_at))
@@ -181,11 +184,9 @@ def kill_at(args: argparse.Namespace) -> dict[str, Any]:
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
-    store = store_path(args.out + "/")
     try:
         while True:
-            saved = sum(1 for _ in store.rglob("*.arrow")) if store.exists() else 0
-            if saved >= wanted:
+            if kept() >= wanted:
                 break
             if child.poll() is not None:
                 raise RuntimeError(f"the run to kill ended first (exit {child.returncode})")
@@ -194,8 +195,7 @@ def kill_at(args: argparse.Namespace) -> dict[str, Any]:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-    saved = sum(1 for _ in store.rglob("*.arrow"))  # what the kill left: a few more, maybe
-    return {"killed_at_batches": saved, "batches": batches}
+    return {"killed_at_batches": kept(), "batches": batches}  # what the kill left: a few more
 
 
 # ---- overhead: the same batch UDF for every engine ----------------------------------------------

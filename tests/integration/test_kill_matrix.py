@@ -45,7 +45,7 @@ import pytest
 import vane
 from tests.integration import kill_jobs
 from vane.execution.actors.body import batches_in_flight
-from vane.io.resume import store_path
+from vane.io.resume import ResumeStore, store_path
 from vane.plan.nodes import UdfStep
 from vane.plan.optimizer import optimize
 from vane.plan.traverse import walk
@@ -105,8 +105,7 @@ class Matrix:
         )
 
     def saved_rows(self) -> int:
-        store = store_path(str(self.out))
-        return sum(1 for _ in store.rglob("*.arrow")) * self.size.batch if store.exists() else 0
+        return sum(1 for _ in ResumeStore(str(self.out), "test").kept()) * self.size.batch
 
     def committed(self) -> bool:
         if self.sink == "lance":

@@ -53,7 +53,7 @@ def _logged(path: Path) -> dict[int, int]:
 def _kept(destination: Path) -> list[pa.Table]:
     """The answers a resumable write to ``destination`` keeps, read as a rerun reads them."""
     store = ResumeStore(str(destination), "test")
-    answers = [store.get(p.parent.name, p.stem) for p in store.path.glob("*/*.arrow")]
+    answers = [store.get(step, digest) for step, digest in store.kept()]
     return [saved.table for saved in answers if saved is not None]
 
 

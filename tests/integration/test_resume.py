@@ -21,6 +21,7 @@ import pytest
 
 import vane
 from vane.errors import ResumeError
+from vane.io.resume import ResumeStore
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS, BATCH = 1_200, 40
@@ -89,8 +90,7 @@ def _kill_after(job: subprocess.Popen[str], log: Path, calls: int) -> None:
 
 
 def _saved(out: Path) -> int:
-    store = out.parent / f".{out.name}.vane-resume"
-    return sum(1 for _ in store.rglob("*.arrow")) if store.exists() else 0
+    return sum(1 for _ in ResumeStore(str(out), "test").kept())
 
 
 @pytest.mark.timeout(600)

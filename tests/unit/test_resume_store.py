@@ -1,25 +1,59 @@
 """A resumable write's saved answers (``vane/io/resume.py``): an answer is taken back exactly
-as it was put, and one that came back damaged (torn by a crash of the machine, cut short,
-overwritten) is never taken: it reads as missing, so its batch is computed again."""
+as it was put, and one that came back damaged (torn by a kill or a crash of the machine, cut
+short, overwritten) is never taken: it reads as missing, so its batch is computed again. The
+answers live in append-only logs, one per writer: a log cut anywhere keeps exactly the records
+written whole before the cut, and a damaged record hides at most itself and those after it."""
 
 from __future__ import annotations
 
+import multiprocessing
+import shutil
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vane.io.resume import ResumeStore
 
 META = {"rows_skipped": 1, "errors": [[3, "ValueError: no", 2]]}
+FINGERPRINT = {"plan": "p", "steps": {}, "inputs": {}}
 
 
 def _store(root: Path) -> ResumeStore:
     store = ResumeStore(str(root / "out"), "write_parquet")
-    store.open({"plan": "p", "steps": {}, "inputs": {}}, restart=False)
+    store.open(FINGERPRINT, restart=False)
     return store
+
+
+def _rerun(store: ResumeStore) -> ResumeStore:
+    """The store as a rerun opens it: a new process's view, built from the logs alone."""
+    again = ResumeStore(str(store.path.parent / "out"), "write_parquet")
+    assert again.open(FINGERPRINT, restart=False)
+    return again
+
+
+def _log(store: ResumeStore, step: str = "step") -> Path:
+    (log,) = (store.path / step).glob("*.log")
+    return log
+
+
+def _answers(count: int) -> list[pa.Table]:
+    return [
+        pa.table({"id": list(range(i, i + 1 + i % 5)), "s": ["x" * i] * (1 + i % 5)})
+        for i in range(count)
+    ]
+
+
+def _write(store: ResumeStore, tables: list[pa.Table]) -> list[int]:
+    """Put each table as answer ``d<i>``; the log's size after each (where each record ends)."""
+    ends = []
+    for i, table in enumerate(tables):
+        store.put("step", f"d{i}", table, {"i": i})
+        ends.append(_log(store).stat().st_size)
+    return ends
 
 
 @given(values=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=50))
@@ -27,10 +61,73 @@ def test_an_answer_comes_back_as_it_was_put(tmp_path_factory, values):
     store = _store(tmp_path_factory.mktemp("store"))
     table = pa.table({"id": pa.array(values, pa.int64()), "s": [str(v) for v in values]})
     store.put("step", "d1", table, META)
-    saved = store.get("step", "d1")
-    assert saved is not None
-    assert saved.table.equals(table) and saved.table.schema.metadata is None
-    assert saved.meta == META
+    for reader in (store, _rerun(store)):  # the writer's own index, and a rerun's
+        saved = reader.get("step", "d1")
+        assert saved is not None
+        assert saved.table.equals(table) and saved.table.schema.metadata is None
+        assert saved.meta == META
+    store.close()
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(count=st.integers(1, 6), cut=st.floats(0, 1))
+def test_a_log_cut_anywhere_keeps_exactly_the_records_written_whole_before_the_cut(
+    tmp_path_factory, count, cut
+):
+    store = _store(tmp_path_factory.mktemp("store"))
+    tables = _answers(count)
+    ends = _write(store, tables)
+    store.close()
+    log = _log(store)
+    data = log.read_bytes()
+    at = round(cut * len(data))
+    log.write_bytes(data[:at])  # a kill -9 mid-write leaves a prefix of what it appended
+    rerun = _rerun(store)
+    whole = [i for i, end in enumerate(ends) if end <= at]
+    assert sorted(digest for _, digest in rerun.kept()) == sorted(f"d{i}" for i in whole)
+    for i, table in enumerate(tables):
+        saved = rerun.get("step", f"d{i}")
+        if i in whole:
+            assert saved is not None and saved.table.equals(table) and saved.meta == {"i": i}
+        else:
+            assert saved is None
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(
+    count=st.integers(1, 6),
+    victim=st.integers(0, 5),
+    where=st.floats(0, 1, exclude_max=True),
+    burst=st.binary(min_size=1, max_size=4).filter(any),
+)
+def test_damaged_bytes_in_a_record_hide_that_record_and_none_before_it(
+    tmp_path_factory, count, victim, where, burst
+):
+    """Bytes flipped in one record (head, digest, body or CRC): that record reads as missing,
+    every record before it reads back whole, and one after it reads back whole or not at all,
+    never wrong. (A burst of up to 32 bits: one a CRC-32 always catches.)"""
+    store = _store(tmp_path_factory.mktemp("store"))
+    tables = _answers(count)
+    ends = _write(store, tables)
+    store.close()
+    victim %= count
+    start = ends[victim - 1] if victim else 0
+    at = start + int(where * (ends[victim] - start))
+    at = min(at, ends[victim] - len(burst))
+    log = _log(store)
+    data = bytearray(log.read_bytes())
+    for offset, flip in enumerate(burst):
+        data[at + offset] ^= flip
+    log.write_bytes(bytes(data))
+    rerun = _rerun(store)
+    for i, table in enumerate(tables):
+        saved = rerun.get("step", f"d{i}")
+        if i < victim:
+            assert saved is not None and saved.table.equals(table)
+        elif i == victim:
+            assert saved is None
+        else:
+            assert saved is None or (saved.table.equals(table) and saved.meta == {"i": i})
 
 
 @pytest.mark.parametrize(
@@ -38,18 +135,80 @@ def test_an_answer_comes_back_as_it_was_put(tmp_path_factory, values):
     [
         lambda data: data[: len(data) // 2],  # cut short
         lambda data: data[:100] + bytes(len(data) - 100),  # zeroed after its first bytes
-        # Its values zeroed, its footer whole: an IPC reader takes it, the CRC does not.
+        # Its values zeroed, its head and tail whole: only the CRC tells.
         lambda data: data[:400] + bytes(4_000) + data[4_400:],
-        lambda data: data[:-12],  # the trailer gone: an answer written without one
+        lambda data: data[:-4],  # the tail gone
         lambda data: b"",
     ],
 )
-def test_a_damaged_answer_reads_as_missing(tmp_path, damage):
+def test_a_damaged_answer_reads_as_missing_and_is_kept_again(tmp_path, damage):
     store = _store(tmp_path)
     store.put("step", "d1", pa.table({"id": list(range(1_000))}), META)
-    path = store.path / "step" / "d1.arrow"
-    path.write_bytes(damage(path.read_bytes()))
-    assert store.get("step", "d1") is None
-    store.put("step", "d1", pa.table({"id": [7]}), {})  # computed again, and put over it
-    saved = store.get("step", "d1")
-    assert saved is not None and saved.table["id"].to_pylist() == [7]
+    store.close()
+    log = _log(store)
+    log.write_bytes(damage(log.read_bytes()))
+    rerun = _rerun(store)
+    assert rerun.get("step", "d1") is None
+    rerun.put("step", "d1", pa.table({"id": [7]}), {})  # computed again, and kept again
+    for reader in (rerun, _rerun(rerun)):
+        saved = reader.get("step", "d1")
+        assert saved is not None and saved.table["id"].to_pylist() == [7]
+    rerun.finish()
+    assert not store.path.exists()
+
+
+def test_threads_keep_answers_in_logs_of_their_own(tmp_path):
+    store = _store(tmp_path)
+    tables = _answers(40)
+    together = threading.Barrier(4)  # all alive at once (a thread's id is reused after it)
+
+    def keep(first: int) -> None:
+        together.wait()
+        for i in range(first, len(tables), 4):
+            store.put("step", f"d{i}", tables[i], {"i": i})
+        together.wait()
+
+    threads = [threading.Thread(target=keep, args=(first,)) for first in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    store.close()
+    assert len(list((store.path / "step").glob("*.log"))) == 4
+    rerun = _rerun(store)
+    for i, table in enumerate(tables):
+        saved = rerun.get("step", f"d{i}")
+        assert saved is not None and saved.table.equals(table) and saved.meta == {"i": i}
+
+
+def _keep_in_a_process(store: ResumeStore, first: int, count: int) -> None:
+    for i in range(first, first + count):
+        store.put("step", f"d{i}", pa.table({"id": [i]}), {"i": i})
+    store.close()
+
+
+def test_processes_given_a_copy_of_the_store_keep_answers_a_rerun_finds(tmp_path):
+    """As Ray actors do: each is sent the store (pickled) and keeps answers into its own logs,
+    while the driver's copy keeps its own."""
+    store = _store(tmp_path)
+    store.put("step", "driver", pa.table({"id": [-1]}), {})
+    spawn = multiprocessing.get_context("spawn")
+    workers = [spawn.Process(target=_keep_in_a_process, args=(store, 10 * w, 10)) for w in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    store.close()
+    rerun = _rerun(store)
+    assert len(list(rerun.kept())) == 21
+    for i in range(20):
+        saved = rerun.get("step", f"d{i}")
+        assert saved is not None and saved.table["id"].to_pylist() == [i]
+
+
+def test_a_store_without_logs_answers_nothing(tmp_path):
+    store = _store(tmp_path)
+    assert store.get("step", "d1") is None and list(store.kept()) == []
+    shutil.rmtree(store.path)
+    assert list(ResumeStore(str(tmp_path / "out"), "write_parquet").kept()) == []

@@ -400,10 +400,14 @@ class LocalRunner:
         sink, ledger, store = prepare_write(
             plan, sink, caller, resume=resume, errors_to=errors_to, errors_key=errors_key
         )
-        with _action(plan) as execution:
-            execution.resume = store
-            execution.ledger = ledger
-            committed = write_to(sink, execution.reader(plan, get_config().batch_size))
+        try:
+            with _action(plan) as execution:
+                execution.resume = store
+                execution.ledger = ledger
+                committed = write_to(sink, execution.reader(plan, get_config().batch_size))
+        finally:
+            if store is not None:
+                store.close()  # its logs (a failed job's answers stay kept for the rerun)
         if store is not None:
             store.finish()  # the output holds every row: the saved work has served
         # After the action's end, where a stage that a `limit` left unfinished says its summary.

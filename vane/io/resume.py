@@ -10,30 +10,54 @@ for the batches that were in flight, never for one whose answer was kept. The ou
 written by the sink's commit protocol as ever, all at once at the end, so it holds every row
 exactly once whatever the number of reruns; once it is committed, the folder is removed.
 
+The answers of a step are appended to logs, ``<step>/<run>-<pid>-<thread>-<unique>.log``, one
+per writer (each thread of each process that keeps answers: locally, the thread that hands a
+stage its answers, an actor's or the one reading a worker process's replies; on Ray, each actor's
+threads), opened once and never shared, so that appends never interleave and no
+lock is taken to keep an answer. One file per answer cost more than a quick function's call
+(a creation and a rename, about 1 ms a batch on the benchmark's machine). A log is a sequence
+of records, each::
+
+    head:  b"VRL1" | key length (u16) | body length (u64) | CRC-32 of these and the key (u32)
+    key:   the batch's digest (ASCII)
+    body:  the answer: an Arrow IPC stream, the step's meta in its schema's metadata
+    tail:  CRC-32 of the body (u32)
+
 The protocol, and why each step is safe under ``kill -9`` at any instant:
 
 1. ``open``: the folder and ``pipeline.json`` (what the job was: its plan, each UDF step's code
    and options, its input files) are created if absent; if present, the job must be the same
    one, or it is refused with what changed (``resume="restart"`` drops the saved work first).
    ``pipeline.json`` is written to a temporary name and renamed, so it is whole or absent.
-2. ``put``: an answer is written to ``<step>/<digest>.tmp-<unique>`` (an Arrow IPC file, then
-   a trailer: a CRC-32 of those bytes), then renamed to ``<step>/<digest>.arrow``. A kill before
-   the rename leaves a ``.tmp-`` file that is never read (and is removed with the folder); after
-   it, the answer is whole: a killed process's writes are in the kernel's page cache, which
-   outlives it. The stage puts an answer before it hands the rows on, so no answer that
-   reached the output is ever lost. The file is not synced to disk (``fsync``) one by one:
-   that cost more than the rest of a quick function's job (8 ms a batch on the benchmark's
-   machine, against 0.3 ms for the function). Only the output's correctness needs
-   durability, and the sink's commit gives it that, all at once; an answer lost with the
-   machine (a power cut before the kernel wrote it out) is paid for again, and one that came
-   back torn (a rename on disk before its data) fails its CRC and is computed again too.
-3. ``get``: reads ``<digest>.arrow`` if it exists and its CRC holds. An answer is the
-   function's output for that exact input (the digest covers every value of every column the
-   function is given, in order), so taking it is the same as calling the function again,
-   minus the cost.
-4. ``finish``: after the sink has committed, the folder is removed. A kill between the commit
-   and the removal leaves a folder whose work is all in the output; a later ``resume=True``
-   write to the same path with ``mode="error"`` fails on the existing output as usual.
+2. ``put``: the record is appended to the writer's own log with one ``write`` (repeated only
+   if the kernel took part of it). A kill during it leaves a torn record at the log's end: a
+   short one, or one whose head or body fails its CRC, which a reader skips (with nothing
+   after it in that log: its writer is dead). Once the write returns, the answer is whole: a
+   killed process's writes are in the kernel's page cache, which outlives it. The stage has an
+   answer kept before it hands its rows on, so no answer that reached the output is lost.
+   Records are not synced to disk (``fsync``) one by one: that cost more than the rest of a
+   quick function's job (8 ms a batch on the benchmark's machine, against 0.3 ms for the
+   function). Only the output's correctness needs durability, and the sink's commit gives it
+   that, all at once; an answer lost with the machine (a power cut before the kernel wrote it
+   out) is paid for again, and one that came back torn (a log whose size reached the disk
+   before its data) fails its CRC and is computed again too. A writer whose write failed
+   (a full disk) leaves its log: the next answer starts a new one, after the torn record.
+3. ``get``: the first ``get`` of a step in a process reads the heads of all of the step's logs,
+   each once, from its start up to its first torn record, into an index (digest -> log,
+   offset); a log another writer is still appending to ends, for the reader, at what was
+   written when it looked. A record's body is read, and its CRC checked, when it is asked
+   for; one that fails it reads as missing. An answer is the function's output for that exact
+   input (the digest covers every value of every column the function is given, in order), so
+   taking it is the same as calling the function again, minus the cost. An answer kept twice
+   (a batch given twice, or computed again after its record failed its CRC) is read from its
+   latest whole record. (A folder an earlier vane wrote, one ``.arrow`` file per answer, is
+   not read: its batches are computed again.)
+4. ``close``: when the job ends, committed or failed, the runner closes the logs its process
+   wrote (their answers stay kept); a Ray actor's close with its process.
+5. ``finish``: after the sink has committed, the logs are closed and the folder removed. A
+   kill between the commit and the removal leaves a folder whose work is all in the output; a
+   later ``resume=True`` write to the same path with ``mode="error"`` fails on the existing
+   output as usual.
 
 Digests make the saved answers independent of how the input was cut into batches only as long
 as it is cut the same way: the stage cuts its input into ``batch_size`` rows from a stream in a
@@ -47,12 +71,13 @@ import json
 import os
 import shutil
 import struct
+import threading
 import uuid
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pyarrow as pa
 
@@ -62,9 +87,14 @@ from vane.errors import ResumeError
 Resume = bool | Literal["restart"]
 PIPELINE = "pipeline.json"
 _META = b"vane.resume"
-# What follows an answer's Arrow IPC bytes: a magic number and their CRC-32 (see ``put``).
-_TRAILER = struct.Struct("<8sI")
-_MAGIC = b"VANECRC1"
+# A record's head (see the module's text): magic, key length, body length, then a CRC-32 of
+# these and the key.
+_PREFIX = struct.Struct("<4sHQ")
+_HEAD = struct.Struct("<4sHQI")
+_MAGIC = b"VRL1"
+_TAIL = struct.Struct("<I")  # the body's CRC-32
+_LOG = ".log"
+_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end
 
 
 def cache_root() -> Path:
@@ -98,14 +128,125 @@ class Saved:
     meta: Mapping[str, Any]
 
 
+class Record(NamedTuple):
+    """Where a kept answer's body lies: its log, its offset there and its length."""
+
+    log: Path
+    offset: int
+    length: int
+
+
+def encode(key: str, body: list[bytes | pa.Buffer]) -> list[bytes | pa.Buffer]:
+    """A record's parts, in the order they are appended (see the module's text): its head and
+    key, the pieces of its body, its tail."""
+    raw_key = key.encode("ascii")
+    length = sum(len(piece) for piece in body)
+    prefix = _PREFIX.pack(_MAGIC, len(raw_key), length) + raw_key
+    crc = 0
+    for piece in body:
+        crc = zlib.crc32(piece, crc)
+    head = _HEAD.pack(_MAGIC, len(raw_key), length, zlib.crc32(prefix)) + raw_key
+    return [head, *body, _TAIL.pack(crc)]
+
+
+def answer(table: pa.Table, meta: Mapping[str, Any]) -> list[bytes | pa.Buffer]:
+    """An answer as an Arrow IPC stream's pieces: its schema (``meta`` in its metadata), its
+    batches, the end of the stream. (Each piece framed by Arrow, without a stream writer, whose
+    start and end cost more than the rest for a small batch.)"""
+    schema = table.schema.with_metadata({_META: json.dumps(meta).encode()})
+    return [schema.serialize(), *(b.serialize() for b in table.to_batches()), _END]
+
+
+def scan(log: Path) -> Iterator[tuple[str, Record]]:
+    """The records of ``log`` whose heads are whole, up to its first torn one (its end, for a
+    log whose writer was killed or is still writing). Bodies are checked when read."""
+    try:
+        with open(log, "rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            offset = 0
+            while offset + _HEAD.size <= size:
+                magic, key_length, length, crc = _HEAD.unpack(source.read(_HEAD.size))
+                if magic != _MAGIC:
+                    return
+                raw_key = source.read(key_length)
+                prefix = _PREFIX.pack(magic, key_length, length) + raw_key
+                if len(raw_key) != key_length or zlib.crc32(prefix) != crc:
+                    return
+                body = offset + _HEAD.size + key_length
+                end = body + length + _TAIL.size
+                if end > size:
+                    return  # cut short: the last write of a killed writer
+                yield raw_key.decode("ascii"), Record(log, body, length)
+                source.seek(end)
+                offset = end
+    except FileNotFoundError:
+        return
+
+
+def read(record: Record) -> bytes | None:
+    """A record's body, or None if it fails its CRC (or is gone)."""
+    try:
+        fd = os.open(record.log, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        data = os.pread(fd, record.length + _TAIL.size, record.offset)
+    finally:
+        os.close(fd)
+    if len(data) != record.length + _TAIL.size:
+        return None
+    (crc,) = _TAIL.unpack_from(data, record.length)
+    body = data[: record.length]
+    return body if zlib.crc32(body) == crc else None
+
+
+class _Writer:
+    """One thread's log of one step: appended to by that thread alone."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        self.offset = 0
+
+    def append(self, parts: list[bytes | pa.Buffer]) -> int:
+        """Append one record (``encode``'s parts); the offset of its body."""
+        body = self.offset + len(parts[0])
+        total = sum(len(part) for part in parts)
+        written = os.writev(self.fd, parts)
+        if written < total:  # the kernel took part of it (a signal, a full disk): the rest
+            rest = memoryview(b"".join(memoryview(part) for part in parts))[written:]
+            while rest:
+                rest = rest[os.write(self.fd, rest) :]
+        self.offset += total
+        return body
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class ResumeStore:
-    """The saved work of one resumable write (see the module's text)."""
+    """The saved work of one resumable write (see the module's text). Picklable: a copy (in a
+    Ray actor) keeps its answers in logs of its own, and reads the logs again for its index."""
 
     def __init__(self, destination: str, caller: str) -> None:
         self.path = store_path(destination)
         self.caller = caller
+        self.run = uuid.uuid4().hex[:12]  # this run's logs' prefix
         self.found = 0  # batches answered from saved work in this run
-        self._folders: set[str] = set()  # steps whose folder this run has made
+        self._setup()
+
+    def _setup(self) -> None:
+        self._lock = threading.Lock()  # (taken to build an index or start a log, not to write)
+        # step -> digest -> its records, the latest last (one, but for an answer kept twice)
+        self._indexes: dict[str, dict[str, list[Record]]] = {}
+        self._writers: dict[tuple[str, int, int], _Writer] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "caller": self.caller, "run": self.run, "found": 0}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
 
     def open(self, fingerprint: Mapping[str, Any], *, restart: bool) -> bool:
         """Start or continue the saved work; True if there was some to continue."""
@@ -135,42 +276,91 @@ class ResumeStore:
         return False
 
     def get(self, step: str, digest: str) -> Saved | None:
-        path = self.path / step / f"{digest}.arrow"
-        try:
-            with pa.memory_map(str(path)) as source:
-                data = source.read_buffer()
-            body, trailer = data[: -_TRAILER.size], data[-_TRAILER.size :]
-            magic, crc = _TRAILER.unpack(trailer.to_pybytes())
-            if magic != _MAGIC or zlib.crc32(body) != crc:
-                return None  # torn: computed again, and put over it
-            table = pa.ipc.open_file(body).read_all()
-        except FileNotFoundError:
+        table = None
+        for record in reversed(self._index(step).get(digest, ())):  # the latest first
+            body = read(record)
+            if body is None:
+                continue  # torn: computed again, and kept again, unless kept twice
+            try:
+                table = pa.ipc.open_stream(body).read_all()
+                break
+            except (OSError, ValueError, pa.ArrowInvalid):
+                continue  # unreadable (a CRC that matched by chance): as torn
+        if table is None:
             return None
-        except (OSError, ValueError, struct.error, pa.ArrowInvalid):
-            return None  # unreadable: computed again, and put over it
         meta = json.loads((table.schema.metadata or {}).get(_META, b"{}"))
         self.found += 1
         return Saved(table.replace_schema_metadata(None), meta)
 
     def put(self, step: str, digest: str, table: pa.Table, meta: Mapping[str, Any]) -> None:
-        folder = self.path / step
-        if step not in self._folders:
-            folder.mkdir(parents=True, exist_ok=True)
-            self._folders.add(step)
-        partial = folder / f"{digest}.tmp-{uuid.uuid4().hex}"
-        schema = table.schema.with_metadata({_META: json.dumps(meta).encode()})
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, schema) as writer:
-            writer.write_table(table.replace_schema_metadata(schema.metadata))
-        body = sink.getvalue()
-        with open(partial, "wb") as raw:
-            raw.write(body)
-            raw.write(_TRAILER.pack(_MAGIC, zlib.crc32(body)))
-        os.replace(partial, folder / f"{digest}.arrow")
+        parts = encode(digest, answer(table, meta))
+        writer_key = (step, os.getpid(), threading.get_ident())
+        log = self._writers.get(writer_key) or self._start_log(writer_key)
+        try:
+            offset = log.append(parts)
+        except BaseException:
+            # A record torn in the middle of a log hides the ones after it: start a new log.
+            del self._writers[writer_key]
+            log.close()
+            raise
+        index = self._indexes.get(step)
+        if index is not None:  # (else the index is built from the logs, this one included)
+            record = Record(log.path, offset, sum(len(part) for part in parts[1:-1]))
+            index.setdefault(digest, []).append(record)
+
+    def kept(self) -> Iterator[tuple[str, str]]:
+        """Every (step, digest) whose answer has a whole head in the store (as a rerun finds
+        them; a body that fails its CRC is found, and reads as missing)."""
+        if not self.path.is_dir():
+            return
+        for folder in sorted(p for p in self.path.iterdir() if p.is_dir()):
+            for digest in self._index(folder.name):
+                yield folder.name, digest
+
+    def close(self) -> None:
+        """Close this process's logs (the answers in them stay kept)."""
+        with self._lock:
+            writers, self._writers = self._writers, {}
+        for writer in writers.values():
+            writer.close()
 
     def finish(self) -> None:
         """The output is committed: the saved work has served."""
+        self.close()
         shutil.rmtree(self.path, ignore_errors=True)
+
+    def _index(self, step: str) -> dict[str, list[Record]]:
+        index = self._indexes.get(step)
+        if index is not None:
+            return index
+        with self._lock:
+            index = self._indexes.get(step)
+            if index is None:
+                index = {}
+                folder = self.path / step
+                logs = sorted(folder.glob(f"*{_LOG}"), key=_age) if folder.is_dir() else []
+                for log in logs:  # the oldest first
+                    for digest, record in scan(log):
+                        index.setdefault(digest, []).append(record)
+                self._indexes[step] = index
+        return index
+
+    def _start_log(self, key: tuple[str, int, int]) -> _Writer:
+        step, pid, thread = key
+        folder = self.path / step
+        folder.mkdir(parents=True, exist_ok=True)
+        name = f"{self.run}-{pid}-{thread}-{uuid.uuid4().hex[:8]}{_LOG}"
+        writer = _Writer(folder / name)
+        with self._lock:
+            self._writers[key] = writer
+        return writer
+
+
+def _age(log: Path) -> tuple[float, str]:
+    try:
+        return log.stat().st_mtime, log.name
+    except FileNotFoundError:
+        return 0.0, log.name
 
 
 def describe_changes(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:

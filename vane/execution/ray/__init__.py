@@ -182,28 +182,32 @@ class RayRunner:
             _warn_unless_shared(store)
         from vane.io.sinks import write_to
 
-        with _action(plan, resume=store, ledger=ledger) as lowering:
-            if sink.single_file or not lowering.runs_on_ray(plan):
-                rows = lowering.reader(plan, get_config().batch_size)
-                if ledger is not None:  # recorded once every row is read, before the commit
-                    rows = _recorded_after(rows, lowering, ledger)
-                committed = write_to(sink, rows)
-            else:
-                write = sink.start()
-                try:
-                    if isinstance(write, LedgeredWrite):
-                        # the tasks write the output's parts; the driver, the ledger's file
-                        parts = _write_parts(lowering, plan, write.writer.writer)
-                        assert ledger is not None
-                        _record_failed(lowering, ledger)
-                        write.writer.write_ledger(parts)
-                    else:
-                        parts = _write_parts(lowering, plan, write.writer)
-                    committed = write.commit(parts)
-                except BaseException:
-                    write.abort()
-                    raise
-            steps = tuple(lowering.progress.finish())
+        try:
+            with _action(plan, resume=store, ledger=ledger) as lowering:
+                if sink.single_file or not lowering.runs_on_ray(plan):
+                    rows = lowering.reader(plan, get_config().batch_size)
+                    if ledger is not None:  # recorded once every row is read, before the commit
+                        rows = _recorded_after(rows, lowering, ledger)
+                    committed = write_to(sink, rows)
+                else:
+                    write = sink.start()
+                    try:
+                        if isinstance(write, LedgeredWrite):
+                            # the tasks write the output's parts; the driver, the ledger's file
+                            parts = _write_parts(lowering, plan, write.writer.writer)
+                            assert ledger is not None
+                            _record_failed(lowering, ledger)
+                            write.writer.write_ledger(parts)
+                        else:
+                            parts = _write_parts(lowering, plan, write.writer)
+                        committed = write.commit(parts)
+                    except BaseException:
+                        write.abort()
+                        raise
+                steps = tuple(lowering.progress.finish())
+        finally:
+            if store is not None:
+                store.close()  # the driver's logs (a failed job's answers stay kept)
         if store is not None:
             store.finish()  # the output holds every row: the saved work has served
         return committed.result(time.perf_counter() - started, steps)
