@@ -467,14 +467,14 @@ WHY = {
         "worth of rows per open partition, whatever the input's size."
     ),
     "overhead/vane-thread-resume": (
-        "A resumable write keeps each batch's answer in a file of its own before the rows go on: "
-        "creating that file (a file system's metadata work, per batch), a digest of every value "
-        "the function is given (BLAKE2b over the batch's Arrow IPC bytes) and a CRC of the "
-        "answer, beside a function that takes a fraction of a millisecond a batch; and its "
-        "batches travel to the actor one by one, not in units of several, so that each answer "
-        "is kept on its own. What would remove most of it: answers appended to one file per "
-        "step and run (a record each, behind its CRC) instead of a file per batch, and a "
-        "cheaper digest (or one per unit of batches)."
+        "A resumable write digests every batch the function is given (SHA-256 over the "
+        "batch's Arrow IPC messages, on the stage's thread, before it is sent) and keeps each "
+        "answer (an Arrow IPC record and its CRCs appended to a log of the writing thread's "
+        "own, on the thread that hands the answer over), beside a function that takes a "
+        "fraction of a millisecond a batch; and its batches travel to the actor one by one, "
+        "not in units of several, so that each answer is kept on its own. What would remove "
+        "most of the rest: the digest off the stage's thread (computed while earlier batches "
+        "run), and units of several batches kept as one record."
     ),
     "first_result/vane": (
         "Most of it is the interpreter's start and the imports of duckdb and pyarrow, which "
