@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group(item)))
     items.sort(key=lambda item: group(item) != "ray")  # stable: each module keeps its order
+
+
+@pytest.fixture(autouse=True)
+def _ray_only_where_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that starts Ray in this process must be marked ``ray`` (or use ``ray_cluster``):
+    under ``make test`` those all run on one worker, and one unmarked would start a second
+    cluster on the other worker, beside the first, on a 2-core machine."""
+    ray = sys.modules.get("ray")
+    before = ray is not None and ray.is_initialized()
+    yield
+    ray = sys.modules.get("ray")
+    if before or ray is None or not ray.is_initialized():
+        return
+    item = request.node
+    if not (item.get_closest_marker("ray") or "ray_cluster" in item.fixturenames):
+        pytest.fail(f"{item.nodeid} started Ray in the test process: mark it @pytest.mark.ray")
 
 
 @pytest.fixture(autouse=True)
