@@ -16,6 +16,23 @@ from vane import _engine
 from vane.backend.compile import scan as scan_source
 from vane.plan.nodes import FileScan
 
+# A part of a share's rows: (offset, count), the count None for all the rest.
+Rows = tuple[int, int | None] | None
+
+# Ray Data hands a UDF step's answers on per task of its actors, and a task answers a whole
+# input bundle (its outputs are merged into blocks of up to ``target_max_block_size``), so the
+# stream's first rows wait for the first input block to go through the model: a 20,000-row
+# file read as one block that Ray Data splits for parallelism in 4 is 5,000 rows, 79 batches of
+# 64 (issue 31). So the first share of a file source is read slow-start: blocks of 64 rows,
+# then 128, doubling up to 4,096, then all the rest as one block as before. An actor's task
+# answers a block of at least its batch size, so the first rows come after about one batch (a
+# few for batches of over 64 rows), and the 7 small tasks cost nothing on a large input, whose
+# tasks stay large. The sizes are fixed: a rerun cuts the same batches, which a resumable
+# write finds again by their contents (``execution/resume.py``).
+_FIRST_BLOCK_ROWS = 64
+_SMALL_BLOCKS = 7  # 64 .. 4,096 rows: 8,128 in all
+_ALL_ROWS = 2**63 - 1
+
 
 def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """A share of a multi-file source as the whole source's schema: columns by name, a column
@@ -30,12 +47,18 @@ def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def read_files(scan: FileScan, files: Iterable[str]) -> pa.Table:
-    """The rows of ``files``, a share of ``scan``'s, read as the scan reads them."""
+def read_files(scan: FileScan, files: Iterable[str], rows: Rows = None) -> pa.Table:
+    """The rows of ``files``, a share of ``scan``'s, read as the scan reads them; ``rows``: only
+    those from the ``(offset, count)`` one on (``count`` ``None``: to the end), in the files'
+    order (DuckDB keeps the order rows are read in: ``preserve_insertion_order``)."""
     share = dataclasses.replace(scan, files=tuple(files))
     cursor = _engine.cursor()
     try:
-        table: pa.Table = scan_source(share, cursor).to_arrow_table()
+        relation = scan_source(share, cursor)
+        if rows is not None:
+            offset, count = rows
+            relation = relation.limit(_ALL_ROWS if count is None else count, offset=offset)
+        table: pa.Table = relation.to_arrow_table()
     finally:
         cursor.close()
     return conform_columns(table, scan.schema)
@@ -61,13 +84,18 @@ def file_datasource(scan: FileScan) -> Any:
             tasks = []
             for i in range(groups):
                 share = tuple(_share(files, i, groups))
-                metadata = BlockMetadata(
-                    num_rows=None,
-                    size_bytes=sum(_size(f) for f in share) or None,
-                    exec_stats=None,
-                    input_files=share,
-                )
-                tasks.append(ReadTask(functools.partial(_read_share, scan, share), metadata))
+                parts: list[Rows] = slow_start() if i == 0 else [None]
+                for rows in parts:
+                    last = rows is None or rows[1] is None
+                    metadata = BlockMetadata(
+                        num_rows=None,
+                        # (the small blocks' bytes are counted in the rest's)
+                        size_bytes=(sum(_size(f) for f in share) or None) if last else 0,
+                        exec_stats=None,
+                        input_files=share if last else None,
+                    )
+                    read = functools.partial(_read_share, scan, share, rows)
+                    tasks.append(ReadTask(read, metadata))
             return tasks
 
     def _size(path: str) -> int:
@@ -79,8 +107,19 @@ def file_datasource(scan: FileScan) -> Any:
     return FileScanDatasource()  # type: ignore[no-untyped-call]
 
 
-def _read_share(scan: FileScan, share: tuple[str, ...]) -> list[pa.Table]:
-    return [read_files(scan, share)]
+def slow_start() -> list[Rows]:
+    """The parts a source's first share is read in: small blocks, doubling, then the rest."""
+    parts: list[Rows] = []
+    offset = 0
+    for i in range(_SMALL_BLOCKS):
+        count = _FIRST_BLOCK_ROWS << i
+        parts.append((offset, count))
+        offset += count
+    return [*parts, (offset, None)]
+
+
+def _read_share(scan: FileScan, share: tuple[str, ...], rows: Rows) -> list[pa.Table]:
+    return [read_files(scan, share, rows)]
 
 
 def _share(files: list[str], index: int, groups: int) -> list[str]:
