@@ -23,14 +23,14 @@ Rows = tuple[int, int | None] | None
 # input bundle (its outputs are merged into blocks of up to ``target_max_block_size``), so the
 # stream's first rows wait for the first input block to go through the model: a 20,000-row
 # file read as one block that Ray Data splits for parallelism in 4 is 5,000 rows, 79 batches of
-# 64 (issue 31). So the first share of a file source is read slow-start: blocks of 64 rows,
-# then 128, doubling up to 4,096, then all the rest as one block as before. An actor's task
-# answers a block of at least its batch size, so the first rows come after about one batch (a
-# few for batches of over 64 rows), and the 7 small tasks cost nothing on a large input, whose
+# 64 (issue 31). So the first share of a file source is read slow-start: a block of one batch
+# of the UDF step that reads it (``first_rows``), then two, doubling up to 64, then all the
+# rest as one block as before. An actor's task answers a bundle of at least one batch, so the
+# first rows come after one batch, and the 7 small tasks cost nothing on a large input, whose
 # tasks stay large. The sizes are fixed: a rerun cuts the same batches, which a resumable
 # write finds again by their contents (``execution/resume.py``).
-_FIRST_BLOCK_ROWS = 64
-_SMALL_BLOCKS = 7  # 64 .. 4,096 rows: 8,128 in all
+FIRST_ROWS = 64  # the first block's rows when no UDF step reads the source directly
+_SMALL_BLOCKS = 7  # 1 .. 64 batches: 127 in all
 _ALL_ROWS = 2**63 - 1
 
 
@@ -64,9 +64,10 @@ def read_files(scan: FileScan, files: Iterable[str], rows: Rows = None) -> pa.Ta
     return conform_columns(table, scan.schema)
 
 
-def file_datasource(scan: FileScan) -> Any:
+def file_datasource(scan: FileScan, first_rows: int = FIRST_ROWS) -> Any:
     """A Ray Data datasource that reads ``scan``'s files in parallel tasks, a few files each,
-    with DuckDB and the scan's own options."""
+    with DuckDB and the scan's own options; the first share slow-start, from a block of
+    ``first_rows`` rows (a batch of the UDF step that reads it)."""
     import os
 
     from ray.data.block import BlockMetadata
@@ -84,7 +85,7 @@ def file_datasource(scan: FileScan) -> Any:
             tasks = []
             for i in range(groups):
                 share = tuple(_share(files, i, groups))
-                parts: list[Rows] = slow_start() if i == 0 else [None]
+                parts: list[Rows] = slow_start(first_rows) if i == 0 else [None]
                 for rows in parts:
                     last = rows is None or rows[1] is None
                     metadata = BlockMetadata(
@@ -107,12 +108,12 @@ def file_datasource(scan: FileScan) -> Any:
     return FileScanDatasource()  # type: ignore[no-untyped-call]
 
 
-def slow_start() -> list[Rows]:
+def slow_start(first_rows: int = FIRST_ROWS) -> list[Rows]:
     """The parts a source's first share is read in: small blocks, doubling, then the rest."""
     parts: list[Rows] = []
     offset = 0
     for i in range(_SMALL_BLOCKS):
-        count = _FIRST_BLOCK_ROWS << i
+        count = first_rows << i
         parts.append((offset, count))
         offset += count
     return [*parts, (offset, None)]
