@@ -25,8 +25,6 @@ import vane
 HOLD_SECONDS = 60
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(HOLD_SECONDS * 4)]
 
-BATCHES = 40
-
 
 class Logged:
     """Holds each batch but the first until the gate opens; logs each answer's first id and
@@ -54,12 +52,18 @@ def _calls(path: Path) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in (line.split() for line in path.read_text().splitlines())]
 
 
-@pytest.mark.parametrize(("above", "b"), [("udf", 64), ("filter", 64), ("udf", 100)])
-def test_the_first_rows_of_a_file_come_after_one_batch_of_the_model(tmp_path, on_ray, above, b):
-    """One parquet file of 40 batches of ``b`` rows, one actor: the first batch reaches the
-    caller when the model has answered that batch alone. Then every row comes, in order, each
-    batch cut at multiples of ``b`` as locally."""
-    rows = b * BATCHES
+@pytest.mark.parametrize(
+    ("above", "b", "batches"),
+    [("udf", 64, 40), ("filter", 64, 40), ("udf", 100, 40), ("udf", 16, 300)],
+)
+def test_the_first_rows_of_a_file_come_after_one_batch_of_the_model(
+    tmp_path, on_ray, above, b, batches
+):
+    """One parquet file of ``batches`` batches of ``b`` rows, one actor: the first batch reaches
+    the caller when the model has answered that batch alone. Then every row comes, in order,
+    each batch cut at multiples of ``b`` as locally (300 batches: past the small blocks, 127
+    batches, and through blocks of at most 64)."""
+    rows = b * batches
     source = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": pa.array(range(rows), pa.int64())}), source)
     calls, gate = tmp_path / "calls.txt", tmp_path / "open"

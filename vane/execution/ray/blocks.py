@@ -29,6 +29,11 @@ Rows = tuple[int, int | None] | None
 # first rows come after one batch, and the 7 small tasks cost nothing on a large input, whose
 # tasks stay large. The sizes are fixed: a rerun cuts the same batches, which a resumable
 # write finds again by their contents (``execution/resume.py``).
+#   The rest is then cut into blocks of at most 64 batches (``largest_block``): Ray Data would
+# split one file's rows into as many blocks as it wants tasks, and now sees 8 read tasks where
+# it saw one, so the rest would be one block, whose actor task calls the model on one batch at
+# a time, none queued behind it (``PLAIN_CALLS_PER_ACTOR`` in ``lowering.py``): 100,000 rows
+# through a 2 ms function took twice as long so.
 FIRST_ROWS = 64  # the first block's rows when no UDF step reads the source directly
 _SMALL_BLOCKS = 7  # 1 .. 64 batches: 127 in all
 _ALL_ROWS = 2**63 - 1
@@ -117,6 +122,11 @@ def slow_start(first_rows: int = FIRST_ROWS) -> list[Rows]:
         parts.append((offset, count))
         offset += count
     return [*parts, (offset, None)]
+
+
+def largest_block(first_rows: int = FIRST_ROWS) -> int:
+    """The rows of the largest block of a source read slow-start from ``first_rows``."""
+    return first_rows << (_SMALL_BLOCKS - 1)
 
 
 def _read_share(scan: FileScan, share: tuple[str, ...], rows: Rows) -> list[pa.Table]:

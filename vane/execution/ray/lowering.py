@@ -32,7 +32,7 @@ from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
 from vane.execution.ray.actor import RayUdf
-from vane.execution.ray.blocks import FIRST_ROWS, file_datasource
+from vane.execution.ray.blocks import FIRST_ROWS, file_datasource, largest_block
 from vane.execution.ray.fit import actor_resources
 from vane.execution.ray.waits import ResourceWatch
 from vane.execution.resume import Checkpoint, step_key
@@ -196,7 +196,8 @@ class RayLowering:
             return self.ray_data.range(node.n)
         if isinstance(node, FileScan):
             first_rows = self._first_rows.get(id(node), FIRST_ROWS)
-            return self.ray_data.read_datasource(file_datasource(node, first_rows))
+            read = self.ray_data.read_datasource(file_datasource(node, first_rows))
+            return read.repartition(target_num_rows_per_block=largest_block(first_rows))
         if isinstance(node, ArrowScan):
             tables = _split(node.table)
             return self._built(lambda: self.ray_data.from_arrow(tables))
