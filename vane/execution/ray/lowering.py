@@ -197,7 +197,10 @@ class RayLowering:
         if isinstance(node, FileScan):
             first_rows = self._first_rows.get(id(node), FIRST_ROWS)
             read = self.ray_data.read_datasource(file_datasource(node, first_rows))
-            return read.repartition(target_num_rows_per_block=largest_block(first_rows))
+            # (through a map that does nothing, so that the cut is made in the read's tasks:
+            # Ray Data fuses a map with the repartition after it, and the read with that)
+            cut = read.map_batches(_as_is, batch_size=None, batch_format="pyarrow")
+            return cut.repartition(target_num_rows_per_block=largest_block(first_rows))
         if isinstance(node, ArrowScan):
             tables = _split(node.table)
             return self._built(lambda: self.ray_data.from_arrow(tables))
@@ -376,6 +379,10 @@ def _first_batches(plan: PlanNode) -> dict[int, int]:
             rows = node.udf.rows_per_batch
             batches[id(below)] = min(rows, batches.get(id(below), rows))
     return batches
+
+
+def _as_is(block: pa.Table) -> pa.Table:
+    return block
 
 
 def _run_block_sql(block: pa.Table, top: PlanNode, bottom: Any) -> pa.Table:
