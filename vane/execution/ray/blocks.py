@@ -25,11 +25,12 @@ Rows = tuple[int, int | None] | None
 # file read as one block that Ray Data splits for parallelism in 4 is 5,000 rows, 79 batches of
 # 64 (issue 31). So the first share of a file source is read slow-start: a block of one batch
 # of the UDF step that reads it (``first_rows``), then two, doubling up to 64, then all the
-# rest as one block as before. An actor's task answers a bundle of at least one batch, so the
+# rest in one read. An actor's task answers a bundle of at least one batch, so the
 # first rows come after one batch, and the 7 small tasks cost nothing on a large input, whose
 # tasks stay large. The sizes are fixed: a rerun cuts the same batches, which a resumable
 # write finds again by their contents (``execution/resume.py``).
-#   The rest is then cut into blocks of at most 64 batches (``largest_block``): Ray Data would
+#   Every block is then cut to at most 64 batches (``largest_block``, in the read's own tasks:
+# ``lowering.py``): Ray Data would
 # split one file's rows into as many blocks as it wants tasks, and now sees 8 read tasks where
 # it saw one, so the rest would be one block, whose actor task calls the model on one batch at
 # a time, none queued behind it (``PLAIN_CALLS_PER_ACTOR`` in ``lowering.py``): 100,000 rows
