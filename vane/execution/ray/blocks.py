@@ -16,6 +16,29 @@ from vane import _engine
 from vane.backend.compile import scan_checked
 from vane.plan.nodes import FileScan
 
+# A part of a share's rows: (offset, count), the count None for all the rest.
+Rows = tuple[int, int | None] | None
+
+# Ray Data hands a UDF step's answers on per task of its actors, and a task answers a whole
+# input bundle (its outputs are merged into blocks of up to ``target_max_block_size``), so the
+# stream's first rows wait for the first input block to go through the model: a 20,000-row
+# file read as one block that Ray Data splits for parallelism in 4 is 5,000 rows, 79 batches of
+# 64 (issue 31). So the first share of a file source is read slow-start: a block of one batch
+# of the UDF step that reads it (``first_rows``), then two, doubling up to 64, then all the
+# rest in one read. An actor's task answers a bundle of at least one batch, so the
+# first rows come after one batch, and the 7 small tasks cost nothing on a large input, whose
+# tasks stay large. The sizes are fixed: a rerun cuts the same batches, which a resumable
+# write finds again by their contents (``execution/resume.py``).
+#   Every block is then cut to at most 64 batches (``largest_block``, in the read's own tasks:
+# ``lowering.py``): Ray Data would
+# split one file's rows into as many blocks as it wants tasks, and now sees 8 read tasks where
+# it saw one, so the rest would be one block, whose actor task calls the model on one batch at
+# a time, none queued behind it (``PLAIN_CALLS_PER_ACTOR`` in ``lowering.py``): 100,000 rows
+# through a 2 ms function took twice as long so.
+FIRST_ROWS = 64  # the first block's rows when no UDF step reads the source directly
+_SMALL_BLOCKS = 7  # 1 .. 64 batches: 127 in all
+_ALL_ROWS = 2**63 - 1
+
 
 def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """A share of a multi-file source as the whole source's schema: columns by name, a column
@@ -30,8 +53,10 @@ def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def read_files(scan: FileScan, files: Iterable[str]) -> pa.Table:
-    """The rows of ``files``, a share of ``scan``'s, read as the scan reads them.
+def read_files(scan: FileScan, files: Iterable[str], rows: Rows = None) -> pa.Table:
+    """The rows of ``files``, a share of ``scan``'s, read as the scan reads them; ``rows``: only
+    those from the ``(offset, count)`` one on (``count`` ``None``: to the end), in the files'
+    order (DuckDB keeps the order rows are read in: ``preserve_insertion_order``).
 
     The share is checked against the scan's stamps before it is bound: that check is the
     listing that tells this process what each object is (its size, time and ETag), so that
@@ -44,15 +69,20 @@ def read_files(scan: FileScan, files: Iterable[str]) -> pa.Table:
     share = dataclasses.replace(scan, files=files)
     cursor = _engine.cursor()
     try:
-        table: pa.Table = scan_checked(share, cursor).to_arrow_table()
+        relation = scan_checked(share, cursor)
+        if rows is not None:
+            offset, count = rows
+            relation = relation.limit(_ALL_ROWS if count is None else count, offset=offset)
+        table: pa.Table = relation.to_arrow_table()
     finally:
         cursor.close()
     return conform_columns(table, scan.schema)
 
 
-def file_datasource(scan: FileScan) -> Any:
+def file_datasource(scan: FileScan, first_rows: int = FIRST_ROWS) -> Any:
     """A Ray Data datasource that reads ``scan``'s files in parallel tasks, a few files each,
-    with DuckDB and the scan's own options."""
+    with DuckDB and the scan's own options; the first share slow-start, from a block of
+    ``first_rows`` rows (a batch of the UDF step that reads it)."""
     import os
 
     from ray.data.block import BlockMetadata
@@ -70,13 +100,18 @@ def file_datasource(scan: FileScan) -> Any:
             tasks = []
             for i in range(groups):
                 share = tuple(_share(files, i, groups))
-                metadata = BlockMetadata(
-                    num_rows=None,
-                    size_bytes=sum(_size(f) for f in share) or None,
-                    exec_stats=None,
-                    input_files=share,
-                )
-                tasks.append(ReadTask(functools.partial(_read_share, scan, share), metadata))
+                parts: list[Rows] = slow_start(first_rows) if i == 0 else [None]
+                for rows in parts:
+                    last = rows is None or rows[1] is None
+                    metadata = BlockMetadata(
+                        num_rows=None,
+                        # (the small blocks' bytes are counted in the rest's)
+                        size_bytes=(sum(_size(f) for f in share) or None) if last else 0,
+                        exec_stats=None,
+                        input_files=share if last else None,
+                    )
+                    read = functools.partial(_read_share, scan, share, rows)
+                    tasks.append(ReadTask(read, metadata))
             return tasks
 
     def _size(path: str) -> int:
@@ -90,8 +125,24 @@ def file_datasource(scan: FileScan) -> Any:
     return FileScanDatasource()  # type: ignore[no-untyped-call]
 
 
-def _read_share(scan: FileScan, share: tuple[str, ...]) -> list[pa.Table]:
-    return [read_files(scan, share)]
+def slow_start(first_rows: int = FIRST_ROWS) -> list[Rows]:
+    """The parts a source's first share is read in: small blocks, doubling, then the rest."""
+    parts: list[Rows] = []
+    offset = 0
+    for i in range(_SMALL_BLOCKS):
+        count = first_rows << i
+        parts.append((offset, count))
+        offset += count
+    return [*parts, (offset, None)]
+
+
+def largest_block(first_rows: int = FIRST_ROWS) -> int:
+    """The rows of the largest block of a source read slow-start from ``first_rows``."""
+    return first_rows << (_SMALL_BLOCKS - 1)
+
+
+def _read_share(scan: FileScan, share: tuple[str, ...], rows: Rows) -> list[pa.Table]:
+    return [read_files(scan, share, rows)]
 
 
 def _share(files: list[str], index: int, groups: int) -> list[str]:

@@ -32,7 +32,7 @@ from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
 from vane.execution.ray.actor import RayUdf
-from vane.execution.ray.blocks import file_datasource
+from vane.execution.ray.blocks import FIRST_ROWS, file_datasource, largest_block
 from vane.execution.ray.fit import actor_resources
 from vane.execution.ray.waits import ResourceWatch
 from vane.execution.resume import Checkpoint, step_key
@@ -138,6 +138,7 @@ class RayLowering:
         self.progress: Any = None  # the action's events (set by the runner)
         # The rows a `limit` needs from a UDF step (by node identity): its dataset stops there.
         self._caps = row_caps(plan)
+        self._first_rows = _first_batches(plan)
         # The first error a stream from Ray raised: DuckDB, reading the stream, reports it as
         # its own text, so the original (with its cause) is kept here to re-raise.
         self.failure: BaseException | None = None
@@ -194,7 +195,12 @@ class RayLowering:
         if isinstance(node, RangeScan):
             return self.ray_data.range(node.n)
         if isinstance(node, FileScan):
-            return self.ray_data.read_datasource(file_datasource(node))
+            first_rows = self._first_rows.get(id(node), FIRST_ROWS)
+            read = self.ray_data.read_datasource(file_datasource(node, first_rows))
+            # (through a map that does nothing, so that the cut is made in the read's tasks:
+            # Ray Data fuses a map with the repartition after it, and the read with that)
+            cut = read.map_batches(_as_is, batch_size=None, batch_format="pyarrow")
+            return cut.repartition(target_num_rows_per_block=largest_block(first_rows))
         if isinstance(node, ArrowScan):
             tables = _split(node.table)
             return self._built(lambda: self.ray_data.from_arrow(tables))
@@ -355,6 +361,28 @@ class RayLowering:
         for cursor in self._cursors:
             cursor.close()
         self._cursors.clear()
+
+
+def _first_batches(plan: PlanNode) -> dict[int, int]:
+    """The rows of a batch of the UDF step that reads each file source (by node identity),
+    directly or through row-local SQL steps (the smallest, if several do): the source's first
+    block holds that many, so that the step's first answers come after one batch (see
+    ``blocks.py``)."""
+    batches: dict[int, int] = {}
+    for node in walk(plan):
+        if not isinstance(node, UdfStep):
+            continue
+        below = node.input
+        while isinstance(below, SqlStep) and below.row_local:
+            below = below.inputs[0]
+        if isinstance(below, FileScan):
+            rows = node.udf.rows_per_batch
+            batches[id(below)] = min(rows, batches.get(id(below), rows))
+    return batches
+
+
+def _as_is(block: pa.Table) -> pa.Table:
+    return block
 
 
 def _run_block_sql(block: pa.Table, top: PlanNode, bottom: Any) -> pa.Table:
