@@ -173,9 +173,9 @@ def _doubled(batch: pa.Table) -> pa.Table:
 @pytest.mark.ray
 def test_ray_tasks_read_their_share_with_one_check_and_one_get_per_object(client, bucket, on_ray):
     """Each Ray task checks its share of the objects (one listing request, of the keys from
-    its first object to its last), which tells its DuckDB what they are: binding and reading
-    the share then fetch each object once. Before: 50 HEAD and 15 GET requests for 5 small
-    objects."""
+    its first object to its last; a worker process that checked the share lately does not
+    again), which tells its DuckDB what they are: binding and reading the share then fetch each
+    object once. Before: 50 HEAD and 15 GET requests for 5 small objects."""
     for i in range(FILES):
         _put(client, bucket, f"ray/f{i}.parquet", _table(i), "parquet")
     # The session's Ray workers may predate the server and the variables that point at it.
@@ -192,7 +192,10 @@ def test_ray_tasks_read_their_share_with_one_check_and_one_get_per_object(client
         2 * i for i in range(10 * FILES)
     ]
     served = _counted()
-    assert served["LIST"] <= FILES and served["HEAD"] == 0 and served["GET"] <= FILES
+    # The first share is read slow-start, in several small tasks (docs/ray.md): each of the
+    # cluster's 4 worker processes that takes one checks it and fetches its objects once.
+    assert served["HEAD"] == 0
+    assert served["LIST"] <= FILES + 3 and served["GET"] <= FILES + 3
 
 
 def _bytes(table: pa.Table) -> bytes:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,6 +55,33 @@ def conform_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+# A share this process checked lately, by its files and the stamps the plan has for them, and
+# when: the slow start reads one share in several tasks, often in one worker process, and the
+# check's listing is good for as long as the storage layer keeps what it told DuckDB
+# (``storage._INFO_SECONDS``; a read after that names the ETag it expects all the same).
+_CHECKED_FOR_S = 20.0
+_checked: dict[tuple[tuple[str, object], ...], float] = {}
+_checked_lock = threading.Lock()
+
+
+def _check_share(scan: FileScan, files: tuple[str, ...]) -> None:
+    """Raise if ``files`` changed since the plan listed them, unless this process saw them
+    unchanged in the last ``_CHECKED_FOR_S`` seconds."""
+    stamps = scan.stamps or {}
+    key = tuple((path, stamps.get(path)) for path in files)
+    now = time.monotonic()
+    with _checked_lock:
+        if now - _checked.get(key, -_CHECKED_FOR_S) < _CHECKED_FOR_S:
+            return
+    changed = scan.vanished(files)
+    if changed is not None:
+        raise changed
+    with _checked_lock:
+        _checked[key] = now
+        for old in [k for k, t in _checked.items() if now - t >= _CHECKED_FOR_S]:
+            del _checked[old]
+
+
 def read_files(scan: FileScan, files: Iterable[str], rows: Rows = None) -> pa.Table:
     """The rows of ``files``, a share of ``scan``'s, read as the scan reads them; ``rows``: only
     those from the ``(offset, count)`` one on (``count`` ``None``: to the end), in the files'
@@ -63,9 +92,7 @@ def read_files(scan: FileScan, files: Iterable[str], rows: Rows = None) -> pa.Ta
     binding it and reading it ask the store nothing more, and its reads name the ETags the
     driver's plan was built on."""
     files = tuple(files)
-    changed = scan.vanished(files)
-    if changed is not None:
-        raise changed
+    _check_share(scan, files)
     share = dataclasses.replace(scan, files=files)
     cursor = _engine.cursor()
     try:
