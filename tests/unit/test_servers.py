@@ -135,3 +135,53 @@ def test_the_handle_stays_in_the_driver_and_says_what_travels():
     with pytest.raises(ConfigurationError, match=r"server\.route"):
         pickle.dumps(server)
     assert pickle.loads(pickle.dumps(_route())) == _route()  # the route travels
+
+
+@given(reply=st.binary(min_size=1, max_size=64).filter(lambda b: not b.startswith(b"HTTP/")))
+def test_a_port_that_answers_something_else_than_http_is_not_healthy_yet(reply):
+    # A free port is free only when it is picked: before the server listens on it, another
+    # program (a Ray cluster starting beside it) may answer there. Before: BadStatusLine
+    # failed the server's start instead of waiting for it.
+    import socket
+    import threading
+
+    from vane.ai.node_server import healthy
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def answer() -> None:
+            peer, _ = listener.accept()
+            with peer:
+                peer.recv(4096)
+                peer.sendall(reply + b"\r\n\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        port = listener.getsockname()[1]
+        assert healthy(f"http://127.0.0.1:{port}/health", timeout=10) is False
+        thread.join(10)
+
+
+def test_a_file_url_whose_server_does_not_speak_http_is_a_source_error(tmp_path):
+    import socket
+    import threading
+
+    from vane.errors import SourceError
+    from vane.types.files import File
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def answer() -> None:
+            peer, _ = listener.accept()
+            with peer:
+                peer.recv(4096)
+                peer.sendall(b"\x00\x00\x12\x04not http\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/a.jpg"
+        with pytest.raises(SourceError, match="cannot open the file"):
+            File(url).read()

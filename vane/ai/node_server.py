@@ -15,6 +15,7 @@ that node's actors: the one channel between them that needs no connection of its
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import shlex
@@ -169,10 +170,14 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def healthy(url: str, timeout: float = 5.0) -> bool:
+    """Whether ``url`` answers 200. Anything else is "not yet", a reply that is not HTTP
+    included: the port may be another program's meanwhile (a free port is free only when it
+    is picked; a cluster starting beside us took one, and its binary reply failed the start
+    with http.client's BadStatusLine instead of waiting for the server)."""
     try:
         with _DIRECT.open(url, timeout=timeout) as reply:
             return bool(reply.status == 200)
-    except (OSError, urllib.error.URLError, ValueError):
+    except (OSError, urllib.error.URLError, ValueError, http.client.HTTPException):
         return False
 
 

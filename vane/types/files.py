@@ -15,6 +15,7 @@ struct array, and ``File.from_value`` turns one of its values into a ``File``.
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
 import tempfile
@@ -135,7 +136,8 @@ class File:
             raise
         except FileNotFoundError as exc:
             raise SourceNotFoundError(f"the file {self.url!r} does not exist") from exc
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, http.client.HTTPException) as exc:
+            # (a server whose reply is not HTTP: http.client's BadStatusLine, not an OSError)
             raise SourceError(f"cannot open the file {self.url!r}: {exc}") from exc
 
     def read(self) -> bytes:
