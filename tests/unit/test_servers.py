@@ -3,9 +3,13 @@ servers; nothing is started here (tests/integration/test_servers.py starts real 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
+import socket
 import sys
+import threading
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -137,16 +141,10 @@ def test_the_handle_stays_in_the_driver_and_says_what_travels():
     assert pickle.loads(pickle.dumps(_route())) == _route()  # the route travels
 
 
-@given(reply=st.binary(min_size=1, max_size=64).filter(lambda b: not b.startswith(b"HTTP/")))
-def test_a_port_that_answers_something_else_than_http_is_not_healthy_yet(reply):
-    # A free port is free only when it is picked: before the server listens on it, another
-    # program (a Ray cluster starting beside it) may answer there. Before: BadStatusLine
-    # failed the server's start instead of waiting for it.
-    import socket
-    import threading
-
-    from vane.ai.node_server import healthy
-
+@contextlib.contextmanager
+def _answering(reply: bytes) -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` of a listener that answers its first request with
+    ``reply``: a program on the port that does not speak HTTP."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
@@ -159,29 +157,27 @@ def test_a_port_that_answers_something_else_than_http_is_not_healthy_yet(reply):
 
         thread = threading.Thread(target=answer, daemon=True)
         thread.start()
-        port = listener.getsockname()[1]
-        assert healthy(f"http://127.0.0.1:{port}/health", timeout=10) is False
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
         thread.join(10)
 
 
-def test_a_file_url_whose_server_does_not_speak_http_is_a_source_error(tmp_path):
-    import socket
-    import threading
+@given(reply=st.binary(min_size=1, max_size=64).filter(lambda b: not b.startswith(b"HTTP/")))
+def test_a_port_that_answers_something_else_than_http_is_not_healthy_yet(reply):
+    # A free port is free only when it is picked: before the server listens on it, another
+    # program (a Ray cluster starting beside it) may answer there. Before: BadStatusLine
+    # failed the server's start instead of waiting for it.
+    from vane.ai.node_server import healthy
 
+    with _answering(reply) as address:
+        assert healthy(f"{address}/health", timeout=10) is False
+
+
+def test_a_file_url_whose_server_does_not_speak_http_is_a_source_error():
     from vane.errors import SourceError
     from vane.types.files import File
 
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-
-        def answer() -> None:
-            peer, _ = listener.accept()
-            with peer:
-                peer.recv(4096)
-                peer.sendall(b"\x00\x00\x12\x04not http\r\n\r\n")
-
-        threading.Thread(target=answer, daemon=True).start()
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/a.jpg"
-        with pytest.raises(SourceError, match="cannot open the file"):
-            File(url).read()
+    with (
+        _answering(b"\x00\x00\x12\x04not http") as address,
+        pytest.raises(SourceError, match="cannot open the file"),
+    ):
+        File(f"{address}/a.jpg").read()

@@ -284,9 +284,8 @@ class LanceSink:
         try:
             return lance.dataset(self.uri, storage_options=self.storage_options)
         except (ValueError, OSError, RuntimeError):
-            if self.remote is not None and self.remote.failed_create():
-                self.remote.remove_all()  # as for a local path, below
-                return None
+            if self.remote is not None and self.remote.clear_failed_create():
+                return None  # as for a local path, below
             if _is_local(self.uri) and _failed_create(Path(self.uri)):
                 # A first write that died before its commit (a kill): its data files, never
                 # part of any version. They go, as the next write's own would on failure.
@@ -362,38 +361,34 @@ class RemoteLeftovers:
     def empty(self) -> bool:
         return self._listed() == []
 
-    def failed_create(self) -> bool:
-        """The prefix holds only what a first write that never committed leaves (as
-        ``_failed_create`` for a local path)."""
+    def clear_failed_create(self) -> bool:
+        """Remove what a first write that never committed left (as ``_failed_create`` tells
+        for a local path): only data files, transactions and no version's manifest. Whether
+        there was such a leftover."""
         keys = self._listed()
         if not keys:
             return False
         tops = {key.split("/", 1)[0] for key in keys}
         manifests = any(k.startswith("_versions/") and k.endswith(".manifest") for k in keys)
-        return "data" in tops and tops <= {"data", "_transactions", "_versions"} and not manifests
+        if "data" not in tops or not tops <= {"data", "_transactions", "_versions"} or manifests:
+            return False
+        self._delete(keys)
+        return True
 
     def remove(self, data_files: list[str], *, whole: bool) -> None:
         """Remove ``data_files`` (paths under ``data/``), or everything when the write made
-        the dataset (``whole``) and no version of it was committed."""
-        if whole and not self._committed():
-            self.remove_all()
-            return
+        the dataset (``whole``) and no version of it was committed (a prefix that cannot be
+        listed is left as it is but for ``data_files``)."""
+        keys = self._listed() if whole else None
+        if keys is not None and not any(k.startswith("_versions/") for k in keys):
+            self._delete(keys)
+        else:
+            self._delete([f"data/{name}" for name in data_files])
+
+    def _delete(self, keys: list[str]) -> None:
+        """Remove ``keys`` (relative to the prefix) in batched requests, best effort."""
         from vane.io import object_puts
 
-        with contextlib.suppress(OSError, VaneError):
-            paths = [self.location.join("data", name).path for name in data_files]
-            object_puts.delete(self.location.store, self.location.store.filesystem(), paths)
-
-    def _committed(self) -> bool:
-        """Whether some version was committed (or the prefix could not be listed: then it is
-        left alone)."""
-        keys = self._listed()
-        return keys is None or any(k.startswith("_versions/") for k in keys)
-
-    def remove_all(self) -> None:
-        from vane.io import object_puts
-
-        keys = self._listed() or []
         with contextlib.suppress(OSError, VaneError):
             paths = [self.location.join(key).path for key in keys]
             object_puts.delete(self.location.store, self.location.store.filesystem(), paths)
