@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 import vane
 from tests.integration.test_value_fidelity import assert_same_table
 from tests.strategies import tables
-from vane.errors import ConfigurationError, StorageAccessError, StorageNotFoundError
+from vane.errors import (
+    ConfigurationError,
+    StorageAccessError,
+    StorageError,
+    StorageNotFoundError,
+)
 from vane.io import storage, storage_errors
 
 
@@ -52,6 +57,48 @@ def test_errors_name_the_url_and_never_a_credential():
     assert "s3://b/k" in str(refused) and "s3cr3t-value" not in str(refused)
     missing = storage_errors.translate(OSError("NoSuchBucket"), "s3://b/k", "cannot read", store)
     assert isinstance(missing, StorageNotFoundError) and "'b' does not exist" in str(missing)
+
+
+_BUCKETS = st.from_regex(r"[a-z0-9][a-z0-9.-]{1,20}[a-z0-9]", fullmatch=True)
+_KEYS = st.from_regex(r"([A-Za-z0-9_.-]{1,12}/){0,3}[A-Za-z0-9_.-]{0,12}", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket=_BUCKETS, key=_KEYS)
+def test_what_went_wrong_never_depends_on_the_bucket_or_key_name(bucket, key):
+    """A name holding "403", "404", "not found" or "Forbidden" does not decide the error: the
+    store's code and the exception's type do (a CI run's random bucket b-233c4039d4 made an
+    unreachable endpoint a refused request)."""
+    from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+    where = f"s3://{bucket}/{key}"
+    url = f"http://127.0.0.1:9/{bucket}?list-type=2&prefix={key}"
+    store = storage.locate(where, {"endpoint_url": "http://127.0.0.1:9"}).store
+
+    def kind(exc: BaseException) -> type:
+        return type(storage_errors.translate(exc, where, "cannot list", store))
+
+    def client(code: str, status: int) -> ClientError:
+        reply = {"Error": {"Code": code, "Message": f"{code} for {key}"}}
+        reply["ResponseMetadata"] = {"HTTPStatusCode": status}
+        return ClientError(reply, "ListObjectsV2")
+
+    unreachable = [
+        EndpointConnectionError(endpoint_url=url),
+        ReadTimeoutError(endpoint_url=url),
+        OSError(
+            f"When listing objects under key '{key}' in bucket '{bucket}': AWS Error "
+            "NETWORK_CONNECTION during ListObjectsV2 operation: curlCode: 7, Couldn't connect"
+        ),
+    ]
+    for exc in unreachable:
+        error = storage_errors.translate(exc, where, "cannot list", store)
+        assert kind(exc) is StorageError and "could not be reached" in str(error), error
+    assert kind(client("AccessDenied", 403)) is StorageAccessError
+    assert kind(client("NoSuchKey", 404)) is StorageNotFoundError
+    missing_bucket = storage_errors.translate(client("NoSuchBucket", 404), where, "x", store)
+    assert isinstance(missing_bucket, StorageNotFoundError)
+    assert f"the bucket {bucket!r} does not exist" in str(missing_bucket)
 
 
 def test_writes_and_reads_refuse_storage_options_for_local_paths(tmp_path):

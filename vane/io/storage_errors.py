@@ -33,11 +33,11 @@ class Located(Protocol):
 
 
 _NOT_FOUND_BUCKET = re.compile(r"NO_SUCH_BUCKET|NoSuchBucket|bucket does not exist", re.I)
-_NOT_FOUND = re.compile(r"NO_SUCH_KEY|NoSuchKey|Path does not exist|not found|404", re.I)
+_NOT_FOUND = re.compile(r"NO_SUCH_KEY|NoSuchKey|Path does not exist|not found|\b404\b", re.I)
 _ACCESS = re.compile(
     # pyarrow names AWS errors in capitals (INVALID_ACCESS_KEY_ID), botocore as AWS does
     r"ACCESS_DENIED|AccessDenied|InvalidAccessKeyId|INVALID_ACCESS_KEY_ID|"
-    r"SignatureDoesNotMatch|SIGNATURE_DOES_NOT_MATCH|Forbidden|403|"
+    r"SignatureDoesNotMatch|SIGNATURE_DOES_NOT_MATCH|Forbidden|\b403\b|"
     r"ExpiredToken|InvalidToken|No response body|credentials",
     re.I,
 )
@@ -69,27 +69,84 @@ def translate(exc: BaseException, where: str, action: str, store: Located | None
         text = text[:397] + "..."
     bucket = where.split("://", 1)[-1].split("/", 1)[0]
     endpoint = _endpoint(store)
-    if _NOT_FOUND_BUCKET.search(text):
+    kind = _kind(exc, _without_names(text, where))
+    if kind == "no-bucket":
         return StorageNotFoundError(
             f"{action} {where}: the bucket {bucket!r} does not exist{endpoint}. Check the "
             f"bucket's name, and the endpoint (AWS_ENDPOINT_URL or storage_options="
             f"{{'endpoint_url': ...}}) if it lives elsewhere than AWS ({text})"
         )
-    if isinstance(exc, PermissionError) or _ACCESS.search(text):
+    if kind == "refused":
         return StorageAccessError(
             f"{action} {where}: the store refused the request{endpoint}. Check the credentials "
             "vane found (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_PROFILE, or "
             "storage_options={'key': ..., 'secret': ...}), that they are not expired, and that "
             f"they may access {bucket!r} ({text})"
         )
-    if isinstance(exc, FileNotFoundError) or _NOT_FOUND.search(text):
+    if kind == "missing":
         return StorageNotFoundError(f"{action} {where}: no such object ({text})")
-    if _UNREACHABLE.search(text):
+    if kind == "unreachable":
         return StorageError(
             f"{action} {where}: the store could not be reached{endpoint} after "
             f"{S3_ATTEMPTS} attempts. Check the endpoint and the network ({text})"
         )
     return StorageError(f"{action} {where} failed after vane's retries: {text}")
+
+
+def _kind(exc: BaseException, text: str) -> str:
+    """What went wrong: the exception's type or the store's error code first, then its words.
+    ``text`` has no URL, bucket or key in it, so that a name never decides: a bucket called
+    ``b-233c4039d4`` holds "403" but an endpoint that cannot be reached is still unreachable."""
+    code, status = _client_error(exc)
+    if type(exc).__module__.startswith("botocore") and _is_named(exc, *_BOTOCORE_UNREACHABLE):
+        return "unreachable"
+    if code == "NoSuchBucket" or _NOT_FOUND_BUCKET.search(text):
+        return "no-bucket"
+    if status == 403 or isinstance(exc, PermissionError):
+        return "refused"
+    if code in ("NoSuchKey", "NotFound") or isinstance(exc, FileNotFoundError):
+        return "missing"
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return "unreachable"
+    if _ACCESS.search(text):
+        return "refused"
+    if _NOT_FOUND.search(text) or status == 404:
+        return "missing"
+    if _UNREACHABLE.search(text):
+        return "unreachable"
+    return "other"
+
+
+def _client_error(exc: BaseException) -> tuple[str, int | None]:
+    """A botocore ClientError's error code and HTTP status ("", None for any other error)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return "", None
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, status if isinstance(status, int) else None
+
+
+# EndpointConnectionError, ConnectTimeoutError and ProxyConnectionError are ConnectionErrors.
+_BOTOCORE_UNREACHABLE = ("ConnectionError", "ReadTimeoutError", "ConnectionClosedError")
+
+
+def _is_named(exc: BaseException, *names: str) -> bool:
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
+
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
+
+
+def _without_names(text: str, where: str) -> str:
+    """``text`` with the URLs, the bucket and the key taken out: what is left is the store's
+    words, whose codes say what happened."""
+    text = _URL.sub(" ", text)
+    path = where.split("://", 1)[-1]
+    parts = sorted({path, path.strip("/"), *path.split("/")} - {""}, key=len, reverse=True)
+    for part in parts:  # whole names only: a key "s" must not take the s out of "Access"
+        text = re.sub(rf"(?<![\w.-]){re.escape(part)}(?![\w.-])", " ", text)
+    return text
 
 
 def _endpoint(store: Located | None) -> str:
