@@ -109,9 +109,21 @@ ABOUT = {
         "`vane-thread-resumed-half` is the rerun of such a write that a kill stopped once half "
         "of its batches were kept (the killed run is not timed)."
     ),
+    "images": (
+        "Image classification: a folder of generated JPEGs of mixed sizes (160 to 640 pixels a "
+        "side), decoded and resized to 224x224 RGB on the CPU (Pillow), then a ResNet-18 "
+        "(torchvision's layout, random weights, 2 torch threads in every variant) over batches "
+        "of 32 as (n, 224, 224, 3) arrays, and (path, label) written to Parquet. vane: "
+        '`read_images(size=(224, 224))` then `map_batches(batch_format="numpy")` on the '
+        "model's backend; Ray Data: `read_images(size=...)` then `map_batches` on an actor; "
+        "Daft: `image.decode` and `image.resize` then a `@daft.cls`. The hand loop decodes a "
+        "batch, then runs the model on it, one after the other on one thread; it also reports "
+        "the model's busy fraction (`model_busy` in results.json)."
+    ),
 }
 
 BASELINES = {
+    "images": "hand-loop",
     "overhead": "hand-loop",
     "embed": "hand-loop",
     "prompt": "aiohttp-loop",
@@ -351,6 +363,43 @@ PLANNING = [
         op="<",
         limit=1.0,
         words="planning: a folder of many files, read, filtered and optimized",
+    ),
+]
+# Issue 28: image classification ahead of both peers by a tenth and at 0.95x the hand loop,
+# at a lower peak memory than either peer.
+IMAGES = [
+    Target(
+        workload="images",
+        variant="vane-thread",
+        kind="throughput",
+        op=">=",
+        limit=0.95,
+        words="images: vane-thread throughput, over the hand loop's",
+        baseline="hand-loop",
+    ),
+    *(
+        Target(
+            workload="images",
+            variant="vane-thread",
+            kind="throughput",
+            op=">=",
+            limit=1.1,
+            words=f"images: vane-thread throughput, over {peer}'s",
+            baseline=peer,
+        )
+        for peer in ("daft", "ray-data")
+    ),
+    *(
+        Target(
+            workload="images",
+            variant="vane-thread",
+            kind="peak",
+            op="<",
+            limit=1.0,
+            words=f"images: vane-thread peak memory, over {peer}'s",
+            baseline=peer,
+        )
+        for peer in ("daft", "ray-data")
     ),
 ]
 # Issue 30: resume=True costs at most 3% over the same write without it, and the rerun of a
@@ -713,6 +762,7 @@ def all_targets(workloads: dict[str, list[Variant]]) -> list[Target]:
         *LARGE_OBJECTS,
         *SERVE,
         *RESUME,
+        *IMAGES,
     ]
 
 
