@@ -586,6 +586,15 @@ WHY = {
         "and taking the kept half's answers from the store; the killed run's half is the "
         "other 50%."
     ),
+    "images/vane-thread": (
+        "The model is the bound, and every engine is at it: the hand loop, which overlaps "
+        "nothing, spends about nine tenths of its run in the model (`model_busy` in "
+        "results.json), so the most any engine can gain by decoding beside the model is about "
+        "a tenth over the hand loop, and the ResNet's two torch threads already take both "
+        "cores, so the decoding beside it takes from the model's time. Daft and Ray Data are "
+        "within a few percent of the hand loop too; a tenth ahead of them is not there to take "
+        "on two cores."
+    ),
     "first_result/vane": (
         "Most of it is the interpreter's start and the imports of duckdb and pyarrow, which "
         "vane makes on its first call rather than at `import vane`; the duckdb and hand-loop "
