@@ -17,10 +17,12 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import vane
 from vane.errors import ResumeError
+from vane.execution import stage
 from vane.io.resume import ResumeStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,6 +160,39 @@ def test_a_changed_pipeline_is_refused_saying_what_changed_and_restart_starts_ov
     assert result.rows == 100 and 20 in calls and not {0, 10} & set(calls)
     assert len(calls) == len(set(calls)) == 10 - resumed // 10  # every other batch, once
     assert resumed >= 20 and f"{resumed} answered by the saved run" in str(result.steps[0])
+
+
+def test_a_quick_functions_units_are_kept_batch_by_batch(tmp_path, monkeypatch):
+    """A quick function's batches travel in units of several (``vane.execution.stage``); a
+    resumable write keeps each batch's answer on its own, those before a call that failed
+    part-way through a unit included, so a rerun pays for each batch no run answered, once."""
+    monkeypatch.setattr(stage, "UNIT_SECONDS", 3600.0)  # every call is quick: the largest units
+    calls: list[int] = []
+    broken = [True]
+
+    def score(batch: pa.Table) -> pa.Table:
+        first = batch["id"][0].as_py()
+        calls.append(first)
+        if broken[0] and first == 500:
+            raise RuntimeError("the machine went away")
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
+
+    rel = vane.range(1_000).map_batches(
+        score, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10
+    )
+    out = str(tmp_path / "out")
+    with pytest.raises(RuntimeError, match="went away"):
+        rel.write_parquet(out, resume=True)
+    calls.clear()
+    broken[0] = False
+    result = rel.write_parquet(out, resume=True)
+    resumed = result.steps[0].rows_resumed
+    assert resumed >= 500  # every batch before the failing one was kept
+    assert 500 in calls and min(calls) >= 500 and len(calls) == len(set(calls))
+    assert len(calls) == 100 - resumed // 10  # each batch no run kept, once
+    rows = vane.read_parquet(out).to_arrow()
+    assert rows["id"].to_pylist() == list(range(1_000))
+    assert rows["y"].to_pylist() == [2 * i for i in range(1_000)]
 
 
 def test_saved_answers_keep_what_on_error_did_to_them(tmp_path):

@@ -16,7 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vane.execution.resume import Checkpoint
 from vane.io.resume import ResumeStore
+from vane.udf.runtime import BatchOutcome, RowError
 
 META = {"rows_skipped": 1, "errors": [[3, "ValueError: no", 2]]}
 FINGERPRINT = {"plan": "p", "steps": {}, "inputs": {}}
@@ -212,3 +214,80 @@ def test_a_store_without_logs_answers_nothing(tmp_path):
     assert store.get("step", "d1") is None and list(store.kept()) == []
     shutil.rmtree(store.path)
     assert list(ResumeStore(str(tmp_path / "out"), "write_parquet").kept()) == []
+
+
+# ---- a unit of several calls, kept call by call ---------------------------------------------
+
+
+@st.composite
+def _calls(draw: st.DrawFn) -> tuple[int, list[list[BatchOutcome]]]:
+    """A unit: its calls' input size, and each call's answer as the pieces it was joined from
+    (a call bisected because rows failed is answered in halves), with rows dropped, nulled and
+    failing as on_error leaves them."""
+    call_rows = draw(st.integers(1, 6))
+    calls = []
+    for _ in range(draw(st.integers(1, 5))):
+        pieces = []
+        sizes = draw(st.sampled_from([[call_rows], [call_rows // 2, call_rows - call_rows // 2]]))
+        for rows in (n for n in sizes if n):
+            out = draw(st.integers(0, 3))  # map_batches may answer any number of rows
+            failing = draw(st.lists(st.integers(0, rows - 1), unique=True, max_size=rows))
+            errors = [RowError(r, f"ValueError: row {r}", 2) for r in sorted(failing)]
+            pieces.append(
+                BatchOutcome(
+                    pa.table({"x": pa.array(range(out), pa.int64())}),
+                    rows_skipped=len(failing) // 2,
+                    rows_nulled=len(failing) - len(failing) // 2,
+                    first_error=errors[0].error if errors else None,
+                    dropped=sorted(failing)[: len(failing) // 2],
+                    errors=errors,
+                )
+            )
+        calls.append(pieces)
+    return call_rows, calls
+
+
+def _joined(parts: list[tuple[int, BatchOutcome]]) -> BatchOutcome:
+    """``parts`` (input offset, outcome) joined in order, as an actor joins them."""
+    joined = parts[0][1]
+    for offset, outcome in parts[1:]:
+        joined = joined.then(outcome, offset)
+    return joined
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(unit=_calls())
+def test_a_units_answer_cut_at_its_calls_is_each_calls_own_answer(unit):
+    call_rows, calls = unit
+    starts = [i * call_rows for i in range(len(calls))]
+    own = []  # each call's answer, as if it had been sent alone
+    parts = []  # every piece of the unit, at its offset in the unit
+    for start, pieces in zip(starts, calls, strict=True):
+        offsets = [0, call_rows // 2] if len(pieces) == 2 else [0]
+        own.append(_joined(list(zip(offsets, pieces, strict=True))))
+        parts += [(start + offset, piece) for offset, piece in zip(offsets, pieces, strict=True)]
+    cut = _joined(parts).calls_of(starts, call_rows * len(calls))
+    assert cut is not None
+    for got, want in zip(cut, own, strict=True):
+        assert got.table.equals(want.table)
+        assert (got.rows_skipped, got.rows_nulled) == (want.rows_skipped, want.rows_nulled)
+        assert (got.dropped, got.errors) == (want.dropped, want.errors)
+        assert got.first_error == want.first_error
+    begun = {offset for offset, _ in parts}
+    inside = [row for row in range(call_rows * len(calls)) if row not in begun]
+    if inside:  # a cut where no piece begins is refused, never a wrong answer
+        assert _joined(parts).calls_of([0, inside[0]], call_rows * len(calls)) is None
+
+
+def test_a_unit_that_failed_part_way_keeps_the_calls_before_the_failure(tmp_path):
+    store = _store(tmp_path)
+    checkpoint = Checkpoint(store, "step")
+    first = BatchOutcome(pa.table({"x": [1, 2]}))
+    unit = first.then(BatchOutcome(pa.table({"x": [3]})), 2)
+    unit.failure = RuntimeError("the third call failed")
+    checkpoint.put(["a", "b", "c"], [0, 2, 4], unit, 6)
+    again = Checkpoint(_rerun(store), "step")
+    kept_a, kept_b = again.get("a"), again.get("b")
+    assert kept_a is not None and kept_a.table["x"].to_pylist() == [1, 2]
+    assert kept_b is not None and kept_b.table["x"].to_pylist() == [3]
+    assert again.get("c") is None

@@ -97,13 +97,13 @@ class Checkpoint:
         self.store = store
         self.key = key
 
-    def get(self, shipped: pa.Table) -> tuple[str, BatchOutcome | None]:
-        digest = batch_digest(shipped)
+    def get(self, digest: str) -> BatchOutcome | None:
+        """The answer kept under ``digest`` (``batch_digest`` of the batch), if a run kept it."""
         saved = self.store.get(self.key, digest)
         if saved is None:
-            return digest, None
+            return None
         meta = saved.meta
-        outcome = BatchOutcome(
+        return BatchOutcome(
             saved.table,
             rows_skipped=int(meta.get("rows_skipped", 0)),
             rows_nulled=int(meta.get("rows_nulled", 0)),
@@ -112,11 +112,28 @@ class Checkpoint:
             poisoned=[str(p) for p in meta.get("poisoned", [])],
             errors=[RowError(int(r), str(e), int(a)) for r, e, a in meta.get("errors", [])],
         )
-        return digest, outcome
 
-    def put(self, digest: str, outcome: BatchOutcome) -> None:
+    def put(self, digests: list[str], starts: list[int], outcome: BatchOutcome, rows: int) -> None:
+        """Keep ``outcome``, the answer to ``rows`` input rows in calls beginning at ``starts``
+        (a unit of several, or one), each call's under its batch's digest, as if it had been
+        sent alone: a rerun cuts its units otherwise, and finds each call's answer."""
         if outcome.failure is not None:
-            return  # a unit that failed part-way: its answers are not the whole batch's
+            # A unit whose call failed part-way: the calls before it answered in whole (each
+            # began a piece of the answer), and are kept; the failed one and those after not.
+            begun = {piece.input_row for piece in outcome.pieces()}
+            answered = next((i for i, start in enumerate(starts) if start not in begun), 0)
+            if answered == 0:
+                return
+            digests, rows, starts = digests[:answered], starts[answered], starts[:answered]
+        calls = [outcome] if len(digests) == 1 else outcome.calls_of(starts, rows)
+        if calls is None:
+            # (a call that does not begin where a piece of the answer does: not kept, so a
+            # rerun asks again; never a wrong answer under a batch's digest)
+            return
+        for digest, call in zip(digests, calls, strict=True):
+            self._put(digest, call)
+
+    def _put(self, digest: str, outcome: BatchOutcome) -> None:
         meta = {
             "rows_skipped": outcome.rows_skipped,
             "rows_nulled": outcome.rows_nulled,

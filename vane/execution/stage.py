@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -106,6 +107,7 @@ class UdfStage:
         self._pool_started = False
         self._over_budget: BudgetExceededError | None = None  # set once the budget is passed
         self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
+        self._first_input = True  # (``_inputs``: the first chunk goes on without waiting)
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -173,12 +175,12 @@ class UdfStage:
             )
             saturated_since: float | None = None
             offset = 0
-            for seq, chunk in enumerate(self._chunks()):
+            for seq, (chunk, shipped, digests) in enumerate(self._inputs(reads)):
                 if self._over_budget is not None:
                     break  # no more work; what is in flight is paid for: taken and kept below
-                shipped = chunk.select(list(reads)) if reads is not None else chunk
                 task = Task(seq, offset, shipped, call_rows=self.batch_size)
-                inflight[self._submit(pool, task)] = chunk
+                for future, rows in self._submit(pool, task, digests):
+                    inflight[future] = chunk.slice(rows.offset - offset, rows.table.num_rows)
                 offset += chunk.num_rows
                 # Hand on whatever is finished, so in-flight counts only real backlog.
                 while inflight and self._next_is_ready(inflight):
@@ -216,26 +218,91 @@ class UdfStage:
     def _requests(self, servers: tuple[ServerCount, ...]) -> None:
         self.events.emit(ServerRequests(self.step, self.step_id, servers))
 
-    def _submit(self, pool: ActorPool, task: Task) -> Future[BatchOutcome]:
-        """The batch's outcome: the saved answer of a resumable write, or the pool's (started
-        now if the saved work has answered every batch so far)."""
-        digest = None
-        if self.checkpoint is not None:
-            digest, outcome = self.checkpoint.get(task.table)
-            if outcome is not None:
-                saved: Future[BatchOutcome] = Future()
-                saved.set_result(outcome)
-                self._saved.add(saved)
-                return saved
+    def _inputs(
+        self, reads: tuple[str, ...] | None
+    ) -> Iterator[tuple[pa.Table, pa.Table, Future[list[str]] | None]]:
+        """Each input chunk, what of it the function is given, and, for a resumable write, the
+        future digests of its calls' batches (``batch_digest``), under which their answers are
+        kept. The digests are computed on a thread of their own, one chunk ahead of the stage
+        (hashlib lets go of the GIL): the stage's thread meanwhile reads the input, hands
+        batches on and writes the output, and the digest was the largest part of what
+        resume=True added to a quick step. The first chunk is not held back for the next
+        one's read, so the first rows wait on nothing."""
+        shipped_of: Callable[[pa.Table], pa.Table] = (
+            (lambda chunk: chunk.select(list(reads))) if reads is not None else (lambda c: c)
+        )
+        if self.checkpoint is None:
+            for chunk in self._chunks():
+                yield chunk, shipped_of(chunk), None
+            return
+        from vane.execution.resume import batch_digest
+
+        def digests(shipped: pa.Table, call_rows: int) -> list[str]:
+            return [
+                batch_digest(shipped.slice(start, call_rows))
+                for start in range(0, max(shipped.num_rows, 1), call_rows)
+            ]
+
+        ahead: deque[tuple[pa.Table, pa.Table, Future[list[str]]]] = deque()
+        with ThreadPoolExecutor(1, thread_name_prefix=f"vane-digest-{self.step_id}") as pool:
+            for chunk in self._chunks():
+                shipped = shipped_of(chunk)
+                ahead.append((chunk, shipped, pool.submit(digests, shipped, self.batch_size)))
+                if len(ahead) > 1 or self._first_input:
+                    self._first_input = False
+                    yield ahead.popleft()
+            while ahead:
+                yield ahead.popleft()
+
+    def _submit(
+        self, pool: ActorPool, task: Task, digested: Future[list[str]] | None
+    ) -> list[tuple[Future[BatchOutcome], Task]]:
+        """The batch's outcome, with the rows it is for: the pool's (started now if the saved
+        work has answered every batch so far), or for a resumable write the saved answers of
+        the calls a killed run kept and the pool's for the others, in the order of the rows."""
+        if self.checkpoint is None or digested is None:
+            return [(self._run(pool, task), task)]
+        checkpoint = self.checkpoint
+        digests = digested.result()
+        calls = task.split_calls()
+        if len(calls) != len(digests):  # (a batch of no rows: one call, one digest)
+            calls = [task]
+        saved = [checkpoint.get(digest) for digest in digests]
+        runs: list[tuple[Future[BatchOutcome], Task]] = []
+        start = 0
+        while start < len(calls):  # each stretch of calls that were all kept, or all not
+            end = start + 1
+            while end < len(calls) and (saved[end] is None) == (saved[start] is None):
+                end += 1
+            first = calls[start].offset - task.offset
+            rows = task.piece(first, sum(call.table.num_rows for call in calls[start:end]))
+            answers = [outcome for outcome in saved[start:end] if outcome is not None]
+            if answers:
+                joined = answers[0]
+                for call, outcome in zip(calls[start + 1 : end], answers[1:], strict=True):
+                    joined = joined.then(outcome, call.offset - rows.offset)
+                future: Future[BatchOutcome] = Future()
+                future.set_result(joined)
+                self._saved.add(future)
+            else:
+                future = self._run(pool, rows)
+                starts = [call.offset - rows.offset for call in calls[start:end]]
+                self._keeping[future] = self._keep_when_done(
+                    future, digests[start:end], starts, rows.table.num_rows
+                )
+            runs.append((future, rows))
+            start = end
+        return runs
+
+    def _run(self, pool: ActorPool, task: Task) -> Future[BatchOutcome]:
         if not self._pool_started:
             pool.start()
             self._pool_started = True
-        future = pool.submit(task)
-        if digest is not None:
-            self._keeping[future] = self._keep_when_done(future, digest)
-        return future
+        return pool.submit(task)
 
-    def _keep_when_done(self, future: Future[BatchOutcome], digest: str) -> Future[None]:
+    def _keep_when_done(
+        self, future: Future[BatchOutcome], digests: list[str], starts: list[int], rows: int
+    ) -> Future[None]:
         """The batch's answer kept as soon as it comes, by the thread that hands it over (an
         actor's thread, or the one reading a worker process's replies) rather than by this
         stage's thread, which meanwhile goes on digesting and submitting batches; the stage
@@ -249,7 +316,7 @@ class UdfStage:
         def keep(done: Future[BatchOutcome]) -> None:
             try:
                 if not done.cancelled() and done.exception() is None:
-                    checkpoint.put(digest, done.result())
+                    checkpoint.put(digests, starts, done.result(), rows)
                 kept.set_result(None)
             except BaseException as exc:  # (the stage raises it, with its cause)
                 kept.set_exception(exc)
@@ -279,8 +346,10 @@ class UdfStage:
         if self.ledger is not None and outcome.errors:
             self.ledger(chunk, outcome.errors)
         resumed = rows_in if future in self._saved else 0
-        self._saved.discard(future)
-        self._size_units(outcome, chunk)
+        if future in self._saved:
+            self._saved.discard(future)  # (a saved answer took no time: it sizes no unit)
+        else:
+            self._size_units(outcome, chunk)
         batch_counts = StepCounts.of_batch(rows_in, outcome, resumed=resumed)
         self.counts.add(batch_counts)
         budget = self.spec.budget
@@ -313,10 +382,8 @@ class UdfStage:
         return min(pool.capacity, per_actor * max(1, len(pool.actors)))
 
     def _size_units(self, outcome: BatchOutcome, chunk: pa.Table) -> None:
-        """Size the next units from the last one: its calls' time and its input's bytes. A
-        resumable write keeps answers batch by batch, so its batches travel one by one."""
-        if self.checkpoint is not None:
-            return
+        """Size the next units from the last one: its calls' time and its input's bytes. (A
+        resumable write keeps a unit's answers call by call: ``BatchOutcome.calls_of``.)"""
         if self.spec.is_async or outcome.calls < 1 or not chunk.num_rows:
             return
         if self.spec.batch_bytes is not None:

@@ -11,6 +11,7 @@ it may call ``asyncio.run`` itself.
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -75,11 +76,17 @@ class BatchOutcome:
     # Each row on_error handled, for an error ledger (``write_*(errors_to=...)``): its position
     # within the batch, its error ("Type: message") and how many calls it was in.
     errors: list[RowError] = field(default_factory=list)
+    # Where the outcomes this one was joined from begin (``then``), each as a Segment; empty for
+    # an outcome of one piece. A unit's calls start where pieces do, so a resumable write can
+    # cut a unit's outcome back into its calls' (``calls_of``) and keep each on its own.
+    segments: list[Segment] = field(default_factory=list)
 
     def then(self, other: BatchOutcome, rows: int) -> BatchOutcome:
         """This outcome followed by ``other``, whose input starts ``rows`` rows later."""
         if self.failure is not None:
             return self  # nothing after the failure is handed on
+        here = Segment(rows, self.table.num_rows, self.rows_skipped, self.rows_nulled)
+        segments = [*self.pieces(), *(here.plus(s) for s in other.pieces())]
         return BatchOutcome(
             pa.concat_tables([self.table, other.table]),
             self.rows_skipped + other.rows_skipped,
@@ -92,6 +99,60 @@ class BatchOutcome:
             self.calls + other.calls,
             other.failure,
             self.errors + [error.shifted(rows) for error in other.errors],
+            segments,
+        )
+
+    def pieces(self) -> list[Segment]:
+        """Where each piece this outcome was joined from begins (itself alone: one)."""
+        return self.segments or [Segment(0, 0, 0, 0)]
+
+    def calls_of(self, starts: list[int], rows: int) -> list[BatchOutcome] | None:
+        """This outcome, of ``rows`` input rows, cut at the input positions ``starts`` (the
+        first row of each call of a unit, 0 first) into one outcome per call, as if each call
+        had been sent alone; None where a call does not begin where a piece of it does."""
+        pieces = {segment.input_row: segment for segment in self.pieces()}
+        if any(start not in pieces for start in starts):
+            return None
+        ends = Segment(rows, self.table.num_rows, self.rows_skipped, self.rows_nulled)
+        bounds = [pieces[start] for start in starts] + [ends]
+        calls = []
+        for first, after in itertools.pairwise(bounds):
+            lo, hi = first.input_row, after.input_row
+            errors = [e.shifted(-lo) for e in self.errors if lo <= e.row < hi]
+            calls.append(
+                BatchOutcome(
+                    self.table.slice(first.output_row, after.output_row - first.output_row),
+                    after.rows_skipped - first.rows_skipped,
+                    after.rows_nulled - first.rows_nulled,
+                    errors[0].error if errors else None,
+                    [i - lo for i in self.dropped if lo <= i < hi],
+                    errors=errors,
+                )
+            )
+        # What names no row of its own (lines about rows that killed an actor, an error with
+        # no row) goes with the first call: a unit's calls are kept, and found again, together.
+        calls[0].poisoned = list(self.poisoned)
+        if calls[0].first_error is None and not any(c.first_error for c in calls[1:]):
+            calls[0].first_error = self.first_error
+        return calls
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Where one piece of a joined outcome begins: its first input row, its first output row,
+    and the rows skipped and nulled before it."""
+
+    input_row: int
+    output_row: int
+    rows_skipped: int
+    rows_nulled: int
+
+    def plus(self, other: Segment) -> Segment:
+        return Segment(
+            self.input_row + other.input_row,
+            self.output_row + other.output_row,
+            self.rows_skipped + other.rows_skipped,
+            self.rows_nulled + other.rows_nulled,
         )
 
 

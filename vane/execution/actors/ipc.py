@@ -45,6 +45,7 @@ import json
 import os
 import pickle
 import struct
+from dataclasses import astuple
 from typing import Any, TypeAlias
 
 import cloudpickle
@@ -53,7 +54,7 @@ import pyarrow as pa
 from vane.execution.actors.shm import Slots
 from vane.observe.events import ServerCount
 from vane.udf.failures import builtin_base, format_traceback, stand_in
-from vane.udf.runtime import BatchOutcome, RowError, Task
+from vane.udf.runtime import BatchOutcome, RowError, Segment, Task
 
 _HEADER = struct.Struct("<Q")
 
@@ -207,6 +208,7 @@ def outcome_parts(
             outcome.seconds,
             outcome.calls,
             [[e.row, e.error, e.attempts] for e in outcome.errors],
+            [list(astuple(segment)) for segment in outcome.segments],
         ]
     ).encode()
     # The error that ended a unit part way (BatchOutcome.failure), as FAILED carries one.
@@ -225,9 +227,11 @@ def read_outcome(
     meta = json.loads(bytes(rest[:meta_size]))
     failure = rest[meta_size : meta_size + failure_size]
     _, table = read_table(rest[meta_size + failure_size :], slots)
+    segments = [Segment(*segment) for segment in meta.pop()]
     errors = [RowError(*error) for error in meta.pop()]
     outcome = BatchOutcome(table, *meta)
     outcome.errors = errors
+    outcome.segments = segments
     if failure_size:
         outcome.failure = error_from_bytes(failure)
     return outcome

@@ -135,7 +135,10 @@ class RayUdf:
         admitted = False
         try:
             if self.checkpoint is not None:
-                digest, saved = self.checkpoint.get(shipped)
+                from vane.execution.resume import batch_digest
+
+                digest = batch_digest(shipped)
+                saved = self.checkpoint.get(digest)
             if saved is not None:
                 outcome = saved
             else:
@@ -143,7 +146,7 @@ class RayUdf:
                 self._start()
                 outcome = self._calls(shipped)
                 if digest is not None and self.checkpoint is not None:
-                    self.checkpoint.put(digest, outcome)  # kept before its rows go on
+                    self.checkpoint.put([digest], [0], outcome, shipped.num_rows)  # kept first
         except BaseException as exc:
             self.tally.done.remote(self.key, self.name, StepCounts())
             if admitted:
