@@ -43,7 +43,7 @@ def gone(pid: int, within: float) -> bool:
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-        except FileNotFoundError:
+        except OSError:  # no such file, or (reaped between the open and the read) no such process
             return True
         if state in ("Z", "X"):
             return True
