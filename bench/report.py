@@ -383,23 +383,15 @@ IMAGES = [
         Target(
             workload="images",
             variant="vane-thread",
-            kind="throughput",
-            op=">=",
-            limit=1.1,
-            words=f"images: vane-thread throughput, over {peer}'s",
+            kind=kind,
+            op=op,
+            limit=limit,
+            words=f"images: vane-thread {what}, over {peer}'s",
             baseline=peer,
         )
-        for peer in ("daft", "ray-data")
-    ),
-    *(
-        Target(
-            workload="images",
-            variant="vane-thread",
-            kind="peak",
-            op="<",
-            limit=1.0,
-            words=f"images: vane-thread peak memory, over {peer}'s",
-            baseline=peer,
+        for kind, op, limit, what in (
+            ("throughput", ">=", 1.1, "throughput"),
+            ("peak", "<", 1.0, "peak memory"),
         )
         for peer in ("daft", "ray-data")
     ),

@@ -107,7 +107,6 @@ class UdfStage:
         self._pool_started = False
         self._over_budget: BudgetExceededError | None = None  # set once the budget is passed
         self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
-        self._first_input = True  # (``_inputs``: the first chunk goes on without waiting)
 
     def _chunks(self) -> Iterator[pa.Table]:
         rechunker = Rechunker(iter(self.source))
@@ -244,12 +243,13 @@ class UdfStage:
             ]
 
         ahead: deque[tuple[pa.Table, pa.Table, Future[list[str]]]] = deque()
+        first = True
         with ThreadPoolExecutor(1, thread_name_prefix=f"vane-digest-{self.step_id}") as pool:
             for chunk in self._chunks():
                 shipped = shipped_of(chunk)
                 ahead.append((chunk, shipped, pool.submit(digests, shipped, self.batch_size)))
-                if len(ahead) > 1 or self._first_input:
-                    self._first_input = False
+                if len(ahead) > 1 or first:
+                    first = False
                     yield ahead.popleft()
             while ahead:
                 yield ahead.popleft()
@@ -265,8 +265,6 @@ class UdfStage:
         checkpoint = self.checkpoint
         digests = digested.result()
         calls = task.split_calls()
-        if len(calls) != len(digests):  # (a batch of no rows: one call, one digest)
-            calls = [task]
         saved = [checkpoint.get(digest) for digest in digests]
         runs: list[tuple[Future[BatchOutcome], Task]] = []
         start = 0
