@@ -119,8 +119,9 @@ ABOUT = {
         '`read_images(size=(224, 224))` then `map_batches(batch_format="numpy")` on the '
         "model's backend; Ray Data: `read_images(size=...)` then `map_batches` on an actor; "
         "Daft: `image.decode` and `image.resize` then a `@daft.cls`. The hand loop decodes a "
-        "batch, then runs the model on it, one after the other on one thread; it also reports "
-        "the model's busy fraction (`model_busy` in results.json)."
+        "batch, then runs the model on it, one after the other on one thread. The model busy "
+        "column is its calls' seconds over the run's (`model_busy` in results.json; vane's "
+        "from its model step's `busy_seconds`)."
     ),
 }
 
@@ -581,9 +582,9 @@ WHY = {
     ),
     "images/vane-thread": (
         "The model is the bound, and every engine is at it: the hand loop, which overlaps "
-        "nothing, spends about nine tenths of its run in the model (`model_busy` in "
-        "results.json), so the most any engine can gain by decoding beside the model is about "
-        "a tenth over the hand loop, and the ResNet's two torch threads already take both "
+        "nothing, spends about nine tenths of its run in the model (the model busy column), "
+        "so the most any engine can gain by decoding beside the model is about a tenth over "
+        "the hand loop, and the ResNet's two torch threads already take both "
         "cores, so the decoding beside it takes from the model's time. Daft and Ray Data are "
         "within a few percent of the hand loop too; a tenth ahead of them is not there to take "
         "on two cores."
@@ -678,6 +679,13 @@ def throughput_section(name: str, variants: list[Variant]) -> list[str]:
             (
                 "engine start s (not in median)",
                 lambda v: f"{median(v.values('startup_s')):.2f}" if v.values("startup_s") else "",
+            )
+        )
+    if any(v.values("model_busy") for v in variants):
+        extra.append(
+            (
+                "model busy",
+                lambda v: f"{median(v.values('model_busy')):.0%}" if v.values("model_busy") else "",
             )
         )
     header = [

@@ -35,7 +35,14 @@ def main(args: argparse.Namespace) -> dict[str, object]:
             )
             .write_parquet(args.out + "/")
         )
-    return {"rows": result.rows, "seconds": watch.seconds}
+    # the model's busy fraction, as the hand loop reports its own: its calls' seconds (summed
+    # over its actors: one, unless concurrency= says more) over the run's
+    (model,) = [s for s in result.steps if s.step.startswith("Classifier")]
+    return {
+        "rows": result.rows,
+        "seconds": watch.seconds,
+        "model_busy": model.busy_seconds / watch.seconds,
+    }
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The seconds an action reports cover its work: a write's ``seconds``, each step's, and the total
-of ``explain(analyze=True)``, on every backend and runner, whatever kind of UDF step it runs.
+"""The seconds an action reports cover its work: a write's ``seconds``, each step's, the time its
+function spent in calls (``busy_seconds``), and the total of ``explain(analyze=True)``, on every
+backend and runner, whatever kind of UDF step it runs.
 
 No clock decides these tests: a UDF waits at a gate (``udfs.wait_at_gate``) that the test opens
 only after seeing the step begin and waiting a while itself, so the step surely ran through the
@@ -84,7 +85,9 @@ def check_write(result: vane.WriteResult, held: float) -> None:
     (step,) = result.steps
     assert result.rows == 20
     assert step.seconds >= held, (step, held)
+    assert step.busy_seconds >= held, (step, held)  # the function was in a call all along
     assert result.seconds >= step.seconds, result
+    assert "s in the function)" in str(step), step
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -23,6 +23,7 @@ _batches = st.lists(
         resumed=st.integers(0, 50),
         first_error=st.one_of(st.none(), st.just("ValueError: bad row")),
         usage=st.dictionaries(st.sampled_from(["requests", "prompt_tokens"]), st.integers(0, 9)),
+        busy=st.integers(0, 40).map(lambda n: n / 4),  # quarters add up exactly in any order
     ),
     max_size=10,
 )
@@ -50,6 +51,7 @@ def test_a_steps_counts_do_not_depend_on_the_order_its_batches_answer(batches, s
     assert parts == in_order
     assert in_order.rows_in == sum(b.rows_in for b in batches)
     assert sum(in_order.usage.values()) == sum(sum(b.usage.values()) for b in batches)
+    assert in_order.busy == sum(b.busy for b in batches)
 
 
 @settings(max_examples=80, deadline=None)
@@ -74,6 +76,7 @@ def test_a_batchs_counts_come_from_its_outcome_and_its_time_from_its_stamps():
         first_error="ValueError: bad",
         poisoned=["input row 2: killed its actor"],
         usage={"requests": 3},
+        seconds=1.25,
     )
     batch = StepCounts.of_batch(3, outcome, resumed=0)
     assert (batch.rows_in, batch.rows_out, batch.skipped, batch.usage) == (3, 2, 1, {"requests": 3})
@@ -82,5 +85,10 @@ def test_a_batchs_counts_come_from_its_outcome_and_its_time_from_its_stamps():
     step.add(batch)
     step.stamp(12.5)
     summary = step.finished("score", 7)
-    assert summary.summary() == "3 rows in, 2 out, 1 skipped, 2.50 s; 3 requests"
+    assert summary.summary() == (
+        "3 rows in, 2 out, 1 skipped, 2.50 s (1.25 s in the function); 3 requests"
+    )
+    assert summary.busy_seconds == 1.25
     assert batch.progress("score", 7, busy=1, actors=2).rows_out == 2
+    # a batch a resumable write answered from saved work took the function no time
+    assert StepCounts.of_batch(3, outcome, resumed=3).busy == 0.0

@@ -35,6 +35,9 @@ class StepCounts:
     first_error: str | None = None
     poisoned: list[str] = field(default_factory=list)  # rows that killed or hung their actor
     usage: dict[str, int] = field(default_factory=dict)  # the UDF's counters (requests, ...)
+    # Seconds the function's calls took, summed over its batches (its actors', and an async
+    # function's overlapping calls, each counted): saved answers took none.
+    busy: float = 0.0
     # The step's time runs from its first stamp to its latest, by whatever clock stamps it: the
     # local stage's pool start and end, the Ray tally's first actor start and last answer.
     first: float | None = None
@@ -52,6 +55,7 @@ class StepCounts:
             first_error=outcome.first_error,
             poisoned=list(outcome.poisoned),
             usage=dict(outcome.usage),
+            busy=0.0 if resumed else outcome.seconds,  # a saved answer took no time
         )
 
     def add(self, other: StepCounts) -> None:
@@ -65,6 +69,7 @@ class StepCounts:
         self.first_error = self.first_error or other.first_error
         self.poisoned.extend(other.poisoned)
         self.usage = add_counts(self.usage, other.usage)
+        self.busy += other.busy
         for stamp in (other.first, other.last):
             if stamp is not None:
                 self.stamp(stamp)
@@ -111,6 +116,7 @@ class StepCounts:
             self.seconds,
             self.usage,
             self.resumed,
+            self.busy,
         )
 
     def warning(self, spec: UdfSpec, step: str) -> str | None:

@@ -117,6 +117,10 @@ class StageFinished:
     usage: Mapping[str, int] = field(default_factory=dict)
     # Rows whose answers a resumable write took from the work a killed run had saved.
     rows_resumed: int = 0
+    # Seconds the function's calls took, summed over its batches: over ``seconds`` times the
+    # actors, how busy they kept the function (a sync function's; an async function's calls
+    # overlap, each counted).
+    busy_seconds: float = 0.0
 
     def __str__(self) -> str:
         return f"{self.step}: {self.summary()}"
@@ -131,6 +135,8 @@ class StageFinished:
         if self.rows_resumed:
             text += f", {self.rows_resumed:,} answered by the saved run"
         text += f", {self.seconds:.2f} s"
+        if self.busy_seconds:
+            text += f" ({self.busy_seconds:.2f} s in the function)"
         if self.usage:
             text += "; " + describe_usage(self.usage)
         return text
