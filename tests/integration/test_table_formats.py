@@ -34,6 +34,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import vane
+from tests.integration.support import read_and_exit
 from tests.strategies import tables
 from vane.errors import ConfigurationError, MissingDependencyError, SinkError, UDFError
 
@@ -310,6 +311,14 @@ def test_delta_partitions(tmp_path: Path) -> None:
     assert sorted(p.name for p in where.glob("kind=*")) == ["kind=k0", "kind=k1", "kind=k2"]
     got = vane.read_deltalake(str(where), filter=vane.col("kind") == "k1")
     assert sorted(r["id"] for r in got.to_pylist()) == list(range(1, 30, 3))
+    # values a path must escape: the files are found by the paths the log names
+    odd = tmp_path / "odd"
+    kinds = ["a b", "c/d", "é%2F", "x=y", None]
+    vane.from_pydict({"id": list(range(5)), "kind": kinds}).write_deltalake(
+        str(odd), partition_by="kind"
+    )
+    back = {r["id"]: r["kind"] for r in vane.read_deltalake(str(odd)).to_pylist()}
+    assert back == dict(enumerate(kinds))
 
 
 def test_iceberg_takes_a_pyiceberg_table(catalog: dict[str, str]) -> None:
@@ -511,6 +520,28 @@ def _data_files(fmt: Format, where: str) -> int:
     if isinstance(fmt, Delta):
         return len(list(Path(where).glob("*.parquet")))
     return 0
+
+
+# ---- a process that read a table exits cleanly -----------------------------------------------
+
+
+def test_a_process_that_read_a_table_exits_cleanly(fmt: Format, tmp_path: Path) -> None:
+    # Many files, so that a scan stopped early leaves reads in flight: delta-rs's Python
+    # filesystem, which Arrow's scan called from its own threads, crashed or hung the process
+    # as it exited in nearly every run (now Arrow's own filesystem reads the files).
+    where = place(fmt, tmp_path)
+    rows = vane.range(400_000).with_column("s", "repeat('x', 20)")
+    if isinstance(fmt, Delta):
+        rows.write_deltalake(where, target_file_size=1)  # a file a batch: 16 or more
+        assert len(list(Path(where).glob("*.parquet"))) >= 16
+    elif isinstance(fmt, Lance):
+        rows.write_lance(where, max_rows_per_file=25_000)
+    else:
+        for i in range(4):  # a commit each: pyiceberg's writer makes files of its own size
+            fmt.write(rows.filter(f"id % 4 = {i}"), where, "append")
+    options = {"catalog_kwargs": fmt.catalog} if isinstance(fmt, Iceberg) else {}
+    for way in ("limit", "first batch", "count"):  # stopped early, and read to the end
+        read_and_exit(fmt.name, where, way, options, tmp_path)
 
 
 # ---- Lance's vector index --------------------------------------------------------------------

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pytest
 
 import vane
+from tests.integration.support import read_and_exit
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, local_s3
 from vane.errors import SinkError, UDFError
 
@@ -270,6 +271,19 @@ def test_lance_options_in_the_librarys_own_spelling_still_work(bucket, endpoint)
     native = {"aws_endpoint": endpoint, "allow_http": "true", "aws_region": "us-east-1"}
     vane.range(5).write_lance(where, storage_options=native)
     assert vane.read_lance(where, storage_options=native).count() == 5
+
+
+def test_a_process_that_read_a_delta_table_on_s3_exits_cleanly(
+    bucket: str, endpoint: str, tmp_path: Path
+) -> None:
+    # Arrow's own S3 filesystem reads the table's files (delta-rs's is Python, called from
+    # Arrow's threads: a scan stopped early crashed or hung the process as it exited).
+    table = Table("delta", bucket, endpoint, {})
+    options = vane_options(endpoint)
+    rows = vane.range(400_000).with_column("s", "repeat('x', 20)")
+    rows.write_deltalake(table.where, target_file_size=1, storage_options=options)
+    for way in ("limit", "first batch", "count"):
+        read_and_exit("delta", table.where, way, {"storage_options": options}, tmp_path)
 
 
 def test_a_local_path_is_unaffected(tmp_path: Path) -> None:

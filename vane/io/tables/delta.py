@@ -4,7 +4,9 @@
 Reading: one version of the table (the latest when the relation is built, or the one asked
 for), opened by each action as ``DeltaTable.to_pyarrow_dataset()``: a Parquet dataset whose
 files carry their statistics, so the columns and filters DuckDB pushes into it skip whole
-files and row groups.
+files and row groups. Its files are read by Arrow's own filesystems (local, and S3 with the
+options in vane's spelling), never through delta-rs's, which is Python called from Arrow's
+threads (``_native_filesystem``).
 
 Writing: delta-rs's ``write_deltalake`` takes the rows as one stream (a ``RecordBatchReader``
 fed by the plan) and writes Parquet files under the table's directory, then commits them as
@@ -34,6 +36,7 @@ import pyarrow as pa
 
 from vane._deps import require
 from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
+from vane.io.storage import Store, is_s3_option, options_for, protocol_of
 from vane.io.tables.base import (
     TablePart,
     check_mode,
@@ -61,6 +64,31 @@ def _table(uri: str, version: int | None, options: Mapping[str, str] | None) -> 
     return deltalake.DeltaTable(uri, version=version, storage_options=dict(options or {}) or None)
 
 
+def _native_store(uri: str, given: Mapping[str, Any] | None) -> Store | None:
+    """The object store a table in S3 is read from by Arrow's own (C++) S3 filesystem, with
+    the options as vane spells them (None: a local table; or options in delta-rs's spelling,
+    which only delta-rs's reader takes)."""
+    protocol = protocol_of(uri)
+    if protocol not in ("s3", "s3a") or any(not is_s3_option(k) for k in given or {}):
+        return None
+    return Store(protocol, options_for(protocol, given, "read_deltalake"))
+
+
+def _native_filesystem(uri: str, store: Store | None) -> Any:
+    """A filesystem in C++ for Arrow's scan of the table, rooted at it. delta-rs's own
+    (``to_pyarrow_dataset``'s default) is Python, called from Arrow's I/O threads: a scan that
+    stops early (a ``limit``, a ``first``) leaves reads in flight that enter Python as the
+    interpreter exits, and the process crashes or hangs at exit, after the work. (None:
+    delta-rs's, for a store Arrow has no filesystem of its own for.)"""
+    from pyarrow import fs
+
+    if protocol_of(uri) is None:
+        return fs.SubTreeFileSystem(uri, fs.LocalFileSystem())
+    if store is None:
+        return None
+    return fs.SubTreeFileSystem(uri.split("://", 1)[1].rstrip("/"), store.filesystem())
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc)
     return text.splitlines()[0] if text else type(exc).__name__
@@ -72,7 +100,8 @@ class DeltaSource:
 
     uri: str
     version: int
-    storage_options: Mapping[str, str] | None = None
+    storage_options: Mapping[str, str] | None = None  # delta-rs's spelling
+    store: Store | None = None  # Arrow's filesystem for the table's objects (``_native_store``)
 
     @classmethod
     def at(
@@ -80,7 +109,8 @@ class DeltaSource:
     ) -> DeltaSource:
         uri = _where(uri)
         options = library_options("read_deltalake", uri, storage_options, "delta")
-        return cls(uri, int(cls._open(uri, version, options).version()), options)
+        table = cls._open(uri, version, options)
+        return cls(uri, int(table.version()), options, _native_store(uri, storage_options))
 
     @staticmethod
     def _open(uri: str, version: int | None, options: Mapping[str, str] | None) -> Any:
@@ -105,7 +135,7 @@ class DeltaSource:
     def open(self) -> Any:
         table = self._open(self.uri, self.version, self.storage_options)
         try:
-            return table.to_pyarrow_dataset()
+            return table.to_pyarrow_dataset(filesystem=_native_filesystem(self.uri, self.store))
         except Exception as exc:
             raise SourceError(
                 f"read_deltalake(): cannot read {self.uri!r} (version {self.version}): "
