@@ -1,7 +1,7 @@
 """A UDF step's accounting on both runners (``vane.execution.accounting``): the same pipeline,
 whose function fails on some rows, says the same things on the local runner and on Ray: the
 on_error warning, the write's step summaries and usage, ``explain(analyze=True)``'s notes.
-Only the seconds differ."""
+Only the times differ."""
 
 from __future__ import annotations
 
@@ -85,9 +85,13 @@ def test_a_step_says_the_same_on_the_local_runner_and_on_ray(tmp_path, on_ray):
     assert ray_said == local_said
 
     def summaries(result: WriteResult) -> list[object]:
-        return [dataclasses.replace(s, seconds=0.0, step_id=0) for s in result.steps]
+        return [
+            dataclasses.replace(s, seconds=0.0, busy_seconds=0.0, step_id=0) for s in result.steps
+        ]
 
     assert summaries(on_ray_) == summaries(local)
+    # each runner timed its function's calls (the Ray actors' reach the driver's tally)
+    assert all(s.busy_seconds > 0 for s in [*local.steps, *on_ray_.steps])
     assert on_ray_.usage == local.usage
     assert local.usage == {
         "ScoresOrFails": {"rows_scored": 36},
