@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from vane._deps import require
 from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
-from vane.io.storage import Store, is_s3_option, options_for, protocol_of
+from vane.io.storage import Location, is_s3_option, locate, protocol_of
 from vane.io.tables.base import (
     TablePart,
     check_mode,
@@ -64,29 +64,28 @@ def _table(uri: str, version: int | None, options: Mapping[str, str] | None) -> 
     return deltalake.DeltaTable(uri, version=version, storage_options=dict(options or {}) or None)
 
 
-def _native_store(uri: str, given: Mapping[str, Any] | None) -> Store | None:
-    """The object store a table in S3 is read from by Arrow's own (C++) S3 filesystem, with
-    the options as vane spells them (None: a local table; or options in delta-rs's spelling,
-    which only delta-rs's reader takes)."""
-    protocol = protocol_of(uri)
-    if protocol not in ("s3", "s3a") or any(not is_s3_option(k) for k in given or {}):
+def _s3_location(uri: str, given: Mapping[str, Any] | None) -> Location | None:
+    """Where Arrow's own (C++) S3 filesystem reads a table in S3 from, with the options as vane
+    spells them (None: a local table; a store Arrow has no filesystem of its own for in vane; or
+    options in delta-rs's spelling, which only delta-rs's reader takes)."""
+    if protocol_of(uri) not in ("s3", "s3a") or any(not is_s3_option(k) for k in given or {}):
         return None
-    return Store(protocol, options_for(protocol, given, "read_deltalake"))
+    return locate(uri, given, "read_deltalake")
 
 
-def _native_filesystem(uri: str, store: Store | None) -> Any:
+def _native_filesystem(uri: str, location: Location | None) -> Any:
     """A filesystem in C++ for Arrow's scan of the table, rooted at it. delta-rs's own
     (``to_pyarrow_dataset``'s default) is Python, called from Arrow's I/O threads: a scan that
     stops early (a ``limit``, a ``first``) leaves reads in flight that enter Python as the
     interpreter exits, and the process crashes or hangs at exit, after the work. (None:
-    delta-rs's, for a store Arrow has no filesystem of its own for.)"""
+    delta-rs's, for a table ``_s3_location`` gives no place.)"""
     from pyarrow import fs
 
     if protocol_of(uri) is None:
         return fs.SubTreeFileSystem(uri, fs.LocalFileSystem())
-    if store is None:
+    if location is None:
         return None
-    return fs.SubTreeFileSystem(uri.split("://", 1)[1].rstrip("/"), store.filesystem())
+    return fs.SubTreeFileSystem(location.path.rstrip("/"), location.store.filesystem())
 
 
 def _first_line(exc: BaseException) -> str:
@@ -101,7 +100,7 @@ class DeltaSource:
     uri: str
     version: int
     storage_options: Mapping[str, str] | None = None  # delta-rs's spelling
-    store: Store | None = None  # Arrow's filesystem for the table's objects (``_native_store``)
+    location: Location | None = None  # where Arrow reads the table's objects (``_s3_location``)
 
     @classmethod
     def at(
@@ -110,7 +109,7 @@ class DeltaSource:
         uri = _where(uri)
         options = library_options("read_deltalake", uri, storage_options, "delta")
         table = cls._open(uri, version, options)
-        return cls(uri, int(table.version()), options, _native_store(uri, storage_options))
+        return cls(uri, int(table.version()), options, _s3_location(uri, storage_options))
 
     @staticmethod
     def _open(uri: str, version: int | None, options: Mapping[str, str] | None) -> Any:
@@ -135,7 +134,7 @@ class DeltaSource:
     def open(self) -> Any:
         table = self._open(self.uri, self.version, self.storage_options)
         try:
-            return table.to_pyarrow_dataset(filesystem=_native_filesystem(self.uri, self.store))
+            return table.to_pyarrow_dataset(filesystem=_native_filesystem(self.uri, self.location))
         except Exception as exc:
             raise SourceError(
                 f"read_deltalake(): cannot read {self.uri!r} (version {self.version}): "
