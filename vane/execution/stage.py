@@ -221,12 +221,13 @@ class UdfStage:
         self, reads: tuple[str, ...] | None
     ) -> Iterator[tuple[pa.Table, pa.Table, Future[list[str]] | None]]:
         """Each input chunk, what of it the function is given, and, for a resumable write, the
-        future digests of its calls' batches (``batch_digest``), under which their answers are
-        kept. The digests are computed on a thread of their own, one chunk ahead of the stage
-        (hashlib lets go of the GIL): the stage's thread meanwhile reads the input, hands
-        batches on and writes the output, and the digest was the largest part of what
-        resume=True added to a quick step. The first chunk is not held back for the next
-        one's read, so the first rows wait on nothing."""
+        future keys of its calls' batches, under which their answers are kept: their places in
+        the input where the plan below gives the same rows on every run (``position_key``),
+        else digests of their values (``batch_digest``). Digests are computed on a thread of
+        their own, one chunk ahead of the stage (hashlib lets go of the GIL): the stage's
+        thread meanwhile reads the input, hands batches on and writes the output, and the
+        digest was the largest part of what resume=True added to a quick step. The first chunk
+        is not held back for the next one's read, so the first rows wait on nothing."""
         shipped_of: Callable[[pa.Table], pa.Table] = (
             (lambda chunk: chunk.select(list(reads))) if reads is not None else (lambda c: c)
         )
@@ -234,22 +235,37 @@ class UdfStage:
             for chunk in self._chunks():
                 yield chunk, shipped_of(chunk), None
             return
-        from vane.execution.resume import batch_digest
+        from vane.execution.resume import batch_digest, position_key
+
+        identity = self.checkpoint.position
+        if identity is not None:
+            first = 0
+            for chunk in self._chunks():
+                keys: Future[list[str]] = Future()
+                keys.set_result(
+                    [
+                        position_key(identity, first + start, min(self.batch_size, rest))
+                        for start, rest in _calls(chunk.num_rows, self.batch_size)
+                    ]
+                )
+                first += chunk.num_rows
+                yield chunk, shipped_of(chunk), keys
+            return
 
         def digests(shipped: pa.Table, call_rows: int) -> list[str]:
             return [
                 batch_digest(shipped.slice(start, call_rows))
-                for start in range(0, max(shipped.num_rows, 1), call_rows)
+                for start, _ in _calls(shipped.num_rows, call_rows)
             ]
 
         ahead: deque[tuple[pa.Table, pa.Table, Future[list[str]]]] = deque()
-        first = True
+        first_chunk = True
         with ThreadPoolExecutor(1, thread_name_prefix=f"vane-digest-{self.step_id}") as pool:
             for chunk in self._chunks():
                 shipped = shipped_of(chunk)
                 ahead.append((chunk, shipped, pool.submit(digests, shipped, self.batch_size)))
-                if len(ahead) > 1 or first:
-                    first = False
+                if len(ahead) > 1 or first_chunk:
+                    first_chunk = False
                     yield ahead.popleft()
             while ahead:
                 yield ahead.popleft()
@@ -426,3 +442,9 @@ def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Itera
             yield batch
     finally:
         batches.close()
+
+
+def _calls(rows: int, call_rows: int) -> list[tuple[int, int]]:
+    """Where each call of a chunk of ``rows`` rows begins, with the rows from there to the
+    chunk's end: as ``Task.split_calls`` cuts it (an empty chunk is one call)."""
+    return [(start, rows - start) for start in range(0, max(rows, 1), call_rows)]
