@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import vane
 from vane.errors import ConfigurationError
-from vane.io.tables.options import library_options
+from vane.io.storage import options_for
+from vane.io.tables.options import in_vane_spelling, library_options
 
 _VALUES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12)
 # vane's names (several spellings of each), and the key each library gets
@@ -88,3 +89,39 @@ def test_other_places_get_the_options_as_given() -> None:
     }
     with pytest.raises(ConfigurationError, match="storage_options= takes a dict"):
         library_options("write_lance", "s3://b/t", ["key"], "lance")  # type: ignore[arg-type]
+
+
+@given(
+    chosen=st.fixed_dictionaries(
+        {"key": _VALUES, "secret": _VALUES, "region": _VALUES},
+        optional={
+            "token": _VALUES,
+            "endpoint_url": st.sampled_from(["http://127.0.0.1:9000", "https://minio:9000"]),
+            "request_timeout": st.integers(1, 600),
+            "connect_timeout": st.integers(1, 600),
+            "anon": st.just(True),
+        },
+    ),
+    case=st.sampled_from([str.lower, str.upper]),
+)
+def test_delta_rs_spelling_reads_back_as_vanes(chosen: dict[str, object], case) -> None:
+    """Options as delta-rs and Lance take them (object_store's names, in any case) say to
+    vane's own S3 filesystem what vane's spelling says: so a Delta table's files are read by
+    Arrow's filesystem (no Python on Arrow's threads) whichever spelling a user brought."""
+    theirs = library_options("x", "s3://b/t", chosen, "delta") or {}
+    back = in_vane_spelling({case(name): value for name, value in theirs.items()})
+    assert back is not None
+    assert options_for("s3", back, "x") == options_for("s3", chosen, "x")
+
+
+def test_an_option_vanes_filesystem_cannot_take_leaves_the_read_to_the_library() -> None:
+    assert in_vane_spelling({"aws_endpoint": "http://h:1", "aws_proxy_url": "http://p"}) is None
+    assert in_vane_spelling({"timeout": "soon"}) is None
+    assert in_vane_spelling({"AWS_ALLOW_HTTP": "true", "aws_s3_allow_unsafe_rename": "true"}) == {}
+    assert in_vane_spelling({"endpoint_url": "http://a:1", "aws_endpoint": "http://b:2"}) == {
+        "endpoint_url": "http://a:1"  # vane's spelling first
+    }
+    assert in_vane_spelling({"timeout": "500ms", "connect_timeout": "1m"}) == {
+        "request_timeout": 0.5,
+        "connect_timeout": 60.0,
+    }

@@ -27,6 +27,11 @@ Credentials found in the environment are not copied: each library reads the AWS 
 An option vane does not know goes to the library unchanged, so the library's own spelling
 (``aws_endpoint``, ``s3.proxy-uri``) still works. Other protocols (``gs://``, ``az://``...)
 get the options as given.
+
+The other way, ``in_vane_spelling`` reads options written for Lance's and delta-rs's
+object_store (any case, its aliases: ``AWS_ENDPOINT_URL``, ``aws_endpoint``, ``allow_http``,
+``timeout="60s"``...) as vane's, so that vane's own S3 filesystem (Arrow's, in C++) can read
+a table's files whichever spelling the user brought.
 """
 
 from __future__ import annotations
@@ -100,6 +105,79 @@ def library_options(
         out["allow_http"] = "true"
     out.update(check_storage_options(caller, theirs) or {})
     return out or None
+
+
+# object_store's names (lower case) for what vane's S3 options say, beyond those vane also
+# takes itself (``aws_access_key_id``, ``aws_region``, ``endpoint``...: ``storage.py``).
+_FROM_OBJECT_STORE = {
+    "access_key_id": "key",
+    "secret_access_key": "secret",
+    "aws_token": "token",
+    "aws_endpoint": "endpoint_url",
+    "aws_default_region": "region",
+    "default_region": "region",
+    "aws_skip_signature": "anon",
+    "skip_signature": "anon",
+    "timeout": "request_timeout",
+    "aws_timeout": "request_timeout",
+    "aws_connect_timeout": "connect_timeout",
+}
+# object_store's options that change nothing a read of S3 objects gets: how to reach an http://
+# endpoint (the endpoint's own scheme says it to vane's filesystem) and how writers commit.
+_NOT_FOR_READS = frozenset(
+    {
+        "allow_http",
+        "aws_allow_http",
+        "aws_s3_allow_unsafe_rename",
+        "aws_conditional_put",
+        "conditional_put",
+        "aws_copy_if_not_exists",
+        "copy_if_not_exists",
+        "aws_s3_locking_provider",
+    }
+)
+_DURATION = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+def in_vane_spelling(given: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """S3 ``storage_options`` in object_store's spelling (or vane's, or both) as vane spells
+    them, for a read through vane's own filesystem; None when one of them has no equivalent
+    there (a proxy, a client certificate...), and only the library can take them."""
+    ours: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    for key, value in (given or {}).items():
+        if is_s3_option(key):
+            ours[key] = value
+            continue
+        name = key.lower()
+        if name in _NOT_FOR_READS:
+            continue
+        vane_name = name if is_s3_option(name) else _FROM_OBJECT_STORE.get(name)
+        if vane_name is None:
+            return None
+        theirs[vane_name] = _true(value) if vane_name == "anon" else value
+    out = theirs | ours  # vane's spelling first, where both say it
+    for name in ("connect_timeout", "request_timeout"):
+        if name in out:  # ("10s" as object_store writes it, or a number of seconds)
+            seconds = _seconds(out[name])
+            if seconds is None:
+                return None
+            out[name] = seconds
+    return out
+
+
+def _seconds(value: object) -> float | None:
+    """object_store's duration (``"60s"``, ``"500ms"``, ``"1m"``) or a number, in seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().lower()
+    for unit in ("ms", "s", "m"):  # ("ms" before "s", which it ends with)
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * _DURATION[unit]
+            except ValueError:
+                return None
+    return None
 
 
 def _true(value: object) -> bool:
