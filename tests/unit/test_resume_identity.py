@@ -123,3 +123,30 @@ def test_the_identity_changes_with_the_file_and_with_each_expression(tmp_path):
 )
 def test_functions_are_repeatable_as_the_catalog_says(name, repeatable):
     assert is_repeatable(name) is repeatable
+
+
+def test_an_object_with_neither_etag_nor_time_is_known_by_its_values() -> None:
+    """fsspec's memory filesystem (as an HTTP server without headers) says only a size: not
+    enough to know the object again by its place."""
+    import fsspec
+
+    memory = fsspec.filesystem("memory")
+    with memory.open("/identity/a.parquet", "wb") as out:
+        pq.write_table(pa.table({"id": list(range(10))}), out)
+    rel = vane.read_parquet("memory://identity/a.parquet")
+    assert rel.count() == 10 and input_identity(rel.plan) is None
+
+
+def test_a_local_file_replaced_with_the_same_size_and_time_is_another_input(tmp_path) -> None:
+    # (plain, uncompressed and without statistics: two files of as many ids, one size)
+    plain = {"compression": "none", "use_dictionary": False, "write_statistics": False}
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": list(range(100))}), path, **plain)
+    first = input_identity(vane.read_parquet(str(path)).plan)
+    stat = path.stat()
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"id": list(range(100, 200))}), other, **plain)
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, path)  # as `cp -p` or `rsync -t` of another file would leave it
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
+    assert input_identity(vane.read_parquet(str(path)).plan) not in (first, None)

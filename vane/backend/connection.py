@@ -53,6 +53,9 @@ _RESULT_SETTINGS = (
     "arrow_output_list_view",
     "arrow_output_version",
     "preserve_insertion_order",
+    "binary_as_string",
+    "enable_geoparquet_conversion",
+    "produce_arrow_string_view",
 )
 
 

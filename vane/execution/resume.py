@@ -125,14 +125,13 @@ def position_key(identity: str, first: int, rows: int) -> str:
     return f"@{identity}:{first}+{rows}"
 
 
+# Store options that say who is asking rather than where the objects are: never recorded.
+_SECRET = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
 def _same_rows(node: PlanNode, parts: list[str]) -> bool:
     if isinstance(node, FileScan):
-        stamps = node.stamps or {}
-        if any(path not in stamps for path in node.files):
-            return False
-        sizes = [stamps[path][2:] for path in node.files]  # size, mtime (a copy's inode differs)
-        parts.append(f"{node.format} {node.files!r} {node.options!r} {node.columns!r} {sizes}")
-        return True
+        return _same_files(node, parts)
     if isinstance(node, RangeScan):
         parts.append(f"range {node.n}")
         return True
@@ -147,6 +146,28 @@ def _same_rows(node: PlanNode, parts: list[str]) -> bool:
     fields = [f for f in dataclasses.fields(node) if f.name != "input"]
     parts.append(f"{type(node).__name__} {_text(tuple(getattr(node, f.name) for f in fields))}")
     return all(_same_rows(child, parts) for child in node.inputs)
+
+
+def _same_files(node: FileScan, parts: list[str]) -> bool:
+    """Whether ``node`` reads files whose stamps say what they hold, recording them: a local
+    file's inode, size and modification time (not its device number, which may change when the
+    machine restarts), an object's ETag, size and time (an object with neither an ETag nor a
+    time, as an HTTP server may give, is not known well enough). For objects, the store's
+    options that say where they are, and no ``filename`` column: DuckDB names a remote file by
+    the name this process registered its store under, which another process may name otherwise."""
+    stamps = node.stamps or {}
+    if any(path not in stamps for path in node.files):
+        return False
+    seen = [stamps[path][1:] for path in node.files]
+    if node.storage is not None:
+        if any(tag == 0 and time == 0 for tag, _, time in seen):
+            return False
+        if dict(node.options).get("filename"):
+            return False
+        where = sorted((k, repr(v)) for k, v in node.storage if not _SECRET.search(k))
+        parts.append(f"store {where}")
+    parts.append(f"{node.format} {node.files!r} {node.options!r} {node.columns!r} {seen}")
+    return True
 
 
 def _repeatable(expr: Expr, columns: set[str]) -> bool:

@@ -70,7 +70,7 @@ def _s3_location(uri: str, given: Mapping[str, Any] | None) -> Location | None:
     its own for in vane; or an option only delta-rs's reader takes)."""
     if protocol_of(uri) not in ("s3", "s3a"):
         return None
-    options = in_vane_spelling(given)
+    options = in_vane_spelling("read_deltalake", given)
     if options is None:
         return None
     return locate(uri, options, "read_deltalake")

@@ -40,7 +40,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from vane.io.storage import is_s3_option, options_for, protocol_of
+from vane.errors import ConfigurationError
+from vane.io.storage import canonical_s3_option, is_s3_option, options_for, protocol_of
 from vane.io.tables.base import check_storage_options
 
 Library = Literal["lance", "delta", "iceberg"]
@@ -78,6 +79,7 @@ def library_options(
     protocol = protocol_of(url) if url else None
     if protocol not in ("s3", "s3a"):
         return check_storage_options(caller, given) or None
+    one_spelling(caller, given)
     theirs = {k: v for k, v in (given or {}).items() if not is_s3_option(k)}
     ours = {k: v for k, v in (given or {}).items() if is_s3_option(k)}
     resolved = dict(options_for("s3", ours, caller))
@@ -97,8 +99,14 @@ def library_options(
         if name == "anonymous":
             if _true(value):
                 out[names[name]] = "true"
-        elif name in _SECONDS and library != "iceberg":
-            out[names[name]] = f"{float(value):g}s"
+        elif name in _SECONDS:
+            seconds = _seconds(value)
+            if seconds is None:
+                raise ConfigurationError(
+                    f"{caller}(): storage_options {name}={value!r} is not a time: give seconds "
+                    "(10, 2.5) or a duration such as '10s' or '500ms'"
+                )
+            out[names[name]] = f"{seconds:g}s" if library != "iceberg" else f"{seconds:g}"
         else:
             out[names[name]] = str(value)
     if library != "iceberg" and str(endpoint or "").startswith("http://"):
@@ -139,10 +147,39 @@ _NOT_FOR_READS = frozenset(
 _DURATION = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
-def in_vane_spelling(given: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _canonical(key: str) -> str | None:
+    """The option ``key`` names in vane's own terms (``access_key``, ``endpoint_url``...),
+    whichever spelling and case it is in; None for one vane has no name for."""
+    for name in (key, key.lower()):
+        if is_s3_option(name) and name != "client_kwargs":
+            return canonical_s3_option(name)
+    vane_name = _FROM_OBJECT_STORE.get(key.lower())
+    return canonical_s3_option(vane_name) if vane_name else None
+
+
+def one_spelling(caller: str, given: Mapping[str, Any] | None) -> None:
+    """A ``ConfigurationError`` if ``given`` says one S3 option twice, in two spellings or
+    cases, with different values (``endpoint_url`` and ``aws_endpoint``): the library and
+    vane's own filesystem might each take another, and send the credentials elsewhere."""
+    said: dict[str, tuple[str, Any]] = {}
+    for key, value in (given or {}).items():
+        name = _canonical(key) if isinstance(key, str) else None
+        if name is None:
+            continue
+        if name in said and str(said[name][1]) != str(value):
+            raise ConfigurationError(
+                f"{caller}(): storage_options gives the {name} twice, as {said[name][0]!r} and "
+                f"{key!r}, with different values; give it once"
+            )
+        said.setdefault(name, (key, value))
+
+
+def in_vane_spelling(caller: str, given: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """S3 ``storage_options`` in object_store's spelling (or vane's, or both) as vane spells
     them, for a read through vane's own filesystem; None when one of them has no equivalent
-    there (a proxy, a client certificate...), and only the library can take them."""
+    there (a proxy, a client certificate...), and only the library can take them. An option
+    said twice with different values is refused (``one_spelling``)."""
+    one_spelling(caller, given)
     ours: dict[str, Any] = {}
     theirs: dict[str, Any] = {}
     for key, value in (given or {}).items():
@@ -156,7 +193,7 @@ def in_vane_spelling(given: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if vane_name is None:
             return None
         theirs[vane_name] = _true(value) if vane_name == "anon" else value
-    out = theirs | ours  # vane's spelling first, where both say it
+    out = theirs | ours
     for name in ("connect_timeout", "request_timeout"):
         if name in out:  # ("10s" as object_store writes it, or a number of seconds)
             seconds = _seconds(out[name])
@@ -171,6 +208,10 @@ def _seconds(value: object) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     text = str(value).strip().lower()
+    try:
+        return float(text)  # a number of seconds, written as text
+    except ValueError:
+        pass
     for unit in ("ms", "s", "m"):  # ("ms" before "s", which it ends with)
         if text.endswith(unit):
             try:
