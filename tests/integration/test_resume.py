@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -408,3 +409,49 @@ def test_a_step_above_another_udf_is_answered_by_its_values(tmp_path):
     rel.write_parquet(str(out), resume=True)
     rows = vane.read_parquet(str(out)).to_pylist()
     assert [row["y"] for row in rows] == [f"SECOND-{i}" for i in range(300)]
+
+
+_loading = threading.Event()
+_broken = [True]
+
+
+class _Model:
+    """A model whose load the test watches; it fails at row 300 while ``_broken``."""
+
+    def __init__(self) -> None:
+        _loading.set()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if _broken[0] and batch["id"][0].as_py() >= 300:
+            raise RuntimeError("the machine went away")
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
+
+
+def test_a_rerun_loads_its_model_while_it_reads_the_kept_answers(tmp_path, monkeypatch):
+    """A rerun whose saved work surely lacks answers starts its actors (its model's load)
+    at once, beside the stage reading the kept answers, rather than after them: the reading
+    of the second kept answer is held until the load has begun, and goes on."""
+    from vane.execution import resume
+
+    rel = vane.range(600).map_batches(_Model, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10)
+    out = str(tmp_path / "out")
+    _broken[0] = True
+    with pytest.raises(RuntimeError, match="went away"):
+        rel.write_parquet(out, resume=True)
+    _broken[0] = False
+    _loading.clear()
+    asked: list[bool] = []
+    get = resume.Checkpoint.get
+
+    def held(self, key):
+        if len(asked) == 1:  # the second answer asked for, which a run kept
+            asked.append(_loading.wait(timeout=120))  # (only a broken stage waits this out)
+        else:
+            asked.append(True)
+        return get(self, key)
+
+    monkeypatch.setattr(resume.Checkpoint, "get", held)
+    result = rel.write_parquet(out, resume=True)
+    assert result.steps[0].rows_resumed >= 300 and all(asked)
+    rows = vane.read_parquet(out).to_arrow()
+    assert rows["y"].to_pylist() == [2 * i for i in range(600)]

@@ -235,6 +235,10 @@ class Checkpoint:
         # (``input_identity``); None: by their values.
         self.position = position
 
+    def answers_kept(self) -> int:
+        """How many of the step's answers a run kept (under any key)."""
+        return self.store.count(self.key)
+
     def get(self, digest: str) -> BatchOutcome | None:
         """The answer kept under ``digest`` (the batch's key: ``position_key`` or
         ``batch_digest``), if a run kept it."""

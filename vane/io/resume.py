@@ -312,6 +312,10 @@ class ResumeStore:
             record = Record(log.path, offset, sum(len(part) for part in parts[1:-1]))
             index.setdefault(digest, []).append(record)
 
+    def count(self, step: str) -> int:
+        """How many answers of ``step`` the store holds (whole heads, as ``get`` finds them)."""
+        return len(self._index(step))
+
     def kept(self) -> Iterator[tuple[str, str]]:
         """Every (step, digest) whose answer has a whole head in the store (as a rerun finds
         them; a body that fails its CRC is found, and reads as missing)."""
