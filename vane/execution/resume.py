@@ -105,7 +105,7 @@ def input_identity(node: PlanNode) -> str | None:
     """An identity of the rows ``node`` gives, in their order, if every run of it gives the
     same ones (``node`` is a UDF step's input; see the module's text), else None: then a batch
     is known by its values (``batch_digest``). It covers each node's every field (the files'
-    sizes and modification times, each expression whole), DuckDB's settings that decide
+    stamps: ``_same_files``; each expression whole), DuckDB's settings that decide
     values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
     answer by its place only where the same rows come there."""
     parts: list[str] = []
