@@ -313,14 +313,22 @@ def test_mode_is_checked_when_the_plan_is_built(server):
         )
 
 
-def test_the_ray_runner_refuses_a_batch_step(server):
-    pytest.importorskip("ray")
-    from vane.execution.ray import RayRunner
-    from vane.plan.optimizer import optimize
-
-    plan = optimize(ask(server, ["a"]).plan)
-    with pytest.raises(ConfigurationError, match=r"local runner only.*mode='batch'"):
-        RayRunner().check(plan)
+@pytest.mark.ray
+def test_a_batch_step_on_ray_runs_on_the_drivers_node_and_submits_once(server, tmp_path, on_ray):
+    """On the Ray runner a batch step's actors run on the driver's node, where its journal is:
+    the answers are the live ones in row order, and a rerun submits nothing again."""
+    texts = [f"question {i}" for i in range(12)]
+    server.reset(Behaviour(batch_polls=2))
+    asked = ask(server, texts, cache=str(tmp_path / "cache"), batch_size=6, concurrency=2)
+    assert "actor(s) x 1 CPU on the driver's node" in asked.explain(optimized=True)
+    result = asked.write_parquet(str(tmp_path / "out"))
+    rows = vane.read_parquet(str(tmp_path / "out")).to_pylist()
+    assert [row["response"] for row in rows] == [answer_for(t) for t in texts]
+    assert len(server.batches) == 2 and server.requests == 0
+    assert next(iter(result.usage.values()))["batch_requests"] == 12
+    assert _journaled(tmp_path / "cache") == 0  # every request answered and let go
+    asked.write_parquet(str(tmp_path / "again"))
+    assert len(server.batches) == 2 and server.requests == 0  # all from the cache
 
 
 @given(

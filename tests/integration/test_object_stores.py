@@ -546,3 +546,19 @@ def test_a_resumable_write_to_s3_keeps_its_answers_in_the_local_cache(
     assert calls == [60, 80] and result.rows == 100  # only what no run had answered
     assert _ids(vane.read_parquet(url)) == list(range(100))
     assert not list((tmp_path / "cache" / "resume").iterdir())  # committed: gone
+
+
+def test_a_resumable_write_knows_an_object_by_its_etag_and_never_by_a_remote_filename(bucket):
+    """Over objects, a batch is known by its place only while the object is the same one (its
+    ETag recorded), and never where its rows hold DuckDB's name for the object's store, which
+    another process may register under another name."""
+    from vane.execution.resume import input_identity
+
+    url = f"s3://{bucket}/identity.parquet"
+    vane.range(10).write_parquet(url)
+    first = input_identity(vane.read_parquet(url).plan)
+    assert first is not None
+    assert input_identity(vane.read_parquet(url, filename=True).plan) is None
+    another = vane.range(10).with_column("id", "id + 100")  # another object, of one size
+    another.write_parquet(url, mode="overwrite")
+    assert input_identity(vane.read_parquet(url).plan) not in (first, None)

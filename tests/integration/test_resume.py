@@ -10,14 +10,17 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import vane
@@ -281,3 +284,174 @@ def test_a_class_udf_constructed_with_other_arguments_is_another_pipeline(tmp_pa
     # Other constructor arguments give other answers: the saved ones must not be taken.
     with pytest.raises(ResumeError, match="changed"):
         vane.range(10).with_column("s", Scorer(2.0)(vane.col("id"))).write_parquet(out, resume=True)
+
+
+# ---- batches known by their place in the input, where every run gives it alike --------------
+
+
+def test_a_file_jobs_batches_are_known_by_their_place_and_never_hashed(tmp_path, monkeypatch):
+    """Over files read as they are (and row-by-row SQL), a batch's answer is kept under its
+    place in the input: a rerun pays for each batch no run kept, and no batch is hashed."""
+    from vane.execution import resume
+
+    def no_digest(shipped: pa.Table) -> str:
+        raise AssertionError("a batch of a file job was hashed")
+
+    monkeypatch.setattr(resume, "batch_digest", no_digest)
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": list(range(600))}), source)
+    calls: list[int] = []
+    broken = [True]
+
+    def score(batch: pa.Table) -> pa.Table:
+        first = batch["id"][0].as_py()
+        calls.append(first)
+        if broken[0] and first >= 300:
+            raise RuntimeError("the machine went away")
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
+
+    rel = (
+        vane.read_parquet(str(source))
+        .filter("id % 2 = 0")
+        .with_column("id", "id + 1")
+        .map_batches(score, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10)
+    )
+    out = str(tmp_path / "out")
+    with pytest.raises(RuntimeError, match="went away"):
+        rel.write_parquet(out, resume=True)
+    calls.clear()
+    broken[0] = False
+    result = rel.write_parquet(out, resume=True)
+    resumed = result.steps[0].rows_resumed
+    assert resumed >= 150  # every batch before the failing one was kept
+    assert min(calls) >= 300 and len(calls) == len(set(calls)) == 30 - resumed // 10
+    rows = vane.read_parquet(out).to_arrow()
+    assert rows["id"].to_pylist() == list(range(1, 600, 2))
+    assert rows["y"].to_pylist() == [2 * i for i in range(1, 600, 2)]
+
+
+_seen: list[int] = []
+
+
+@vane.func(batch_size=10)
+def _doubled(r: float) -> float:
+    _seen.append(1)
+    if os.environ.get("VANE_TEST_FAIL") and len(_seen) > 100:
+        raise RuntimeError("interrupted")
+    return r * 2
+
+
+def _fail_once(run):
+    _seen.clear()
+    os.environ["VANE_TEST_FAIL"] = "1"
+    try:
+        with pytest.raises(Exception, match="interrupted"):
+            run()
+    finally:
+        del os.environ["VANE_TEST_FAIL"]
+
+
+def test_an_input_that_differs_from_run_to_run_is_never_answered_from_another_run(tmp_path):
+    """Where the rows below a step may differ between runs (random(), an in-memory table given
+    anew), an answer is taken again only for the same values: each row's answer is its own."""
+    out = tmp_path / "random"
+    rel = vane.range(300).with_column("r", "random()").with_column("y", _doubled(vane.col("r")))
+    _fail_once(lambda: rel.write_parquet(str(out), resume=True))
+    rel.write_parquet(str(out), resume=True)
+    rows = vane.read_parquet(str(out)).to_pylist()
+    assert len(rows) == 300 and all(row["y"] == 2 * row["r"] for row in rows)
+
+    out = tmp_path / "memory"
+
+    def memory(values: list[float]) -> vane.Relation:
+        table = vane.from_pydict({"id": list(range(300)), "r": values})
+        return table.with_column("y", _doubled(vane.col("r")))
+
+    _fail_once(lambda: memory([float(i) for i in range(300)]).write_parquet(str(out), resume=True))
+    memory([float(-i) for i in range(300)]).write_parquet(str(out), resume=True)
+    rows = vane.read_parquet(str(out)).to_pylist()
+    assert [row["y"] for row in rows] == [-2.0 * i for i in range(300)]
+
+
+_run = ["first"]
+_loud_calls: list[int] = []
+
+
+@vane.func(batch_size=10)
+def _tag(i: int) -> str:
+    return f"{_run[0]}-{i}"
+
+
+@vane.func(batch_size=10)
+def _loud(text: str) -> str:
+    _loud_calls.append(1)
+    if _run[0] == "first" and len(_loud_calls) > 100:
+        raise RuntimeError("interrupted")
+    return text.upper()
+
+
+def test_a_step_above_another_udf_is_answered_by_its_values(tmp_path):
+    """A step above a UDF step is given what that step answered; if the step below answers
+    anew (its kept answers lost, or a model that answers otherwise), the step above must not
+    take its answer for the same place."""
+    _run[0] = "first"
+    _loud_calls.clear()
+    rel = vane.range(300).with_column("t", _tag(vane.col("id")))
+    rel = rel.with_column("y", _loud(vane.col("t")))
+    out = tmp_path / "out"
+    with pytest.raises(Exception, match="interrupted"):
+        rel.write_parquet(str(out), resume=True)
+    store = tmp_path / ".out.vane-resume"
+    lost = [p for p in store.iterdir() if p.is_dir() and p.name.startswith("_tag")]
+    assert len(lost) == 1, sorted(p.name for p in store.iterdir())
+    shutil.rmtree(lost[0])  # the step below answers anew
+    _run[0] = "second"
+    rel.write_parquet(str(out), resume=True)
+    rows = vane.read_parquet(str(out)).to_pylist()
+    assert [row["y"] for row in rows] == [f"SECOND-{i}" for i in range(300)]
+
+
+_loading = threading.Event()
+_broken = [True]
+
+
+class _Model:
+    """A model whose load the test watches; it fails at row 300 while ``_broken``."""
+
+    def __init__(self) -> None:
+        _loading.set()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if _broken[0] and batch["id"][0].as_py() >= 300:
+            raise RuntimeError("the machine went away")
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
+
+
+def test_a_rerun_loads_its_model_while_it_reads_the_kept_answers(tmp_path, monkeypatch):
+    """A rerun whose saved work surely lacks answers starts its actors (its model's load)
+    at once, beside the stage reading the kept answers, rather than after them: the reading
+    of the second kept answer is held until the load has begun, and goes on."""
+    from vane.execution import resume
+
+    rel = vane.range(600).map_batches(_Model, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10)
+    out = str(tmp_path / "out")
+    _broken[0] = True
+    with pytest.raises(RuntimeError, match="went away"):
+        rel.write_parquet(out, resume=True)
+    _broken[0] = False
+    _loading.clear()
+    asked: list[bool] = []
+    get = resume.Checkpoint.get
+
+    def held(self, key):
+        if len(asked) == 1:  # the second answer asked for, which a run kept
+            asked.append(_loading.wait(timeout=120))  # (only a broken stage waits this out)
+        else:
+            asked.append(True)
+        return get(self, key)
+
+    monkeypatch.setattr(resume.Checkpoint, "get", held)
+    result = rel.write_parquet(out, resume=True)
+    assert result.steps[0].rows_resumed >= 300 and all(asked)
+    rows = vane.read_parquet(out).to_arrow()
+    assert rows["y"].to_pylist() == [2 * i for i in range(600)]

@@ -273,16 +273,27 @@ def test_lance_options_in_the_librarys_own_spelling_still_work(bucket, endpoint)
     assert vane.read_lance(where, storage_options=native).count() == 5
 
 
+@pytest.mark.parametrize("spelling", ["vane", "delta-rs"])
 def test_a_process_that_read_a_delta_table_on_s3_exits_cleanly(
-    bucket: str, endpoint: str, tmp_path: Path
+    bucket: str, endpoint: str, tmp_path: Path, spelling: str
 ) -> None:
     # Arrow's own S3 filesystem reads the table's files (delta-rs's is Python, called from
-    # Arrow's threads: a scan stopped early crashed or hung the process as it exited).
+    # Arrow's threads: a scan stopped early crashed or hung the process as it exited), with the
+    # options in vane's spelling or in delta-rs's own (object_store's names, any case).
     table = Table("delta", bucket, endpoint, {})
     options = vane_options(endpoint)
     rows = vane.range(400_000).with_column("s", "repeat('x', 20)")
     rows.write_deltalake(table.where, target_file_size=1, storage_options=options)
     assert len(table.data_files(bucket)) >= 16  # a file a batch: reads in flight if stopped
+    if spelling == "delta-rs":
+        options = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "aws_access_key_id": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "aws_region": "us-east-1",
+            "timeout": "30s",
+        }
     for way in ("limit", "first batch", "count"):
         read_and_exit("delta", table.where, way, {"storage_options": options}, tmp_path)
 

@@ -111,6 +111,19 @@ def test_an_actor_runs_on_one_node():
     check_fits(chain({"cpus": 1, "gpus": 1}), cluster)
 
 
+def test_a_step_kept_on_the_drivers_node_must_fit_there():
+    """A Batch API step journals on the driver's disk, so its actors run on the driver's node:
+    a cluster with room elsewhere only would leave them waiting forever."""
+    pinned = replace(chain({"cpus": 2}), udf=replace(BASE.udf, cpus=2, driver_node="a journal"))
+    small, big = {"CPU": 1.0}, {"CPU": 8.0}
+    check_fits(pinned, Cluster({"CPU": 9.0}, [small, big], driver=big))
+    with pytest.raises(ConfigurationError, match=r"driver's node \(a journal\).*has 1 CPU"):
+        check_fits(pinned, Cluster({"CPU": 9.0}, [small, big], driver=small))
+    with pytest.raises(ConfigurationError, match="is not a node of the cluster"):
+        check_fits(pinned, Cluster({"CPU": 9.0}, [small, big], driver=None))
+    check_fits(chain({"cpus": 2}), Cluster({"CPU": 9.0}, [small, big], driver=small))
+
+
 steps = st.lists(
     st.fixed_dictionaries(
         {

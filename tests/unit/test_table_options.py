@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import vane
 from vane.errors import ConfigurationError
-from vane.io.tables.options import library_options
+from vane.io.storage import options_for
+from vane.io.tables.options import in_vane_spelling, library_options
 
 _VALUES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=12)
 # vane's names (several spellings of each), and the key each library gets
@@ -88,3 +89,69 @@ def test_other_places_get_the_options_as_given() -> None:
     }
     with pytest.raises(ConfigurationError, match="storage_options= takes a dict"):
         library_options("write_lance", "s3://b/t", ["key"], "lance")  # type: ignore[arg-type]
+
+
+@given(
+    chosen=st.fixed_dictionaries(
+        {"key": _VALUES, "secret": _VALUES, "region": _VALUES},
+        optional={
+            "token": _VALUES,
+            "endpoint_url": st.sampled_from(["http://127.0.0.1:9000", "https://minio:9000"]),
+            "request_timeout": st.integers(1, 600),
+            "connect_timeout": st.integers(1, 600),
+            "anon": st.just(True),
+        },
+    ),
+    case=st.sampled_from([str.lower, str.upper]),
+)
+def test_delta_rs_spelling_reads_back_as_vanes(chosen: dict[str, object], case) -> None:
+    """Options as delta-rs and Lance take them (object_store's names, in any case) say to
+    vane's own S3 filesystem what vane's spelling says: so a Delta table's files are read by
+    Arrow's filesystem (no Python on Arrow's threads) whichever spelling a user brought."""
+    theirs = library_options("x", "s3://b/t", chosen, "delta") or {}
+    back = in_vane_spelling("x", {case(name): value for name, value in theirs.items()})
+    assert back is not None
+    assert options_for("s3", back, "x") == options_for("s3", chosen, "x")
+
+
+def test_an_option_vanes_filesystem_cannot_take_leaves_the_read_to_the_library() -> None:
+    assert (
+        in_vane_spelling("x", {"aws_endpoint": "http://h:1", "aws_proxy_url": "http://p"}) is None
+    )
+    assert in_vane_spelling("x", {"timeout": "soon"}) is None
+    assert in_vane_spelling("x", {"AWS_ALLOW_HTTP": "true", "aws_conditional_put": "etag"}) == {}
+    assert in_vane_spelling("x", {"timeout": "500ms", "connect_timeout": "1m"}) == {
+        "request_timeout": 0.5,
+        "connect_timeout": 60.0,
+    }
+    assert in_vane_spelling("x", {"request_timeout": "30"}) == {"request_timeout": 30.0}
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"endpoint_url": "http://a:1", "aws_endpoint": "http://b:2"},
+        {"key": "K1", "AWS_ACCESS_KEY_ID": "K2"},
+        {"aws_region": "eu-west-1", "AWS_REGION": "us-east-1"},
+    ],
+)
+def test_one_option_said_twice_otherwise_is_refused_by_both_readers(given) -> None:
+    """The library and vane's own filesystem must not each take another endpoint or key."""
+    with pytest.raises(ConfigurationError, match="twice"):
+        library_options("read_deltalake", "s3://b/t", given, "delta")
+    with pytest.raises(ConfigurationError, match="twice"):
+        in_vane_spelling("read_deltalake", given)
+    same = {k: next(iter(given.values())) for k in given}  # the same value twice: fine
+    assert in_vane_spelling("read_deltalake", same) is not None
+
+
+@pytest.mark.parametrize("library", ["lance", "delta", "iceberg"])
+def test_timeouts_as_object_store_writes_them_are_taken(library) -> None:
+    got = library_options(
+        "x", "s3://b/t", {"connect_timeout": "10s", "request_timeout": "30"}, library
+    )
+    assert got is not None and sorted(got.values()) == (
+        ["10", "30"] if library == "iceberg" else ["10s", "30s"]
+    )
+    with pytest.raises(ConfigurationError, match="not a time"):
+        library_options("x", "s3://b/t", {"connect_timeout": "soon"}, library)

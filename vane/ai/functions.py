@@ -163,7 +163,7 @@ def _call(
         on_error=execution.get("on_error", "raise"),
         backend=execution.get("execution_backend"),
         error_column=execution.get("error_column"),
-        local_only=execution.get("local_only"),
+        driver_node=execution.get("driver_node"),
     )
     instance = ClassInstance(ClassUdf(runner, options), (descriptor,), dict(runner_options))
     udf = make_column_udf(
@@ -221,8 +221,8 @@ def prompt(
                 "with /v1/batches), or leave mode out"
             )
         execution.setdefault("batch_size", BATCH_MODE_BATCH_SIZE)
-        execution["local_only"] = (
-            "mode='batch' journals its batch ids on this machine's disk, so that a rerun never "
+        execution["driver_node"] = (
+            "mode='batch' journals its batch ids on the driver's disk, so that a rerun never "
             "submits a request twice"
         )
     parsed: Template | None = None

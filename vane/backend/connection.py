@@ -13,6 +13,7 @@ from vane import _engine
 from vane._sql import duckdb_message
 from vane.errors import ExecutionError
 
+VERSION: str = duckdb.__version__
 Cursor = duckdb.DuckDBPyConnection
 Relation = duckdb.DuckDBPyRelation
 # Every error DuckDB raises (for modules below the backend, ``vane._engine.Error``, the same).
@@ -35,3 +36,39 @@ def query_plan(query: str) -> str:
         raise ExecutionError(f"explaining the query failed: {duckdb_message(exc)}") from exc
     finally:
         opened.close()
+
+
+# DuckDB's settings that decide a query's values or their order, rather than its speed: the
+# session's time zone and calendar (for times with a zone), how text compares, what ``/``
+# means, how results become Arrow, and whether rows keep their order.
+_RESULT_SETTINGS = (
+    "TimeZone",
+    "Calendar",
+    "default_collation",
+    "integer_division",
+    "ieee_floating_point_ops",
+    "default_null_order",
+    "arrow_large_buffer_size",
+    "arrow_lossless_conversion",
+    "arrow_output_list_view",
+    "arrow_output_version",
+    "preserve_insertion_order",
+    "binary_as_string",
+    "enable_geoparquet_conversion",
+    "produce_arrow_string_view",
+)
+
+
+def result_settings() -> dict[str, str]:
+    """The settings a cursor of this process's database runs queries with that decide what a
+    query gives (its values and their order), by name: a resumable write records them with a
+    step's input (``vane/execution/resume.py``)."""
+    opened = cursor()
+    try:
+        rows = opened.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
+            [list(_RESULT_SETTINGS)],
+        ).fetchall()
+    finally:
+        opened.close()
+    return {str(name): str(value) for name, value in rows}

@@ -32,7 +32,7 @@ from vane.execution.caller import Caller
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
-from vane.execution.resume import Checkpoint, step_key
+from vane.execution.resume import Checkpoint, input_identity, step_key
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
@@ -207,7 +207,11 @@ class Execution:
             warn=self.caller.warn,
             limit=self._caps.get(id(node)),
             total_rows=self._totals.get(id(node)),
-            checkpoint=None if self.resume is None else Checkpoint(self.resume, step_key(node)),
+            checkpoint=(
+                None
+                if self.resume is None
+                else Checkpoint(self.resume, step_key(node), input_identity(node.input))
+            ),
             ledger=None if self.ledger is None else self.ledger.recorder(node),
         )
         stream = self._guard(stage.batches())

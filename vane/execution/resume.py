@@ -1,6 +1,15 @@
 """What a resumable write (``resume=True``) needs from the plan: a fingerprint of the job, so a
 rerun is known to be the same job (``vane/io/resume.py`` keeps the work and compares), and a
-digest of each batch a UDF step is given, under which its answer is kept.
+key for each batch a UDF step is given, under which its answer is kept.
+
+A batch's key is its place in the step's input where the plan below the step gives the same
+rows in the same order on every run (``input_identity``: files read as they were, row by row
+steps of functions that give the same value for the same arguments, a limit; nothing that
+reorders, combines rows, reads the clock or draws random numbers, and no UDF step, whose
+answers may change from run to run): the input's identity and the batch's first row and
+length. Elsewhere it is a digest of every value of the batch (``batch_digest``), which finds
+an answer again wherever the same input comes, at the cost of hashing every byte the
+function is given: on a quick function, most of what ``resume=True`` costs.
 
 A step's identity covers what decides its answers: the function's code (its bytecode and
 constants, and those of the methods of a class, recursively through what the step holds, such
@@ -25,9 +34,24 @@ from typing import Any
 
 import pyarrow as pa
 
+from vane.backend.connection import VERSION as DUCKDB_VERSION
+from vane.backend.connection import result_settings
 from vane.io.resume import ResumeStore
+from vane.ir.expr import Column, Expr, FunctionCall, SqlText, UdfCall
+from vane.ir.parse import is_repeatable
 from vane.plan.explain import explain
-from vane.plan.nodes import FileScan, PlanNode, UdfStep
+from vane.plan.nodes import (
+    Drop,
+    FileScan,
+    Filter,
+    Limit,
+    PlanNode,
+    RangeScan,
+    Rename,
+    Select,
+    UdfStep,
+    WithColumns,
+)
 from vane.plan.traverse import walk
 from vane.udf.runtime import BatchOutcome, RowError
 
@@ -77,6 +101,117 @@ def fingerprint(plan: PlanNode) -> dict[str, Any]:
     return {"plan": explain(plan), "steps": steps, "inputs": inputs}
 
 
+def input_identity(node: PlanNode) -> str | None:
+    """An identity of the rows ``node`` gives, in their order, if every run of it gives the
+    same ones (``node`` is a UDF step's input; see the module's text), else None: then a batch
+    is known by its values (``batch_digest``). It covers each node's every field (the files'
+    stamps: ``_same_files``; each expression whole), DuckDB's settings that decide
+    values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
+    answer by its place only where the same rows come there."""
+    parts: list[str] = []
+    if not _same_rows(node, parts):
+        return None
+    settings = result_settings()
+    if settings.get("preserve_insertion_order") != "true":
+        return None  # (DuckDB may then give the rows in another order on each run)
+    parts.append(repr(sorted(settings.items())))
+    parts.append(f"duckdb {DUCKDB_VERSION} pyarrow {pa.__version__} vane {_vane_version()}")
+    return hashlib.blake2b("\0".join(parts).encode(), digest_size=10).hexdigest()
+
+
+def position_key(identity: str, first: int, rows: int) -> str:
+    """The key of the answer to the ``rows`` input rows from row ``first`` of an input of this
+    identity (``input_identity``); a digest (``batch_digest``) never begins with "@"."""
+    return f"@{identity}:{first}+{rows}"
+
+
+# Store options that say who is asking rather than where the objects are: never recorded.
+_SECRET = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
+def _same_rows(node: PlanNode, parts: list[str]) -> bool:
+    if isinstance(node, FileScan):
+        return _same_files(node, parts)
+    if isinstance(node, RangeScan):
+        parts.append(f"range {node.n}")
+        return True
+    if isinstance(node, (Select, Filter, WithColumns, Drop, Rename)):
+        if not node.row_local:
+            return False
+        columns = {name.lower() for name in node.input.schema.names}
+        if not all(_repeatable(expr, columns) for expr in node.expressions()):
+            return False
+    elif not isinstance(node, Limit):  # (in order: DuckDB keeps the rows' order below it)
+        return False  # a source read otherwise, a step that reorders or combines, a UDF step
+    fields = [f for f in dataclasses.fields(node) if f.name != "input"]
+    parts.append(f"{type(node).__name__} {_text(tuple(getattr(node, f.name) for f in fields))}")
+    return all(_same_rows(child, parts) for child in node.inputs)
+
+
+def _same_files(node: FileScan, parts: list[str]) -> bool:
+    """Whether ``node`` reads files whose stamps say what they hold, recording them: a local
+    file's inode, size and modification time (not its device number, which may change when the
+    machine restarts), an object's ETag, size and time (an object with neither an ETag nor a
+    time, as an HTTP server may give, is not known well enough). For objects, the store's
+    options that say where they are, and no ``filename`` column: DuckDB names a remote file by
+    the name this process registered its store under, which another process may name otherwise."""
+    stamps = node.stamps or {}
+    if any(path not in stamps for path in node.files):
+        return False
+    seen = [stamps[path][1:] for path in node.files]
+    if node.storage is not None:
+        if any(tag == 0 and time == 0 for tag, _, time in seen):
+            return False
+        if dict(node.options).get("filename"):
+            return False
+        where = sorted((k, repr(v)) for k, v in node.storage if not _SECRET.search(k))
+        parts.append(f"store {where}")
+    parts.append(f"{node.format} {node.files!r} {node.options!r} {node.columns!r} {seen}")
+    return True
+
+
+def _repeatable(expr: Expr, columns: set[str]) -> bool:
+    """Whether ``expr`` gives a row the same value on every run, given the step's input
+    columns: no UDF, only functions DuckDB's catalog calls repeatable, and no name that is not
+    a column (``current_date`` in SQL text is the clock)."""
+    for part in expr.walk():
+        if isinstance(part, UdfCall):
+            return False
+        if isinstance(part, FunctionCall) and not is_repeatable(part.name):
+            return False
+        if isinstance(part, Column) and part.name.lower() not in columns:
+            return False
+        if isinstance(part, SqlText):
+            parsed = part.parsed
+            if parsed.columns is None or not parsed.row_local:
+                return False
+            if not {name.lower() for name in parsed.columns} <= columns:
+                return False
+            if not all(is_repeatable(function) for function in parsed.functions):
+                return False
+    return True
+
+
+def _text(value: Any) -> str:
+    """``value`` whole: an expression's kind and every field, a literal's type and repr."""
+    if isinstance(value, Expr):
+        fields = dataclasses.fields(value)  # type: ignore[arg-type]
+        return f"{type(value).__name__}({_text(tuple(getattr(value, f.name) for f in fields))})"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_text(item) for item in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+@functools.cache
+def _vane_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vane-data")
+    except PackageNotFoundError:
+        return "?"
+
+
 def batch_digest(shipped: pa.Table) -> str:
     """A digest of every value of every column a batch gives the function, in order: SHA-256
     (cut to 160 bits) of the batch's Arrow IPC messages, its schema's and each record batch's.
@@ -93,12 +228,20 @@ def batch_digest(shipped: pa.Table) -> str:
 class Checkpoint:
     """One UDF step's saved answers in a resumable write."""
 
-    def __init__(self, store: ResumeStore, key: str) -> None:
+    def __init__(self, store: ResumeStore, key: str, position: str | None = None) -> None:
         self.store = store
         self.key = key
+        # The step's input's identity, where its batches are known by their place in it
+        # (``input_identity``); None: by their values.
+        self.position = position
+
+    def answers_kept(self) -> int:
+        """How many of the step's answers a run kept (under any key)."""
+        return self.store.count(self.key)
 
     def get(self, digest: str) -> BatchOutcome | None:
-        """The answer kept under ``digest`` (``batch_digest`` of the batch), if a run kept it."""
+        """The answer kept under ``digest`` (the batch's key: ``position_key`` or
+        ``batch_digest``), if a run kept it."""
         saved = self.store.get(self.key, digest)
         if saved is None:
             return None

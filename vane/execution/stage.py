@@ -13,6 +13,8 @@ an ``async`` function's, whose calls run side by side.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 import warnings
 from collections import deque
@@ -165,10 +167,8 @@ class UdfStage:
         inflight: dict[Future[BatchOutcome], pa.Table] = {}
         reads = self.spec.reads
         ending = "failed"
-        self._pool_started = self.checkpoint is None  # else: at the first batch it lacks
         try:
-            if self._pool_started:
-                pool.start()
+            self._start(pool)
             self.events.emit(
                 StageStarted(self.step, self.step_id, len(pool.actors), self.total_rows)
             )
@@ -210,9 +210,39 @@ class UdfStage:
         finally:
             for future in inflight:
                 future.cancel()
+            self._started()
             pool.teardown(graceful=ending != "failed", early=ending == "early")
             if ending != "failed":
                 self._finish()
+
+    def _start(self, pool: ActorPool) -> None:
+        """Start the pool now; or for a resumable write, at the first batch the saved work
+        lacks (``_run``), loading beside the stage where one is surely lacking."""
+        self._pool_started = self.checkpoint is None
+        self._starting: Future[None] | None = None
+        if self._pool_started:
+            pool.start()
+        elif self._lacks_some():
+            self._starting = _in_background(pool.start, f"vane-start-{self.step_id}")
+
+    def _started(self) -> None:
+        """A start begun beside the stage that no batch came to need: let it end, so that
+        the teardown finds its actors (its error, if any, is the stage's no longer)."""
+        if self._starting is not None and not self._pool_started:
+            with contextlib.suppress(BaseException):
+                self._starting.result()
+
+    def _lacks_some(self) -> bool:
+        """Whether the saved work surely lacks an answer this run needs: it holds fewer
+        answers than the step has calls. Then the pool starts at once, beside the stage, and
+        loads its model while the kept answers are read, not after them (on a rerun after a
+        kill half-way, the load's whole time was added to the rerun). Otherwise it starts at
+        the first batch the saved work lacks, and never if it lacks none: a rerun after a
+        crash once every answer was kept pays for no model load."""
+        if self.checkpoint is None or self.total_rows is None:
+            return False
+        calls = -(-self.total_rows // self.batch_size)
+        return self.checkpoint.answers_kept() < calls
 
     def _requests(self, servers: tuple[ServerCount, ...]) -> None:
         self.events.emit(ServerRequests(self.step, self.step_id, servers))
@@ -221,12 +251,13 @@ class UdfStage:
         self, reads: tuple[str, ...] | None
     ) -> Iterator[tuple[pa.Table, pa.Table, Future[list[str]] | None]]:
         """Each input chunk, what of it the function is given, and, for a resumable write, the
-        future digests of its calls' batches (``batch_digest``), under which their answers are
-        kept. The digests are computed on a thread of their own, one chunk ahead of the stage
-        (hashlib lets go of the GIL): the stage's thread meanwhile reads the input, hands
-        batches on and writes the output, and the digest was the largest part of what
-        resume=True added to a quick step. The first chunk is not held back for the next
-        one's read, so the first rows wait on nothing."""
+        future keys of its calls' batches, under which their answers are kept: their places in
+        the input where the plan below gives the same rows on every run (``position_key``),
+        else digests of their values (``batch_digest``). Digests are computed on a thread of
+        their own, one chunk ahead of the stage (hashlib lets go of the GIL): the stage's
+        thread meanwhile reads the input, hands batches on and writes the output, and the
+        digest was the largest part of what resume=True added to a quick step. The first chunk
+        is not held back for the next one's read, so the first rows wait on nothing."""
         shipped_of: Callable[[pa.Table], pa.Table] = (
             (lambda chunk: chunk.select(list(reads))) if reads is not None else (lambda c: c)
         )
@@ -234,22 +265,37 @@ class UdfStage:
             for chunk in self._chunks():
                 yield chunk, shipped_of(chunk), None
             return
-        from vane.execution.resume import batch_digest
+        from vane.execution.resume import batch_digest, position_key
+
+        identity = self.checkpoint.position
+        if identity is not None:
+            first = 0
+            for chunk in self._chunks():
+                keys: Future[list[str]] = Future()
+                keys.set_result(
+                    [
+                        position_key(identity, first + start, min(self.batch_size, rest))
+                        for start, rest in _calls(chunk.num_rows, self.batch_size)
+                    ]
+                )
+                first += chunk.num_rows
+                yield chunk, shipped_of(chunk), keys
+            return
 
         def digests(shipped: pa.Table, call_rows: int) -> list[str]:
             return [
                 batch_digest(shipped.slice(start, call_rows))
-                for start in range(0, max(shipped.num_rows, 1), call_rows)
+                for start, _ in _calls(shipped.num_rows, call_rows)
             ]
 
         ahead: deque[tuple[pa.Table, pa.Table, Future[list[str]]]] = deque()
-        first = True
+        first_chunk = True
         with ThreadPoolExecutor(1, thread_name_prefix=f"vane-digest-{self.step_id}") as pool:
             for chunk in self._chunks():
                 shipped = shipped_of(chunk)
                 ahead.append((chunk, shipped, pool.submit(digests, shipped, self.batch_size)))
-                if len(ahead) > 1 or first:
-                    first = False
+                if len(ahead) > 1 or first_chunk:
+                    first_chunk = False
                     yield ahead.popleft()
             while ahead:
                 yield ahead.popleft()
@@ -294,7 +340,10 @@ class UdfStage:
 
     def _run(self, pool: ActorPool, task: Task) -> Future[BatchOutcome]:
         if not self._pool_started:
-            pool.start()
+            if self._starting is not None:
+                self._starting.result()  # (a constructor's error raises here, as below)
+            else:
+                pool.start()
             self._pool_started = True
         return pool.submit(task)
 
@@ -426,3 +475,25 @@ def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Itera
             yield batch
     finally:
         batches.close()
+
+
+def _calls(rows: int, call_rows: int) -> list[tuple[int, int]]:
+    """Where each call of a chunk of ``rows`` rows begins, with the rows from there to the
+    chunk's end: as ``Task.split_calls`` cuts it (an empty chunk is one call)."""
+    return [(start, rows - start) for start in range(0, max(rows, 1), call_rows)]
+
+
+def _in_background(work: Callable[[], None], name: str) -> Future[None]:
+    """``work`` run on a thread of its own; its end, or its error, in the future."""
+    done: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done

@@ -2,13 +2,15 @@
 
 ``write_*(..., resume=True)`` keeps, beside a local destination, a folder
 (``.<name>.vane-resume``; for a URL, one in this machine's cache: ``store_path``) holding
-what each UDF step of the job answered, batch by batch, each under a digest of the batch's
-input and the step's identity. A rerun of the same pipeline reads its input again (SQL
-and reading are cheap; models and hosted APIs are not), and every batch whose answer is kept is
-taken from there instead of being sent to the function: a job killed at any instant pays again
-for the batches that were in flight, never for one whose answer was kept. The output itself is
-written by the sink's commit protocol as ever, all at once at the end, so it holds every row
-exactly once whatever the number of reruns; once it is committed, the folder is removed.
+what each UDF step of the job answered, batch by batch, each under a key of the batch's
+input (its place in an input every run gives alike, or a digest of its values:
+``vane/execution/resume.py``) and the step's identity. A rerun of the same pipeline reads its
+input again (SQL and reading are cheap; models and hosted APIs are not), and every batch whose
+answer is kept is taken from there instead of being sent to the function: a job killed at any
+instant pays again for the batches that were in flight, never for one whose answer was kept.
+The output itself is written by the sink's commit protocol as ever, all at once at the end, so
+it holds every row exactly once whatever the number of reruns; once it is committed, the
+folder is removed.
 
 The answers of a step are appended to logs, ``<step>/<run>-<pid>-<thread>-<unique>.log``, one
 per writer (each thread of each process that keeps answers: locally, the thread that hands a
@@ -19,7 +21,7 @@ lock is taken to keep an answer. One file per answer cost more than a quick func
 of records, each::
 
     head:  b"VRL1" | key length (u16) | body length (u64) | CRC-32 of these and the key (u32)
-    key:   the batch's digest (ASCII)
+    key:   the batch's key (ASCII): a digest, or ``@<input>:<first row>+<rows>``
     body:  the answer: an Arrow IPC stream, the step's meta in its schema's metadata
     tail:  CRC-32 of the body (u32)
 
@@ -47,8 +49,9 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
    offset); a log another writer is still appending to ends, for the reader, at what was
    written when it looked. A record's body is read, and its CRC checked, when it is asked
    for; one that fails it reads as missing. An answer is the function's output for that exact
-   input (the digest covers every value of every column the function is given, in order), so
-   taking it is the same as calling the function again, minus the cost. An answer kept twice
+   input (a digest covers every value of every column the function is given, in order; a
+   place, the same rows of an input every run gives alike), so taking it is the same as
+   calling the function again, minus the cost. An answer kept twice
    (a batch given twice, or computed again after its record failed its CRC) is read from its
    latest whole record. (A folder an earlier vane wrote, one ``.arrow`` file per answer, is
    not read: its batches are computed again.)
@@ -59,10 +62,11 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
    later ``resume=True`` write to the same path with ``mode="error"`` fails on the existing
    output as usual.
 
-Digests make the saved answers independent of how the input was cut into batches only as long
-as it is cut the same way: the stage cuts its input into ``batch_size`` rows from a stream in a
-fixed order, so the same input gives the same batches. A pipeline that reads its input in a
-different order (``preserve_order=False`` upstream) simply finds fewer answers.
+Keys find the saved answers again only as long as the input is cut into batches the same
+way: the stage cuts its input into ``batch_size`` rows from a stream in a fixed order, so the
+same input gives the same batches. A pipeline that reads its input in a different order
+(``preserve_order=False`` upstream) simply finds fewer answers: its batches are known by
+their digests, never by their places.
 """
 
 from __future__ import annotations
@@ -307,6 +311,10 @@ class ResumeStore:
         if index is not None:  # (else the index is built from the logs, this one included)
             record = Record(log.path, offset, sum(len(part) for part in parts[1:-1]))
             index.setdefault(digest, []).append(record)
+
+    def count(self, step: str) -> int:
+        """How many answers of ``step`` the store holds (whole heads, as ``get`` finds them)."""
+        return len(self._index(step))
 
     def kept(self) -> Iterator[tuple[str, str]]:
         """Every (step, digest) whose answer has a whole head in the store (as a rerun finds

@@ -543,6 +543,11 @@ def is_s3_option(name: str) -> bool:
     return name in _S3_NAMES or name == "client_kwargs"
 
 
+def canonical_s3_option(name: str) -> str:
+    """The one name of the S3 option vane takes as ``name`` (``key`` -> ``access_key``)."""
+    return _S3_NAMES[name]
+
+
 def _s3_options(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
     flat = dict(given)
     client = flat.pop("client_kwargs", None) or {}

@@ -174,6 +174,8 @@ class ParsedExpression:
     # Whether each row's value depends on that row alone: not for window functions (``OVER``)
     # or aggregates, whose values depend on which other rows there are.
     row_local: bool = True
+    # The functions it calls (lower case; operators such as ``+`` included).
+    functions: frozenset[str] = frozenset()
 
 
 def parse_expression(text: str) -> ParsedExpression:
@@ -201,7 +203,7 @@ def parse_expression(text: str) -> ParsedExpression:
     alias = item.get("alias") or None
     code = _without_trailing_comments(text)
     body = _strip_alias(code, alias) if alias else code
-    return ParsedExpression(body, alias, _columns_of(item), _row_local(item))
+    return ParsedExpression(body, alias, _columns_of(item), _row_local(item), _functions_of(item))
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,91 @@ def _aggregates() -> frozenset[str]:
             "WHERE function_type = 'aggregate'"
         ).fetchall()
     return frozenset(name for (name,) in rows) | {"count_star"}
+
+
+def _functions_of(tree: Any) -> frozenset[str]:
+    return frozenset(
+        node["function_name"].lower()
+        for node in walk_tree(tree)
+        if node.get("class") in ("FUNCTION", "WINDOW") and node.get("function_name")
+    )
+
+
+# Parameter types whose functions DuckDB calls consistent only within a query because they
+# read the session's time zone or calendar (which a step's identity records), not the clock.
+_ZONED = ("WITH TIME ZONE", "TIMESTAMPTZ", "TIMETZ")
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog() -> dict[str, list[tuple[str, str | None, list[str], list[str], str | None]]]:
+    """DuckDB's functions by lower-case name: each overload's kind, stability, parameters,
+    parameter types and (for a macro) definition."""
+    with _engine.scratch() as cursor:
+        rows = cursor.sql(
+            "SELECT lower(function_name), function_type, stability, parameters, "
+            "parameter_types, macro_definition FROM duckdb_functions()"
+        ).fetchall()
+    catalog: dict[str, list[tuple[str, str | None, list[str], list[str], str | None]]] = {}
+    for name, kind, stability, parameters, types, definition in rows:
+        catalog.setdefault(name, []).append(
+            (kind, stability, list(parameters or ()), list(types or ()), definition)
+        )
+    return catalog
+
+
+@functools.lru_cache(maxsize=1024)
+def is_repeatable(function: str) -> bool:
+    """Whether DuckDB's catalog says ``function`` gives the same value for the same arguments
+    in every query, given the session's time zone and calendar: not for a volatile function
+    (``random``, ``uuid``, ``nextval``), one that reads the clock (``now``, ``today``,
+    ``age(ts)``) or the session (``current_setting``), nor for a macro that calls one
+    (``ago``), nor for a name the catalog does not know (a user's macro). What a rerun of a
+    resumable write needs to know to find a batch again by its place in the input."""
+    return _repeatable(function.lower(), frozenset())
+
+
+# Functions the catalog lists wrongly or not at all: ``age`` with one argument counts from
+# today's date, though DuckDB lists that overload as consistent; ``coalesce`` is an operator to
+# DuckDB's parser, so not in the catalog.
+_CLOCK = frozenset({"age"})
+_OPERATORS = frozenset({"coalesce"})
+
+
+def _repeatable(name: str, seen: frozenset[str]) -> bool:
+    if name in _CLOCK:
+        return False
+    if name in _OPERATORS:
+        return True
+    overloads = _catalog().get(name)
+    if not overloads or name in seen:
+        return False
+    for kind, stability, parameters, types, definition in overloads:
+        if stability == "VOLATILE":
+            return False
+        if stability == "CONSISTENT_WITHIN_QUERY" and not any(
+            zoned in t for t in types for zoned in _ZONED
+        ):
+            return False  # the clock or the session, not only the time zone
+        if stability is None:
+            if kind != "macro" or definition is None:
+                return False
+            node = _parse_select(f"SELECT {definition}")
+            if node is None:
+                return False
+            # A reference that is not one of its parameters is a keyword the binder resolves
+            # (``current_timestamp``, ``current_date``): the clock.
+            own = {p.lower() for p in parameters}
+            for part in walk_tree(node):
+                if (
+                    part.get("class") == "COLUMN_REF"
+                    and not {c.lower() for c in part["column_names"]} <= own
+                ):
+                    return False
+                if part.get("class") in ("SUBQUERY", "STAR"):
+                    return False
+            if not all(_repeatable(f, seen | {name}) for f in _functions_of(node)):
+                return False
+    return True
 
 
 def is_aggregate(function: str) -> bool:

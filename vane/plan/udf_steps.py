@@ -43,7 +43,7 @@ def step_options(udf: ColumnUdf) -> StepOptions:
         on_error=options.on_error,
         batch_timeout_s=options.batch_timeout_s,
         budget=options.budget,
-        local_only=options.local_only,
+        driver_node=options.driver_node,
     )
 
 
@@ -56,4 +56,4 @@ class StepOptions(TypedDict):
     on_error: str
     batch_timeout_s: float | None
     budget: Budget | None
-    local_only: str | None
+    driver_node: str | None

@@ -188,7 +188,7 @@ def build_spec(
     hidden_error_column: str | None = None,
     budget: Budget | None = None,
     batch_bytes: int | None = None,
-    local_only: str | None = None,
+    driver_node: str | None = None,
 ) -> UdfSpec:
     """Check every argument of a UDF verb and return the spec; errors say how to fix them."""
     for option, value in (
@@ -302,7 +302,7 @@ def build_spec(
         error_column=hidden_error_column or error_column or ERROR_COLUMN,
         error_shown_as=error_column if hidden_error_column else error_column or ERROR_COLUMN,
         budget=budget,
-        local_only=local_only,
+        driver_node=driver_node,
     )
     check_shippable(spec)
     return spec

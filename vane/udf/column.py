@@ -44,7 +44,7 @@ class UdfOptions:
     # A column of the relation that gets each failing row's error text (on_error="null").
     error_column: str | None = None
     budget: Budget | None = None  # what the step may spend (AI functions: max_cost=, ...)
-    local_only: str | None = None  # why only the local runner may run the step (None: any)
+    driver_node: str | None = None  # why its actors run on the driver's machine (None: anywhere)
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:

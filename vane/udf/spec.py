@@ -133,8 +133,8 @@ class UdfSpec:
     error_shown_as: str | None = ERROR_COLUMN
     # What the step may spend (None: no limit).
     budget: Budget | None = None
-    # Why only the local runner may run the step (None: any runner may).
-    local_only: str | None = None
+    # Why the step's actors run on the driver's machine, on Ray too (None: anywhere).
+    driver_node: str | None = None
 
     @property
     def is_class(self) -> bool:

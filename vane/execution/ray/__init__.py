@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from vane._arrow import exact_batches
 from vane.config import get_config
-from vane.errors import ActorDiedError, ConfigurationError, VaneError
+from vane.errors import ActorDiedError, VaneError
 from vane.execution.accounting import StepCounts
 from vane.execution.caller import Caller
 from vane.execution.ledger import Ledger
@@ -70,12 +70,6 @@ class RayRunner:
         """The plan's actors, every UDF step's at once, and a CPU for the tasks that feed them,
         against the cluster (``fit.py``): a plan the cluster cannot run fails now, saying what
         to change, rather than waiting forever."""
-        for node in walk(plan):
-            if isinstance(node, UdfStep) and node.udf.local_only is not None:
-                raise ConfigurationError(
-                    f"step `{node.udf.name}` runs on the local runner only in this version: "
-                    f"{node.udf.local_only}. Run the job with vane.configure(runner='local')"
-                )
         check_fits(plan, cluster_state())
 
     def placement(self, plan: PlanNode) -> dict[int, str]:

@@ -87,6 +87,9 @@ class Cluster:
 
     total: Mapping[str, float]
     nodes: Sequence[Mapping[str, float]] = ()
+    # The driver's node (where steps that keep state on the driver's disk run their actors),
+    # if it is one of the cluster's.
+    driver: Mapping[str, float] | None = None
 
 
 def cluster_state() -> Cluster:
@@ -96,5 +99,7 @@ def cluster_state() -> Cluster:
             "the Ray runner is selected but this process is not connected to Ray (was "
             "ray.shutdown() called?). Call vane.configure(runner='ray') again"
         )
-    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    return Cluster(ray.cluster_resources(), nodes)
+    alive = [node for node in ray.nodes() if node.get("Alive")]
+    here = ray.get_runtime_context().get_node_id()
+    driver = next((node["Resources"] for node in alive if node.get("NodeID") == here), None)
+    return Cluster(ray.cluster_resources(), [node["Resources"] for node in alive], driver)

@@ -101,7 +101,30 @@ def check_fits(plan: PlanNode, cluster: Cluster) -> None:
         _check_total(found, resource, cluster.total.get(resource, 0.0))
     _check_cpus(found, cluster.total.get("CPU", 0.0))
     for pool in found:
-        _check_one_node(pool, cluster.nodes)
+        if pool.step.udf.driver_node is not None:
+            _check_driver_node(pool, cluster.driver)
+        else:
+            _check_one_node(pool, cluster.nodes)
+
+
+def _check_driver_node(pool: Pool, driver: Mapping[str, float] | None) -> None:
+    """A step whose actors run on the driver's node (``UdfSpec.driver_node``) waits forever if
+    that node cannot hold one of them: say so now."""
+    wanted = {r: v for r, v in pool.each.items() if v}
+    if driver is not None and all(driver.get(r, 0.0) >= v for r, v in wanted.items()):
+        return
+    spec = pool.step.udf
+    has = (
+        "is not a node of the cluster"
+        if driver is None
+        else f"has {', '.join(amount(r, driver.get(r, 0.0)) for r in wanted)}"
+    )
+    raise ConfigurationError(
+        f"{spec.verb} step `{pool.name}` runs its actors on the driver's node ({spec.driver_node}"
+        f"); one actor needs {', '.join(amount(r, v) for r, v in wanted.items())}, and the "
+        f"driver's node {has}. Run the driver on a node of the cluster with room for it, or run "
+        "the job with vane.configure(runner='local')"
+    )
 
 
 def _check_one_node(pool: Pool, nodes: Sequence[Mapping[str, float]]) -> None:

@@ -84,6 +84,18 @@ def actor_environment() -> dict[str, Any]:
     return {"env_vars": {**_ACTOR_ENV, **worker_environment()}}
 
 
+def _placement(spec: UdfSpec) -> dict[str, Any]:
+    """Where the step's actors may run: on the driver's node for a step that keeps state on
+    the driver's disk (``UdfSpec.driver_node``: a Batch API journal), else anywhere."""
+    if spec.driver_node is None:
+        return {}
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False)}
+
+
 def holds_udf(node: PlanNode) -> bool:
     return any(isinstance(n, UdfStep) for n in walk(node))
 
@@ -100,7 +112,8 @@ def describe_actor(spec: UdfSpec) -> str:
         if spec.min_actors == spec.max_actors
         else f"{spec.min_actors}-{spec.max_actors}"
     )
-    return f"ray: {size} actor(s) x {' + '.join(parts)}"
+    where = " on the driver's node" if spec.driver_node is not None else ""
+    return f"ray: {size} actor(s) x {' + '.join(parts)}{where}"
 
 
 class RayLowering:
@@ -244,6 +257,7 @@ class RayLowering:
             compute=compute,
             runtime_env=actor_environment(),
             **actor_resources(spec),
+            **_placement(spec),
         )
         return answered if cap is None else answered.limit(cap)
 

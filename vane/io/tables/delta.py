@@ -5,8 +5,8 @@ Reading: one version of the table (the latest when the relation is built, or the
 for), opened by each action as ``DeltaTable.to_pyarrow_dataset()``: a Parquet dataset whose
 files carry their statistics, so the columns and filters DuckDB pushes into it skip whole
 files and row groups. Its files are read by Arrow's own filesystems (local, and S3 with the
-options in vane's spelling), never through delta-rs's, which is Python called from Arrow's
-threads (``_native_filesystem``).
+options in vane's spelling or delta-rs's), never through delta-rs's, which is Python called
+from Arrow's threads (``_native_filesystem``).
 
 Writing: delta-rs's ``write_deltalake`` takes the rows as one stream (a ``RecordBatchReader``
 fed by the plan) and writes Parquet files under the table's directory, then commits them as
@@ -36,13 +36,13 @@ import pyarrow as pa
 
 from vane._deps import require
 from vane.errors import ConfigurationError, SinkError, SourceError, VaneError
-from vane.io.storage import Location, is_s3_option, locate, protocol_of
+from vane.io.storage import Location, locate, protocol_of
 from vane.io.tables.base import (
     TablePart,
     check_mode,
     check_types,
 )
-from vane.io.tables.options import library_options
+from vane.io.tables.options import in_vane_spelling, library_options
 
 MODES = ("error", "append", "overwrite")
 
@@ -65,12 +65,15 @@ def _table(uri: str, version: int | None, options: Mapping[str, str] | None) -> 
 
 
 def _s3_location(uri: str, given: Mapping[str, Any] | None) -> Location | None:
-    """Where Arrow's own (C++) S3 filesystem reads a table in S3 from, with the options as vane
-    spells them (None: a local table; a store Arrow has no filesystem of its own for in vane; or
-    options in delta-rs's spelling, which only delta-rs's reader takes)."""
-    if protocol_of(uri) not in ("s3", "s3a") or any(not is_s3_option(k) for k in given or {}):
+    """Where Arrow's own (C++) S3 filesystem reads a table in S3 from, with the options in
+    vane's spelling or object_store's (None: a local table; a store Arrow has no filesystem of
+    its own for in vane; or an option only delta-rs's reader takes)."""
+    if protocol_of(uri) not in ("s3", "s3a"):
         return None
-    return locate(uri, given, "read_deltalake")
+    options = in_vane_spelling("read_deltalake", given)
+    if options is None:
+        return None
+    return locate(uri, options, "read_deltalake")
 
 
 def _native_filesystem(uri: str, location: Location | None) -> Any:

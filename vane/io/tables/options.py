@@ -27,6 +27,11 @@ Credentials found in the environment are not copied: each library reads the AWS 
 An option vane does not know goes to the library unchanged, so the library's own spelling
 (``aws_endpoint``, ``s3.proxy-uri``) still works. Other protocols (``gs://``, ``az://``...)
 get the options as given.
+
+The other way, ``in_vane_spelling`` reads options written for Lance's and delta-rs's
+object_store (any case, its aliases: ``AWS_ENDPOINT_URL``, ``aws_endpoint``, ``allow_http``,
+``timeout="60s"``...) as vane's, so that vane's own S3 filesystem (Arrow's, in C++) can read
+a table's files whichever spelling the user brought.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from vane.io.storage import is_s3_option, options_for, protocol_of
+from vane.errors import ConfigurationError
+from vane.io.storage import canonical_s3_option, is_s3_option, options_for, protocol_of
 from vane.io.tables.base import check_storage_options
 
 Library = Literal["lance", "delta", "iceberg"]
@@ -73,6 +79,7 @@ def library_options(
     protocol = protocol_of(url) if url else None
     if protocol not in ("s3", "s3a"):
         return check_storage_options(caller, given) or None
+    one_spelling(caller, given)
     theirs = {k: v for k, v in (given or {}).items() if not is_s3_option(k)}
     ours = {k: v for k, v in (given or {}).items() if is_s3_option(k)}
     resolved = dict(options_for("s3", ours, caller))
@@ -92,14 +99,126 @@ def library_options(
         if name == "anonymous":
             if _true(value):
                 out[names[name]] = "true"
-        elif name in _SECONDS and library != "iceberg":
-            out[names[name]] = f"{float(value):g}s"
+        elif name in _SECONDS:
+            seconds = _seconds(value)
+            if seconds is None:
+                raise ConfigurationError(
+                    f"{caller}(): storage_options {name}={value!r} is not a time: give seconds "
+                    "(10, 2.5) or a duration such as '10s' or '500ms'"
+                )
+            out[names[name]] = f"{seconds:g}s" if library != "iceberg" else f"{seconds:g}"
         else:
             out[names[name]] = str(value)
     if library != "iceberg" and str(endpoint or "").startswith("http://"):
         out["allow_http"] = "true"
     out.update(check_storage_options(caller, theirs) or {})
     return out or None
+
+
+# object_store's names (lower case) for what vane's S3 options say, beyond those vane also
+# takes itself (``aws_access_key_id``, ``aws_region``, ``endpoint``...: ``storage.py``).
+_FROM_OBJECT_STORE = {
+    "access_key_id": "key",
+    "secret_access_key": "secret",
+    "aws_token": "token",
+    "aws_endpoint": "endpoint_url",
+    "aws_default_region": "region",
+    "default_region": "region",
+    "aws_skip_signature": "anon",
+    "skip_signature": "anon",
+    "timeout": "request_timeout",
+    "aws_timeout": "request_timeout",
+    "aws_connect_timeout": "connect_timeout",
+}
+# object_store's options that change nothing a read of S3 objects gets: how to reach an http://
+# endpoint (the endpoint's own scheme says it to vane's filesystem) and how writers commit.
+_NOT_FOR_READS = frozenset(
+    {
+        "allow_http",
+        "aws_allow_http",
+        "aws_s3_allow_unsafe_rename",
+        "aws_conditional_put",
+        "conditional_put",
+        "aws_copy_if_not_exists",
+        "copy_if_not_exists",
+        "aws_s3_locking_provider",
+    }
+)
+_DURATION = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+def _canonical(key: str) -> str | None:
+    """The option ``key`` names in vane's own terms (``access_key``, ``endpoint_url``...),
+    whichever spelling and case it is in; None for one vane has no name for."""
+    for name in (key, key.lower()):
+        if is_s3_option(name) and name != "client_kwargs":
+            return canonical_s3_option(name)
+    vane_name = _FROM_OBJECT_STORE.get(key.lower())
+    return canonical_s3_option(vane_name) if vane_name else None
+
+
+def one_spelling(caller: str, given: Mapping[str, Any] | None) -> None:
+    """A ``ConfigurationError`` if ``given`` says one S3 option twice, in two spellings or
+    cases, with different values (``endpoint_url`` and ``aws_endpoint``): the library and
+    vane's own filesystem might each take another, and send the credentials elsewhere."""
+    said: dict[str, tuple[str, Any]] = {}
+    for key, value in (given or {}).items():
+        name = _canonical(key) if isinstance(key, str) else None
+        if name is None:
+            continue
+        if name in said and str(said[name][1]) != str(value):
+            raise ConfigurationError(
+                f"{caller}(): storage_options gives the {name} twice, as {said[name][0]!r} and "
+                f"{key!r}, with different values; give it once"
+            )
+        said.setdefault(name, (key, value))
+
+
+def in_vane_spelling(caller: str, given: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """S3 ``storage_options`` in object_store's spelling (or vane's, or both) as vane spells
+    them, for a read through vane's own filesystem; None when one of them has no equivalent
+    there (a proxy, a client certificate...), and only the library can take them. An option
+    said twice with different values is refused (``one_spelling``)."""
+    one_spelling(caller, given)
+    ours: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    for key, value in (given or {}).items():
+        if is_s3_option(key):
+            ours[key] = value
+            continue
+        name = key.lower()
+        if name in _NOT_FOR_READS:
+            continue
+        vane_name = name if is_s3_option(name) else _FROM_OBJECT_STORE.get(name)
+        if vane_name is None:
+            return None
+        theirs[vane_name] = _true(value) if vane_name == "anon" else value
+    out = theirs | ours
+    for name in ("connect_timeout", "request_timeout"):
+        if name in out:  # ("10s" as object_store writes it, or a number of seconds)
+            seconds = _seconds(out[name])
+            if seconds is None:
+                return None
+            out[name] = seconds
+    return out
+
+
+def _seconds(value: object) -> float | None:
+    """object_store's duration (``"60s"``, ``"500ms"``, ``"1m"``) or a number, in seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip().lower()
+    try:
+        return float(text)  # a number of seconds, written as text
+    except ValueError:
+        pass
+    for unit in ("ms", "s", "m"):  # ("ms" before "s", which it ends with)
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * _DURATION[unit]
+            except ValueError:
+                return None
+    return None
 
 
 def _true(value: object) -> bool:
