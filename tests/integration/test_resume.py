@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -165,30 +166,45 @@ def test_a_changed_pipeline_is_refused_saying_what_changed_and_restart_starts_ov
     assert resumed >= 20 and f"{resumed} answered by the saved run" in str(result.steps[0])
 
 
-def test_a_quick_functions_units_are_kept_batch_by_batch(tmp_path, monkeypatch):
-    """A quick function's batches travel in units of several (``vane.execution.stage``); a
-    resumable write keeps each batch's answer on its own, those before a call that failed
-    part-way through a unit included, so a rerun pays for each batch no run answered, once."""
-    monkeypatch.setattr(stage, "UNIT_SECONDS", 3600.0)  # every call is quick: the largest units
+def _quick_model(fails_from: int) -> tuple[Callable[[pa.Table], pa.Table], list[int], list[bool]]:
+    """A quick model doubling ``id``; it notes each call's first id in ``calls`` and, while
+    ``broken[0]``, fails each call from the one beginning at ``fails_from``."""
     calls: list[int] = []
     broken = [True]
 
     def score(batch: pa.Table) -> pa.Table:
         first = batch["id"][0].as_py()
         calls.append(first)
-        if broken[0] and first == 500:
+        if broken[0] and first >= fails_from:
             raise RuntimeError("the machine went away")
         return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
 
-    rel = vane.range(1_000).map_batches(
-        score, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10
-    )
-    out = str(tmp_path / "out")
+    return score, calls, broken
+
+
+def _failed_then_resumed(
+    rel: vane.Relation, out: str, calls: list[int], broken: list[bool]
+) -> vane.WriteResult:
+    """A resumable write that fails part-way, then its rerun with the model mended: what the
+    rerun wrote (``calls`` holds only the rerun's calls)."""
     with pytest.raises(RuntimeError, match="went away"):
         rel.write_parquet(out, resume=True)
     calls.clear()
     broken[0] = False
-    result = rel.write_parquet(out, resume=True)
+    return rel.write_parquet(out, resume=True)
+
+
+def test_a_quick_functions_units_are_kept_batch_by_batch(tmp_path, monkeypatch):
+    """A quick function's batches travel in units of several (``vane.execution.stage``); a
+    resumable write keeps each batch's answer on its own, those before a call that failed
+    part-way through a unit included, so a rerun pays for each batch no run answered, once."""
+    monkeypatch.setattr(stage, "UNIT_SECONDS", 3600.0)  # every call is quick: the largest units
+    score, calls, broken = _quick_model(fails_from=500)
+    rel = vane.range(1_000).map_batches(
+        score, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10
+    )
+    out = str(tmp_path / "out")
+    result = _failed_then_resumed(rel, out, calls, broken)
     resumed = result.steps[0].rows_resumed
     assert resumed >= 500  # every batch before the failing one was kept
     assert 500 in calls and min(calls) >= 500 and len(calls) == len(set(calls))
@@ -300,16 +316,7 @@ def test_a_file_jobs_batches_are_known_by_their_place_and_never_hashed(tmp_path,
     monkeypatch.setattr(resume, "batch_digest", no_digest)
     source = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": list(range(600))}), source)
-    calls: list[int] = []
-    broken = [True]
-
-    def score(batch: pa.Table) -> pa.Table:
-        first = batch["id"][0].as_py()
-        calls.append(first)
-        if broken[0] and first >= 300:
-            raise RuntimeError("the machine went away")
-        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
-
+    score, calls, broken = _quick_model(fails_from=300)
     rel = (
         vane.read_parquet(str(source))
         .filter("id % 2 = 0")
@@ -317,11 +324,7 @@ def test_a_file_jobs_batches_are_known_by_their_place_and_never_hashed(tmp_path,
         .map_batches(score, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=10)
     )
     out = str(tmp_path / "out")
-    with pytest.raises(RuntimeError, match="went away"):
-        rel.write_parquet(out, resume=True)
-    calls.clear()
-    broken[0] = False
-    result = rel.write_parquet(out, resume=True)
+    result = _failed_then_resumed(rel, out, calls, broken)
     resumed = result.steps[0].rows_resumed
     assert resumed >= 150  # every batch before the failing one was kept
     assert min(calls) >= 300 and len(calls) == len(set(calls)) == 30 - resumed // 10
