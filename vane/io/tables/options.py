@@ -180,26 +180,21 @@ def in_vane_spelling(caller: str, given: Mapping[str, Any] | None) -> dict[str, 
     there (a proxy, a client certificate...), and only the library can take them. An option
     said twice with different values is refused (``one_spelling``)."""
     one_spelling(caller, given)
-    ours: dict[str, Any] = {}
-    theirs: dict[str, Any] = {}
-    for key, value in (given or {}).items():
-        if is_s3_option(key):
-            ours[key] = value
-            continue
-        name = key.lower()
-        if name in _NOT_FOR_READS:
-            continue
-        vane_name = name if is_s3_option(name) else _FROM_OBJECT_STORE.get(name)
-        if vane_name is None:
+    out: dict[str, Any] = {}
+    for key, given_value in (given or {}).items():
+        name = "client_kwargs" if key == "client_kwargs" else _canonical(key)
+        if name is None:
+            if key.lower() in _NOT_FOR_READS:
+                continue
             return None
-        theirs[vane_name] = _true(value) if vane_name == "anon" else value
-    out = theirs | ours
-    for name in ("connect_timeout", "request_timeout"):
-        if name in out:  # ("10s" as object_store writes it, or a number of seconds)
-            seconds = _seconds(out[name])
-            if seconds is None:
+        value: Any = given_value
+        if name == "anonymous":
+            value = _true(given_value)
+        elif name in _SECONDS:  # ("10s" as object_store writes it, or a number of seconds)
+            value = _seconds(given_value)
+            if value is None:
                 return None
-            out[name] = seconds
+        out[name] = value  # (``one_spelling``: any other spelling of it says the same)
     return out
 
 
