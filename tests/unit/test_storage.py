@@ -133,16 +133,44 @@ def test_a_callback_traceback_in_a_duckdb_error_becomes_its_last_line():
     )
 
 
-@settings(max_examples=40, deadline=None)
+class _Object:
+    """An object's bytes as a store serves them, noting each range asked (``fetched``); with
+    ``concurrent``, its reads may overlap (as an S3 object's do), so a reader reads ahead."""
+
+    def __init__(self, data: bytes, *, concurrent: bool = True, fails: int | None = None) -> None:
+        import threading
+
+        self.data = data
+        self.concurrent = concurrent
+        self.fails = fails  # the offset whose read fails
+        self.fetched: list[tuple[int, int]] = []
+        self.asked = threading.Condition()
+
+    def read_at(self, length: int, offset: int) -> bytes:
+        with self.asked:
+            self.fetched.append((offset, length))
+            self.asked.notify_all()
+        if offset == self.fails:
+            raise StorageError(f"cannot read at {offset}")
+        return self.data[offset : offset + length]
+
+    def wait_for(self, offset: int) -> None:
+        with self.asked:
+            assert self.asked.wait_for(lambda: any(o == offset for o, _ in self.fetched), 120)
+
+    def close(self) -> None:
+        pass
+
+
+@settings(max_examples=60, deadline=None)
 @given(
     size=st.integers(0, 3 * 2**16),
     reads=st.lists(st.tuples(st.integers(0, 3 * 2**16), st.integers(-1, 2**17)), max_size=8),
+    concurrent=st.booleans(),
 )
-def test_a_ranged_file_reads_exactly_the_bytes_asked(size, reads, monkeypatch_block):
-    import pyarrow as pa
-
+def test_a_ranged_file_reads_exactly_the_bytes_asked(size, reads, concurrent, monkeypatch_block):
     data = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    ranged = storage.RangedFile(pa.BufferReader(data), len(data))
+    ranged = storage.RangedFile(_Object(data, concurrent=concurrent), len(data))
     for offset, length in reads:
         ranged.seek(offset)
         got = ranged.read(length)
@@ -189,6 +217,54 @@ def test_readers_of_one_object_share_its_last_block_and_read_its_bytes(
             assert ranged.read(length) == want
         ranged.close()
     assert fetched[first:] == []
+
+
+def test_a_read_that_goes_on_into_the_next_block_has_the_one_after_fetched_meanwhile(
+    monkeypatch_block,
+):
+    """Reading on from block 0 into block 1 fetches block 2 before it is asked for (on a
+    thread), and asking for it then sends nothing; a reader that jumps around fetches only
+    what it asks; a source whose reads keep a position is never read ahead."""
+    block = storage.RANGE_BLOCK
+    data = bytes(range(256)) * (8 * block // 256)
+    source = _Object(data)
+    ranged = storage.RangedFile(source, len(data))
+    ranged.seek(block - 10)
+    assert ranged.read(20) == data[block - 10 : block + 10]  # blocks 0 and 1
+    source.wait_for(2 * block)
+    fetched = len(source.fetched)
+    ranged.seek(2 * block + 5)
+    assert ranged.read(block) == data[2 * block + 5 : 3 * block + 5]  # block 2, into 3
+    assert (2 * block, block) not in source.fetched[fetched:]  # taken from the read-ahead
+    ranged.close()
+
+    jumps = _Object(data)
+    ranged = storage.RangedFile(jumps, len(data))
+    for number in (5, 0, 3, 7):
+        ranged.seek(number * block)
+        assert ranged.read(10) == data[number * block : number * block + 10]
+    assert sorted(jumps.fetched) == [(n * block, block) for n in (0, 3, 5, 7)]
+
+    positioned = _Object(data, concurrent=False)
+    ranged = storage.RangedFile(positioned, len(data))
+    assert ranged.read(3 * block) and ranged.read(10) == data[3 * block : 3 * block + 10]
+    assert len(positioned.fetched) == 2  # the read as large as a block, then block 3 alone
+
+
+def test_a_block_read_ahead_that_failed_raises_only_when_it_is_asked_for(monkeypatch_block):
+    block = storage.RANGE_BLOCK
+    data = bytes(range(256)) * (4 * block // 256)
+    source = _Object(data, fails=2 * block)
+    ranged = storage.RangedFile(source, len(data))
+    ranged.seek(block - 5)
+    assert ranged.read(10) == data[block - 5 : block + 5]  # on into block 1: block 2 is asked
+    source.wait_for(2 * block)
+    ranged.seek(0)
+    assert ranged.read(10) == data[:10]  # its failure is not this read's
+    ranged.seek(2 * block)
+    with pytest.raises(StorageError, match=f"cannot read at {2 * block}"):
+        ranged.read(10)
+    ranged.close()
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,10 @@ def roots_above(store: Store, path: str, folders: set[str]) -> list[str]:
 
 class S3Object:
     """An S3 object read by ranged GET requests (with the store's credentials, timeouts and
-    retries, ``object_puts.s3_client``), each naming the object's ETag where it is known."""
+    retries, ``object_puts.s3_client``), each naming the object's ETag where it is known.
+    Its reads keep no state, so they may run at once on several threads (``concurrent``)."""
+
+    concurrent = True
 
     def __init__(self, store: Store, path: str, etag: str | None) -> None:
         self._store = store

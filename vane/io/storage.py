@@ -47,6 +47,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -422,6 +423,51 @@ TAILS_KEPT = 64 * 2**20
 _tails = _Tails()
 
 
+class _Prefetch:
+    """Threads that fetch blocks ahead of their readers (``RangedFile._read_ahead``): daemon
+    threads, so that a request to a stalled store never holds the interpreter's exit, and
+    started again in a process forked from one that had them."""
+
+    THREADS = 4
+
+    def __init__(self) -> None:
+        import queue
+
+        self._jobs: queue.SimpleQueue[tuple[Future[bytes], Callable[[], bytes]]] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._pid = os.getpid()
+
+    def submit(self, fetch: Callable[[], bytes]) -> Future[bytes]:
+        import queue
+
+        future: Future[bytes] = Future()
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's threads are not here
+                self._pid, self._threads, self._jobs = os.getpid(), 0, queue.SimpleQueue()
+            self._jobs.put((future, fetch))
+            if self._threads < self.THREADS:
+                self._threads += 1
+                threading.Thread(target=self._serve, name="vane-read-ahead", daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        jobs = self._jobs
+        while True:
+            future, fetch = jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue  # its reader moved on, or closed
+            try:
+                future.set_result(fetch())
+            except BaseException as exc:  # raised to the reader that asks for the block
+                future.set_exception(exc)
+
+
+_prefetch = _Prefetch()
+
+
 class RangedFile(io.RawIOBase):
     """A remote object as DuckDB reads it: seekable, read in ``RANGE_BLOCK`` ranges (one
     request each), the ``RANGE_BLOCKS_KEPT`` most recent kept; a read as large as a block goes
@@ -430,15 +476,24 @@ class RangedFile(io.RawIOBase):
     ``identity`` (the object's store, path, size, time and ETag, as a listing gave them): its
     last block is kept for every reader of the object for ``_INFO_SECONDS`` (``_tails``). It holds a
     Parquet file's footer and a small file whole, which the footers' reading, DuckDB's binding
-    and each scan would otherwise each fetch again: 3 to 5 requests per small file become 1."""
+    and each scan would otherwise each fetch again: 3 to 5 requests per small file become 1.
+
+    A read that goes on from one block into the next has the block after that fetched on a
+    thread meanwhile (``_read_ahead``; one block ahead of each reader, never kept past the
+    next block asked for if unused): DuckDB reads a Parquet column chunk page by page, so
+    without it every block's request waited for DuckDB to come to its first page."""
 
     def __init__(self, source: Any, size: int | None, identity: Hashable | None = None) -> None:
         super().__init__()
         self._source = source
         self._size = int(size if size is not None else source.size())
         self._position = 0
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        # a block, or its fetch on a thread (read ahead), by number
+        self._blocks: OrderedDict[int, bytes | Future[bytes]] = OrderedDict()
         self._identity = identity
+        # Read ahead only from a source whose reads may overlap (an S3 object's GETs); one
+        # that keeps a position (an fsspec file) is read by one thread at a time.
+        self._ahead = bool(getattr(source, "concurrent", False))
 
     def readable(self) -> bool:
         return True
@@ -458,20 +513,36 @@ class RangedFile(io.RawIOBase):
         return self._position
 
     def _block(self, number: int) -> bytes:
-        block = self._blocks.get(number)
-        if block is None:
-            start = number * RANGE_BLOCK
-            last = start + RANGE_BLOCK >= self._size
-            if last and self._identity is not None:
-                block = _tails.get(self._identity, lambda: self._fetch(start))
-            else:
-                block = self._fetch(start)
-            self._blocks[number] = block
+        got = self._blocks.get(number)
+        if got is None:
+            got = self._blocks[number] = self._fetch_block(number)
             while len(self._blocks) > RANGE_BLOCKS_KEPT:
-                self._blocks.popitem(last=False)
+                _, dropped = self._blocks.popitem(last=False)
+                if isinstance(dropped, Future):
+                    dropped.cancel()
         else:
             self._blocks.move_to_end(number)
-        return block
+        if isinstance(got, Future):
+            got = self._blocks[number] = got.result()  # a fetch's error raises here
+        if self._ahead and number - 1 in self._blocks:
+            self._read_ahead(number + 1)
+        return got
+
+    def _read_ahead(self, number: int) -> None:
+        """Fetch block ``number`` on a thread of ``_prefetch`` (a read that went on from one
+        block to the next will likely ask for it): the store's answer comes while DuckDB
+        decodes the blocks in hand."""
+        if number * RANGE_BLOCK >= self._size or number in self._blocks:
+            return
+        self._blocks[number] = _prefetch.submit(lambda: self._fetch_block(number))
+        self._blocks.move_to_end(number, last=False)  # the first to go, if never asked for
+
+    def _fetch_block(self, number: int) -> bytes:
+        start = number * RANGE_BLOCK
+        last = start + RANGE_BLOCK >= self._size
+        if last and self._identity is not None:
+            return _tails.get(self._identity, lambda: self._fetch(start))
+        return self._fetch(start)
 
     def _fetch(self, start: int) -> bytes:
         block: bytes = self._source.read_at(min(RANGE_BLOCK, self._size - start), start)
@@ -501,6 +572,9 @@ class RangedFile(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
+            for got in self._blocks.values():
+                if isinstance(got, Future):
+                    got.cancel()
             self._blocks.clear()
             self._source.close()
         super().close()
