@@ -10,7 +10,7 @@ import benchlib
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    vane = benchlib.import_vane()
+    vane = benchlib.import_vane(remote=True)
     vane.configure(progress=False)
     source, target = benchlib.store_urls(args)
     benchlib.warm_overhead_udf()
