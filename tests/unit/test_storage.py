@@ -284,3 +284,58 @@ def test_the_file_stores_an_actor_is_sent_never_show_a_value():
         buckets=(("s3://b", (("secret_key", secret),)),), configured=(("secret_key", secret),)
     )
     assert secret not in repr(stores) and "s3://b" in repr(stores)
+
+
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True}
+_FLAGS |= {"0": False, "false": False, "no": False, "off": False}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    word=st.sampled_from(sorted(_FLAGS)),
+    casing=st.lists(st.booleans(), min_size=5, max_size=5),
+    pad=st.sampled_from(["", " ", "\t"]),
+    seconds=st.floats(0.001, 600, allow_nan=False),
+    unit=st.sampled_from(["", "s", "ms", "m"]),
+)
+def test_s3_flags_and_times_mean_what_they_say_in_any_spelling(word, casing, pad, seconds, unit):
+    """anon="false" is not anonymous (any text used to be: a request unsigned, refused by a
+    private bucket); timeouts and attempts written as text are numbers; what is neither is a
+    clear error naming the option."""
+    import botocore
+
+    from vane.io.object_puts import s3_client
+
+    spelled = (
+        pad + "".join(c.upper() if up else c for c, up in zip(word, casing, strict=False)) + pad
+    )
+    text = f"{seconds!r}{unit}"
+    expected = seconds * {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0}[unit]
+    where = storage.locate(
+        "s3://b/k",
+        {"anon": spelled, "connect_timeout": text, "max_attempts": "3"},
+        "read_parquet",
+    )
+    options = dict(where.store.options)
+    assert options["anonymous"] is _FLAGS[word]
+    assert options["connect_timeout"] == pytest.approx(expected)
+    assert options["max_attempts"] == 3
+    unsigned = s3_client(where.store).meta.config.signature_version
+    assert (unsigned is botocore.UNSIGNED) is _FLAGS[word]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("anon", "maybe"),
+        ("anon", 2),
+        ("connect_timeout", "soon"),
+        ("request_timeout", 0),
+        ("max_attempts", "three"),
+        ("max_attempts", 0),
+        ("max_attempts", True),
+    ],
+)
+def test_an_s3_option_that_means_nothing_is_a_clear_error(name, value):
+    with pytest.raises(ConfigurationError, match=f"read_parquet.*{name}={value!r}"):
+        storage.locate("s3://b/k", {name: value}, "read_parquet")

@@ -604,7 +604,7 @@ def _s3(options: dict[str, Any]) -> pafs.FileSystem:
     elif endpoint and not os.environ.get("AWS_DEFAULT_REGION"):
         # An S3-compatible store has no AWS region to look up; pyarrow would ask AWS for one.
         kwargs["region"] = "us-east-1"
-    if options.get("anonymous"):
+    if options.get("anonymous") is True:
         kwargs["anonymous"] = True
     for name in ("access_key", "secret_key", "session_token"):
         if options.get(name):
@@ -632,7 +632,82 @@ def _s3_options(given: Mapping[str, Any], caller: str) -> dict[str, Any]:
             f"{caller}(): storage_options has {unknown}, which s3:// does not take; it takes "
             f"{', '.join(sorted(_S3_NAMES))} and client_kwargs"
         )
-    return {_S3_NAMES[k]: v for k, v in flat.items() if v is not None}
+    out = {_S3_NAMES[k]: v for k, v in flat.items() if v is not None}
+    for name, value in out.items():
+        out[name] = _s3_value(name, value, caller)
+    return out
+
+
+def _s3_value(name: str, value: Any, caller: str) -> Any:
+    """An S3 option's value as vane uses it: ``anonymous`` a bool (``"false"`` is not
+    anonymous), ``max_attempts`` a whole number from 1, timeouts seconds (a number, or a
+    duration as object_store writes them: ``"10s"``, ``"500ms"``, ``"1m"``); others as given."""
+    if name == "anonymous":
+        flag = flag_of(value)
+        if flag is None:
+            raise ConfigurationError(
+                f"{caller}(): storage_options anon={value!r} is neither true nor false: give "
+                "True or False"
+            )
+        return flag
+    if name == "max_attempts":
+        attempts = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if attempts is None and isinstance(value, str) and value.strip().isdigit():
+            attempts = int(value)
+        if attempts is None or attempts < 1:
+            raise ConfigurationError(
+                f"{caller}(): storage_options max_attempts={value!r} is not a number of "
+                "attempts: give a whole number from 1"
+            )
+        return attempts
+    if name in ("connect_timeout", "request_timeout"):
+        seconds = seconds_of(value)
+        if seconds is None or seconds <= 0:
+            raise ConfigurationError(
+                f"{caller}(): storage_options {name}={value!r} is not a time: give seconds "
+                "(10, 2.5) or a duration such as '10s' or '500ms'"
+            )
+        return seconds
+    return value
+
+
+_DURATION = {"ms": 0.001, "s": 1.0, "m": 60.0}
+
+
+def seconds_of(value: object) -> float | None:
+    """A number of seconds, or a duration as object_store writes it (``"60s"``, ``"500ms"``,
+    ``"1m"``), in seconds; None if it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip().lower()
+    try:
+        return float(text)  # a number of seconds, written as text
+    except ValueError:
+        pass
+    for unit in ("ms", "s", "m"):  # ("ms" before "s", which it ends with)
+        if text.endswith(unit):
+            try:
+                return float(text[: -len(unit)]) * _DURATION[unit]
+            except ValueError:
+                return None
+    return None
+
+
+def flag_of(value: object) -> bool | None:
+    """True or false as options are written (a bool, 1/0, or "true"/"false", "yes"/"no",
+    "on"/"off" in any case); None if it is neither."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    return None
 
 
 def options_for(

@@ -41,7 +41,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from vane.errors import ConfigurationError
-from vane.io.storage import canonical_s3_option, is_s3_option, options_for, protocol_of
+from vane.io.storage import (
+    canonical_s3_option,
+    flag_of,
+    is_s3_option,
+    options_for,
+    protocol_of,
+    seconds_of,
+)
 from vane.io.tables.base import check_storage_options
 
 Library = Literal["lance", "delta", "iceberg"]
@@ -100,7 +107,7 @@ def library_options(
             if _true(value):
                 out[names[name]] = "true"
         elif name in _SECONDS:
-            seconds = _seconds(value)
+            seconds = seconds_of(value)
             if seconds is None:
                 raise ConfigurationError(
                     f"{caller}(): storage_options {name}={value!r} is not a time: give seconds "
@@ -144,7 +151,6 @@ _NOT_FOR_READS = frozenset(
         "aws_s3_locking_provider",
     }
 )
-_DURATION = {"ms": 0.001, "s": 1.0, "m": 60.0}
 
 
 def _canonical(key: str) -> str | None:
@@ -191,30 +197,12 @@ def in_vane_spelling(caller: str, given: Mapping[str, Any] | None) -> dict[str, 
         if name == "anonymous":
             value = _true(given_value)
         elif name in _SECONDS:  # ("10s" as object_store writes it, or a number of seconds)
-            value = _seconds(given_value)
+            value = seconds_of(given_value)
             if value is None:
                 return None
         out[name] = value  # (``one_spelling``: any other spelling of it says the same)
     return out
 
 
-def _seconds(value: object) -> float | None:
-    """object_store's duration (``"60s"``, ``"500ms"``, ``"1m"``) or a number, in seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip().lower()
-    try:
-        return float(text)  # a number of seconds, written as text
-    except ValueError:
-        pass
-    for unit in ("ms", "s", "m"):  # ("ms" before "s", which it ends with)
-        if text.endswith(unit):
-            try:
-                return float(text[: -len(unit)]) * _DURATION[unit]
-            except ValueError:
-                return None
-    return None
-
-
 def _true(value: object) -> bool:
-    return value is True or str(value).lower() in ("1", "true", "yes")
+    return flag_of(value) is True
