@@ -251,6 +251,30 @@ def test_a_read_that_goes_on_into_the_next_block_has_the_one_after_fetched_meanw
     assert len(positioned.fetched) == 2  # the read as large as a block, then block 3 alone
 
 
+def test_a_block_is_read_ahead_once_per_coming_into_the_one_before(monkeypatch_block):
+    """A reader reads the next block ahead when it comes into a block, not each time it
+    reads there again: a block read ahead, dropped unused, is not fetched again by rereads of
+    the block before it (each would have been a GET of a block nobody asked for)."""
+    block = storage.RANGE_BLOCK
+    data = bytes(range(256)) * (10 * block // 256)
+    source = _Object(data)
+    ranged = storage.RangedFile(source, len(data))
+
+    def read_in(number: int) -> None:
+        ranged.seek(number * block + 7)
+        assert ranged.read(5) == data[number * block + 7 : number * block + 12]
+
+    read_in(0)
+    read_in(1)  # on into block 1: block 2 read ahead
+    source.wait_for(2 * block)
+    for number in (5, 6):  # elsewhere: block 2, unused, is dropped
+        read_in(number)
+    for _ in range(3):
+        read_in(1)
+    ranged.close()
+    assert [offset for offset, _ in source.fetched].count(2 * block) == 1
+
+
 def test_a_block_read_ahead_that_failed_raises_only_when_it_is_asked_for(monkeypatch_block):
     block = storage.RANGE_BLOCK
     data = bytes(range(256)) * (4 * block // 256)

@@ -514,6 +514,11 @@ class RangedFile(io.RawIOBase):
 
     def _block(self, number: int) -> bytes:
         got = self._blocks.get(number)
+        if isinstance(got, bytes):
+            self._blocks.move_to_end(number)
+            return got
+        # The reader comes into this block (fetched now, or read ahead): the only moment it
+        # reads the next one ahead, so a block read again and again asks nothing more.
         if got is None:
             got = self._blocks[number] = self._fetch_block(number)
             while len(self._blocks) > RANGE_BLOCKS_KEPT:
@@ -522,7 +527,6 @@ class RangedFile(io.RawIOBase):
                     dropped.cancel()
         else:
             self._blocks.move_to_end(number)
-        if isinstance(got, Future):
             got = self._blocks[number] = got.result()  # a fetch's error raises here
         if self._ahead and number - 1 in self._blocks:
             self._read_ahead(number + 1)
