@@ -514,7 +514,7 @@ class RangedFile(io.RawIOBase):
 
     def _block(self, number: int) -> bytes:
         got = self._blocks.get(number)
-        if isinstance(got, bytes):
+        if got is not None and not isinstance(got, Future):  # in hand
             self._blocks.move_to_end(number)
             return got
         # The reader comes into this block (fetched now, or read ahead): the only moment it
