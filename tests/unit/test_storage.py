@@ -275,6 +275,80 @@ def test_a_block_is_read_ahead_once_per_coming_into_the_one_before(monkeypatch_b
     assert [offset for offset, _ in source.fetched].count(2 * block) == 1
 
 
+def test_a_file_read_straight_through_holds_its_kept_blocks_and_one_read_ahead(
+    monkeypatch_block,
+):
+    """Blocks that come from a read ahead are counted with the rest: reading an object of
+    many blocks front to back, a file never holds more than RANGE_BLOCKS_KEPT blocks and the
+    one being read ahead (it held every block it had read)."""
+    block = storage.RANGE_BLOCK
+    data = bytes(range(256)) * (40 * block // 256)
+    ranged = storage.RangedFile(_Object(data), len(data))
+    for offset in range(0, len(data), block // 4):
+        ranged.seek(offset)
+        assert ranged.read(block // 4) == data[offset : offset + block // 4]
+        assert len(ranged._blocks) <= storage.RANGE_BLOCKS_KEPT + 1
+    ranged.close()
+
+
+def test_threads_reading_one_file_at_once_get_its_bytes(monkeypatch_block):
+    """DuckDB may read one file object from several threads: each gets its blocks' bytes,
+    whatever the others' reads ahead and evictions (a read ahead another thread dropped
+    while one waited on it failed that wait)."""
+    import random
+    import threading
+
+    block = storage.RANGE_BLOCK
+    data = bytes(range(256)) * (24 * block // 256)
+    ranged = storage.RangedFile(_Object(data), len(data))
+    errors: list[BaseException] = []
+
+    def reader(seed: int) -> None:
+        picks = random.Random(seed)
+        try:
+            for _ in range(300):
+                number = picks.randrange(24)
+                if picks.random() < 0.5:  # runs of blocks in order, as a column chunk is read
+                    number = min(number, 20)
+                    for n in range(number, number + 4):
+                        assert ranged._block(n) == data[n * block : (n + 1) * block]
+                else:
+                    assert ranged._block(number) == data[number * block : (number + 1) * block]
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ranged.close()
+    assert errors == []
+
+
+def test_a_read_ahead_that_failed_is_asked_again_when_its_block_is_read(monkeypatch_block):
+    """A read ahead that failed is not the block's answer for good: reading the block asks
+    the store again (a store that failed once answers now)."""
+    block = storage.RANGE_BLOCK
+    data = bytes(range(256)) * (4 * block // 256)
+
+    class FailsOnce(_Object):
+        def read_at(self, length: int, offset: int) -> bytes:
+            answer = super().read_at(length, offset)
+            if offset == 2 * block and self.fetched.count((offset, length)) == 1:
+                raise StorageError("a reset, the first time")
+            return answer
+
+    source = FailsOnce(data)
+    ranged = storage.RangedFile(source, len(data))
+    ranged.seek(block - 5)
+    assert ranged.read(10) == data[block - 5 : block + 5]  # block 2 read ahead: it fails
+    source.wait_for(2 * block)
+    ranged.seek(2 * block)
+    assert ranged.read(10) == data[2 * block : 2 * block + 10]
+    ranged.close()
+
+
 def test_a_block_read_ahead_that_failed_raises_only_when_it_is_asked_for(monkeypatch_block):
     block = storage.RANGE_BLOCK
     data = bytes(range(256)) * (4 * block // 256)
@@ -355,11 +429,20 @@ def test_s3_flags_and_times_mean_what_they_say_in_any_spelling(word, casing, pad
         ("anon", 2),
         ("connect_timeout", "soon"),
         ("request_timeout", 0),
+        ("request_timeout", "nan"),
+        ("connect_timeout", float("inf")),
         ("max_attempts", "three"),
         ("max_attempts", 0),
         ("max_attempts", True),
+        ("max_attempts", 2.5),
     ],
 )
 def test_an_s3_option_that_means_nothing_is_a_clear_error(name, value):
+    """(A whole number of attempts may come as 3, 3.0, "3", "3.0" or numpy's int.)"""
+    import numpy as np
+
+    for attempts in (3, 3.0, "3", " 3.0 ", np.int64(3)):
+        where = storage.locate("s3://b/k", {"max_attempts": attempts}, "read_parquet")
+        assert dict(where.store.options)["max_attempts"] == 3
     with pytest.raises(ConfigurationError, match=f"read_parquet.*{name}={value!r}"):
         storage.locate("s3://b/k", {name: value}, "read_parquet")

@@ -371,7 +371,7 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
 # last few kept: measured on a 104 MB object of 31 row groups, the first batch came after
 # 16 s without them (every page its own request) against 0.8 s for pyarrow's own reader.
 RANGE_BLOCK = 4 * 2**20
-RANGE_BLOCKS_KEPT = 4  # per open file: memory stays at most 16 MB a file
+RANGE_BLOCKS_KEPT = 4  # per open file, and one read ahead: at most 20 MB a file
 
 
 def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
@@ -425,12 +425,17 @@ _tails = _Tails()
 
 class _Prefetch:
     """Threads that fetch blocks ahead of their readers (``RangedFile._read_ahead``): daemon
-    threads, so that a request to a stalled store never holds the interpreter's exit, and
-    started again in a process forked from one that had them."""
+    threads, so that a request to a stalled store never holds the interpreter's exit; a
+    forked child starts afresh (no threads, an empty queue, a new lock)."""
 
     THREADS = 4
 
     def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         import queue
 
         self._jobs: queue.SimpleQueue[tuple[Future[bytes], Callable[[], bytes]]] = (
@@ -438,23 +443,20 @@ class _Prefetch:
         )
         self._lock = threading.Lock()
         self._threads = 0
-        self._pid = os.getpid()
 
     def submit(self, fetch: Callable[[], bytes]) -> Future[bytes]:
-        import queue
-
         future: Future[bytes] = Future()
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's threads are not here
-                self._pid, self._threads, self._jobs = os.getpid(), 0, queue.SimpleQueue()
             self._jobs.put((future, fetch))
             if self._threads < self.THREADS:
                 self._threads += 1
-                threading.Thread(target=self._serve, name="vane-read-ahead", daemon=True).start()
+                threading.Thread(
+                    target=self._serve, args=(self._jobs,), name="vane-read-ahead", daemon=True
+                ).start()
         return future
 
-    def _serve(self) -> None:
-        jobs = self._jobs
+    @staticmethod
+    def _serve(jobs: Any) -> None:
         while True:
             future, fetch = jobs.get()
             if not future.set_running_or_notify_cancel():
@@ -494,6 +496,7 @@ class RangedFile(io.RawIOBase):
         # Read ahead only from a source whose reads may overlap (an S3 object's GETs); one
         # that keeps a position (an fsspec file) is read by one thread at a time.
         self._ahead = bool(getattr(source, "concurrent", False))
+        self._lock = threading.Lock()
 
     def readable(self) -> bool:
         return True
@@ -513,33 +516,43 @@ class RangedFile(io.RawIOBase):
         return self._position
 
     def _block(self, number: int) -> bytes:
-        got = self._blocks.get(number)
-        if got is not None and not isinstance(got, Future):  # in hand
+        # DuckDB may read one file object from several of its threads at once: ``_blocks`` is
+        # changed under ``_lock`` only, and no fetch or wait holds it.
+        with self._lock:
+            got = self._blocks.get(number)
+            if got is not None and not isinstance(got, Future):  # in hand
+                self._blocks.move_to_end(number)
+                return got
+        block: bytes | None = None
+        if got is not None:  # being read ahead: wait for it
+            try:
+                block = got.result()
+            except Exception:  # failed, or dropped unstarted: the store is asked again below
+                block = None
+        if block is None:
+            block = self._fetch_block(number)
+        # The reader comes into this block: the only moment it reads the next one ahead, so a
+        # block read again and again asks nothing more.
+        with self._lock:
+            self._blocks[number] = block
             self._blocks.move_to_end(number)
-            return got
-        # The reader comes into this block (fetched now, or read ahead): the only moment it
-        # reads the next one ahead, so a block read again and again asks nothing more.
-        if got is None:
-            got = self._blocks[number] = self._fetch_block(number)
             while len(self._blocks) > RANGE_BLOCKS_KEPT:
                 _, dropped = self._blocks.popitem(last=False)
                 if isinstance(dropped, Future):
-                    dropped.cancel()
-        else:
-            self._blocks.move_to_end(number)
-            got = self._blocks[number] = got.result()  # a fetch's error raises here
-        if self._ahead and number - 1 in self._blocks:
-            self._read_ahead(number + 1)
-        return got
+                    dropped.cancel()  # (only if not begun; a reader waiting on it then asks)
+            if self._ahead and number - 1 in self._blocks:
+                self._read_ahead(number + 1)
+        return block
 
     def _read_ahead(self, number: int) -> None:
         """Fetch block ``number`` on a thread of ``_prefetch`` (a read that went on from one
         block to the next will likely ask for it): the store's answer comes while DuckDB
-        decodes the blocks in hand."""
+        decodes the blocks in hand. It goes first when the next block is fetched, if it was
+        never asked for: a file holds ``RANGE_BLOCKS_KEPT`` blocks and one read ahead."""
         if number * RANGE_BLOCK >= self._size or number in self._blocks:
             return
         self._blocks[number] = _prefetch.submit(lambda: self._fetch_block(number))
-        self._blocks.move_to_end(number, last=False)  # the first to go, if never asked for
+        self._blocks.move_to_end(number, last=False)
 
     def _fetch_block(self, number: int) -> bytes:
         start = number * RANGE_BLOCK
@@ -576,10 +589,11 @@ class RangedFile(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
-            for got in self._blocks.values():
-                if isinstance(got, Future):
-                    got.cancel()
-            self._blocks.clear()
+            with self._lock:
+                for got in self._blocks.values():
+                    if isinstance(got, Future):
+                        got.cancel()
+                self._blocks.clear()
             self._source.close()
         super().close()
 
@@ -655,9 +669,7 @@ def _s3_value(name: str, value: Any, caller: str) -> Any:
             )
         return flag
     if name == "max_attempts":
-        attempts = value if isinstance(value, int) and not isinstance(value, bool) else None
-        if attempts is None and isinstance(value, str) and value.strip().isdigit():
-            attempts = int(value)
+        attempts = _whole(value)
         if attempts is None or attempts < 1:
             raise ConfigurationError(
                 f"{caller}(): storage_options max_attempts={value!r} is not a number of "
@@ -666,13 +678,31 @@ def _s3_value(name: str, value: Any, caller: str) -> Any:
         return attempts
     if name in ("connect_timeout", "request_timeout"):
         seconds = seconds_of(value)
-        if seconds is None or seconds <= 0:
+        if seconds is None or not 0 < seconds < float("inf"):
             raise ConfigurationError(
                 f"{caller}(): storage_options {name}={value!r} is not a time: give seconds "
                 "(10, 2.5) or a duration such as '10s' or '500ms'"
             )
         return seconds
     return value
+
+
+def _whole(value: object) -> int | None:
+    """A whole number given as an int (numpy's too), a float or text that is one; else None."""
+    import math
+    import operator
+
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) and number.is_integer() else None
 
 
 _DURATION = {"ms": 0.001, "s": 1.0, "m": 60.0}
