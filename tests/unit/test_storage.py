@@ -251,10 +251,11 @@ def test_a_read_that_goes_on_into_the_next_block_has_the_one_after_fetched_meanw
     assert len(positioned.fetched) == 2  # the read as large as a block, then block 3 alone
 
 
-def test_a_block_is_read_ahead_once_per_coming_into_the_one_before(monkeypatch_block):
+def test_a_block_is_read_ahead_once_per_coming_into_the_one_before(monkeypatch_block, monkeypatch):
     """A reader reads the next block ahead when it comes into a block, not each time it
     reads there again: a block read ahead, dropped unused, is not fetched again by rereads of
     the block before it (each would have been a GET of a block nobody asked for)."""
+    monkeypatch.setattr(storage, "READS_AHEAD_KEPT", 1)  # so that block 2 is soon let go
     block = storage.RANGE_BLOCK
     data = bytes(range(256)) * (10 * block // 256)
     source = _Object(data)
@@ -267,7 +268,7 @@ def test_a_block_is_read_ahead_once_per_coming_into_the_one_before(monkeypatch_b
     read_in(0)
     read_in(1)  # on into block 1: block 2 read ahead
     source.wait_for(2 * block)
-    for number in (5, 6):  # elsewhere: block 2, unused, is dropped
+    for number in (5, 6):  # elsewhere: block 7 read ahead, and block 2, unused, let go
         read_in(number)
     for _ in range(3):
         read_in(1)
@@ -275,19 +276,19 @@ def test_a_block_is_read_ahead_once_per_coming_into_the_one_before(monkeypatch_b
     assert [offset for offset, _ in source.fetched].count(2 * block) == 1
 
 
-def test_a_file_read_straight_through_holds_its_kept_blocks_and_one_read_ahead(
+def test_a_file_read_straight_through_holds_only_its_kept_blocks_and_reads_ahead(
     monkeypatch_block,
 ):
     """Blocks that come from a read ahead are counted with the rest: reading an object of
-    many blocks front to back, a file never holds more than RANGE_BLOCKS_KEPT blocks and the
-    one being read ahead (it held every block it had read)."""
+    many blocks front to back, a file never holds more than RANGE_BLOCKS_KEPT blocks and
+    READS_AHEAD_KEPT reads ahead (it held every block it had read)."""
     block = storage.RANGE_BLOCK
     data = bytes(range(256)) * (40 * block // 256)
     ranged = storage.RangedFile(_Object(data), len(data))
     for offset in range(0, len(data), block // 4):
         ranged.seek(offset)
         assert ranged.read(block // 4) == data[offset : offset + block // 4]
-        assert len(ranged._blocks) <= storage.RANGE_BLOCKS_KEPT + 1
+        assert len(ranged._blocks) <= storage.RANGE_BLOCKS_KEPT + storage.READS_AHEAD_KEPT
     ranged.close()
 
 

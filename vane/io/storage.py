@@ -371,7 +371,10 @@ def _duckdb_filesystem(store: Store, alias: str) -> Any:
 # last few kept: measured on a 104 MB object of 31 row groups, the first batch came after
 # 16 s without them (every page its own request) against 0.8 s for pyarrow's own reader.
 RANGE_BLOCK = 4 * 2**20
-RANGE_BLOCKS_KEPT = 4  # per open file, and one read ahead: at most 20 MB a file
+# Blocks kept per open file, and reads ahead: DuckDB's threads may read one file object at
+# once, each in two places or more (a row group's columns); at most 48 MB a file.
+RANGE_BLOCKS_KEPT = 8
+READS_AHEAD_KEPT = 4
 
 
 def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
@@ -481,8 +484,8 @@ class RangedFile(io.RawIOBase):
     and each scan would otherwise each fetch again: 3 to 5 requests per small file become 1.
 
     A read that goes on from one block into the next has the block after that fetched on a
-    thread meanwhile (``_read_ahead``; one block ahead of each reader, never kept past the
-    next block asked for if unused): DuckDB reads a Parquet column chunk page by page, so
+    thread meanwhile (``_read_ahead``; one block ahead of each reader, at most
+    ``READS_AHEAD_KEPT`` a file): DuckDB reads a Parquet column chunk page by page, so
     without it every block's request waited for DuckDB to come to its first page."""
 
     def __init__(self, source: Any, size: int | None, identity: Hashable | None = None) -> None:
@@ -536,23 +539,32 @@ class RangedFile(io.RawIOBase):
         with self._lock:
             self._blocks[number] = block
             self._blocks.move_to_end(number)
-            while len(self._blocks) > RANGE_BLOCKS_KEPT:
-                _, dropped = self._blocks.popitem(last=False)
-                if isinstance(dropped, Future):
-                    dropped.cancel()  # (only if not begun; a reader waiting on it then asks)
             if self._ahead and number - 1 in self._blocks:
                 self._read_ahead(number + 1)
+            self._trim()
         return block
+
+    def _trim(self) -> None:
+        """Let go of the least recently used blocks past ``RANGE_BLOCKS_KEPT``, and of the
+        oldest reads ahead past ``READS_AHEAD_KEPT`` (each counted apart: a read ahead that
+        another reader of this file is about to come to is not dropped for a block in hand)."""
+        in_hand = [n for n, got in self._blocks.items() if not isinstance(got, Future)]
+        ahead = [n for n, got in self._blocks.items() if isinstance(got, Future)]
+        for number in in_hand[: max(0, len(in_hand) - RANGE_BLOCKS_KEPT)]:
+            del self._blocks[number]
+        for number in ahead[: max(0, len(ahead) - READS_AHEAD_KEPT)]:
+            dropped = self._blocks.pop(number)
+            if isinstance(dropped, Future):
+                dropped.cancel()  # (if begun, it ends; a reader waiting on it asks itself)
 
     def _read_ahead(self, number: int) -> None:
         """Fetch block ``number`` on a thread of ``_prefetch`` (a read that went on from one
         block to the next will likely ask for it): the store's answer comes while DuckDB
-        decodes the blocks in hand. It goes first when the next block is fetched, if it was
-        never asked for: a file holds ``RANGE_BLOCKS_KEPT`` blocks and one read ahead."""
+        decodes the blocks in hand. A file holds at most ``READS_AHEAD_KEPT`` of them, the
+        oldest let go first (``_trim``)."""
         if number * RANGE_BLOCK >= self._size or number in self._blocks:
             return
         self._blocks[number] = _prefetch.submit(lambda: self._fetch_block(number))
-        self._blocks.move_to_end(number, last=False)
 
     def _fetch_block(self, number: int) -> bytes:
         start = number * RANGE_BLOCK
