@@ -125,6 +125,11 @@ def test_an_option_vanes_filesystem_cannot_take_leaves_the_read_to_the_library()
         "connect_timeout": 60.0,
     }
     assert in_vane_spelling("x", {"request_timeout": "30"}) == {"request_timeout": 30.0}
+    # a flag in any spelling of true or false; one that is neither is the library's to refuse
+    # (it was read as false: anonymous access silently off)
+    assert in_vane_spelling("x", {"AWS_SKIP_SIGNATURE": "False"}) == {"anonymous": False}
+    assert in_vane_spelling("x", {"aws_skip_signature": " ON "}) == {"anonymous": True}
+    assert in_vane_spelling("x", {"aws_skip_signature": "maybe"}) is None
 
 
 @pytest.mark.parametrize(

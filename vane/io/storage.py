@@ -549,13 +549,12 @@ class RangedFile(io.RawIOBase):
         oldest reads ahead past ``READS_AHEAD_KEPT`` (each counted apart: a read ahead that
         another reader of this file is about to come to is not dropped for a block in hand)."""
         in_hand = [n for n, got in self._blocks.items() if not isinstance(got, Future)]
-        ahead = [n for n, got in self._blocks.items() if isinstance(got, Future)]
+        ahead = [(n, got) for n, got in self._blocks.items() if isinstance(got, Future)]
         for number in in_hand[: max(0, len(in_hand) - RANGE_BLOCKS_KEPT)]:
             del self._blocks[number]
-        for number in ahead[: max(0, len(ahead) - READS_AHEAD_KEPT)]:
-            dropped = self._blocks.pop(number)
-            if isinstance(dropped, Future):
-                dropped.cancel()  # (if begun, it ends; a reader waiting on it asks itself)
+        for number, fetching in ahead[: max(0, len(ahead) - READS_AHEAD_KEPT)]:
+            del self._blocks[number]
+            fetching.cancel()  # (if begun, it ends; a reader waiting on it asks itself)
 
     def _read_ahead(self, number: int) -> None:
         """Fetch block ``number`` on a thread of ``_prefetch`` (a read that went on from one

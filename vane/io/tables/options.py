@@ -102,18 +102,12 @@ def library_options(
             )
     names = _PYICEBERG if library == "iceberg" else _OBJECT_STORE
     out: dict[str, str] = {}
-    for name, value in resolved.items():
+    for name, value in resolved.items():  # (checked and typed by options_for)
         if name == "anonymous":
-            if _true(value):
+            if value:
                 out[names[name]] = "true"
         elif name in _SECONDS:
-            seconds = seconds_of(value)
-            if seconds is None:
-                raise ConfigurationError(
-                    f"{caller}(): storage_options {name}={value!r} is not a time: give seconds "
-                    "(10, 2.5) or a duration such as '10s' or '500ms'"
-                )
-            out[names[name]] = f"{seconds:g}s" if library != "iceberg" else f"{seconds:g}"
+            out[names[name]] = f"{value:g}s" if library != "iceberg" else f"{value:g}"
         else:
             out[names[name]] = str(value)
     if library != "iceberg" and str(endpoint or "").startswith("http://"):
@@ -195,14 +189,12 @@ def in_vane_spelling(caller: str, given: Mapping[str, Any] | None) -> dict[str, 
             return None
         value: Any = given_value
         if name == "anonymous":
-            value = _true(given_value)
+            value = flag_of(given_value)
+            if value is None:  # (neither true nor false: the library's to refuse)
+                return None
         elif name in _SECONDS:  # ("10s" as object_store writes it, or a number of seconds)
             value = seconds_of(given_value)
             if value is None:
                 return None
         out[name] = value  # (``one_spelling``: any other spelling of it says the same)
     return out
-
-
-def _true(value: object) -> bool:
-    return flag_of(value) is True
