@@ -1016,6 +1016,63 @@ def targets_section(results: dict[str, Any], workloads: dict[str, list[Variant]]
     return lines
 
 
+def replaced(suite: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
+    """The suite's results with the rerun's workloads in place of its own runs of them.
+
+    Everything else (the suite's machine, versions, settings and other workloads) stays; the
+    rerun is listed under ``reruns`` with its own commit, time and load, so RESULTS.md can say
+    which rows it measured.
+    """
+    if suite["settings"] != rerun["settings"] or suite["quick"] != rerun["quick"]:
+        raise SystemExit("--replace: the suite ran with other settings; rerun the whole suite")
+    names = set(rerun["workloads"])
+    merged = dict(suite)
+    merged["workloads"] = {  # in the suite's order, so RESULTS.md keeps its sections' order
+        name: rerun["workloads"].get(name, cases) for name, cases in suite["workloads"].items()
+    } | rerun["workloads"]
+    merged["runs"] = [r for r in suite["runs"] if r["workload"] not in names] + rerun["runs"]
+    earlier = [r for r in suite.get("reruns", []) if set(r["workloads"]) - names]
+    for earlier_rerun in earlier:
+        earlier_rerun["workloads"] = [w for w in earlier_rerun["workloads"] if w not in names]
+    merged["reruns"] = [
+        *earlier,
+        {
+            "command": rerun["command"],
+            "started": rerun["started"],
+            "finished": rerun["finished"],
+            "repetitions": rerun["repetitions"],
+            "git_commit": rerun["machine"]["git_commit"],
+            "load_average_at_start": rerun["machine"]["load_average_at_start"],
+            "load_average_at_end": rerun["machine"]["load_average_at_end"],
+            "versions": rerun["versions"],
+            "workloads": list(rerun["workloads"]),
+        },
+    ]
+    return merged
+
+
+def rerun_of(results: dict[str, Any], workload: str) -> dict[str, Any] | None:
+    """The later partial run (``run.py --replace``) that measured this workload, if any."""
+    for rerun in results.get("reruns", []):
+        if workload in rerun["workloads"]:
+            return rerun
+    return None
+
+
+def rerun_lines(results: dict[str, Any]) -> list[str]:
+    lines = []
+    for rerun in results.get("reruns", []):
+        load = ", ".join(f"{x:.2f}" for x in rerun["load_average_at_start"])
+        lines += [
+            f"Rerun since (`{rerun['command']}`): {', '.join(rerun['workloads'])}, at commit "
+            f"`{rerun['git_commit']}`, started {rerun['started']}, finished {rerun['finished']}, "
+            f"{rerun['repetitions']} time(s) each, load average at start {load}. Their rows "
+            "below are that run's, every engine of a workload measured in it together.",
+            "",
+        ]
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     machine = results["machine"]
     lines = ["# Benchmark results", ""]
@@ -1036,6 +1093,7 @@ def render(results: dict[str, Any]) -> str:
         "`python bench/report.py` to redraw from results.json. How to read it: "
         "`bench/README.md`.",
         "",
+        *rerun_lines(results),
         "## Machine",
         "",
         *table(
@@ -1081,6 +1139,9 @@ def render(results: dict[str, Any]) -> str:
         firsts = ("first_result", "first_rows", "first_rows_prompt")
         if name not in ("memory", "store_memory", "planning", *firsts):
             rows_note = f" {int(variants[0].runs[0]['input_rows']):,} rows."
+        rerun = rerun_of(results, name)
+        if rerun:
+            rows_note += f" Rerun at commit `{rerun['git_commit']}`, started {rerun['started']}."
         lines += [f"## {name}", "", about + rows_note, ""]
         if name in ("memory", "store_memory"):
             lines += memory_section(variants)

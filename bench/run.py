@@ -692,7 +692,15 @@ def main() -> None:
         help="directory for results.json and RESULTS.md (default bench/: a partial run written "
         "elsewhere leaves the suite's results as they are)",
     )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="a partial run (--only) whose workloads replace theirs in the results.json already "
+        "in --output, every other workload's runs kept; RESULTS.md says which run each came from",
+    )
     args = parser.parse_args()
+    if args.replace and (args.variants or args.quick or not args.only):
+        parser.error("--replace takes whole workloads (--only) at full size: no --variants/--quick")
     repetitions = args.repetitions or (1 if args.quick else 3)
     timeout = args.timeout or (900.0 if args.quick else 3600.0)
     suite = [w for w in workloads(args.quick, args.rows) if not args.only or w.name in args.only]
@@ -702,6 +710,9 @@ def main() -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     compile_sources()
     results_json = args.output / "results.json"
+    before = results_json.with_suffix(".before")
+    if args.replace:  # the run writes results.json as it goes: keep the suite's until the end
+        shutil.copyfile(results_json, before)
 
     results: dict[str, Any] = {
         "quick": args.quick,
@@ -749,6 +760,9 @@ def main() -> None:
                     results_json.write_text(json.dumps(results, indent=1) + "\n")
     results["machine"]["load_average_at_end"] = list(os.getloadavg())
     results["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if args.replace:
+        results = report.replaced(json.loads(before.read_text()), results)
+        before.unlink()
     results_json.write_text(json.dumps(results, indent=1) + "\n")
     (args.output / "RESULTS.md").write_text(report.render(results))
     print(f"wrote {args.output / 'RESULTS.md'} and {results_json}")

@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
@@ -35,3 +37,32 @@ def test_the_committed_results_render_with_every_target_read():
     for name in results["workloads"]:
         assert f"## {name}\n" in text
     assert "no explanation in report.py's WHY yet" not in text
+
+
+def test_a_rerun_replaces_its_workloads_only_and_is_named_where_its_rows_are():
+    report = _report()
+    suite = json.loads((BENCH / "results.json").read_text())
+    before = {n: [r for r in suite["runs"] if r["workload"] == n] for n in suite["workloads"]}
+    rerun = json.loads(json.dumps(suite))  # the same machine and settings, a later commit
+    rerun |= {"command": "bench/run.py --only store --replace", "started": "LATER"}
+    rerun["machine"]["git_commit"] = "abc1234"
+    rerun["workloads"] = {"store": suite["workloads"]["store"]}
+    rerun["runs"] = [dict(r, wall_s=99.0) for r in before["store"]]
+    merged = report.replaced(json.loads(json.dumps(suite)), rerun)
+    assert list(merged["workloads"]) == list(suite["workloads"])  # sections keep their order
+    assert [r for r in merged["runs"] if r["workload"] == "store"] == rerun["runs"]
+    for name in set(suite["workloads"]) - {"store"}:
+        assert [r for r in merged["runs"] if r["workload"] == name] == before[name]
+    text = report.render(merged)
+    assert "Rerun since (`bench/run.py --only store --replace`): store, at commit `abc1234`" in text
+    store = text[text.index("## store\n") : text.index("## store_first\n")]
+    assert "Rerun at commit `abc1234`, started LATER" in store
+    assert "abc1234" not in text[text.index("## store_first\n") :]
+    # a second rerun of the same workload takes the first's place in the list
+    again = json.loads(json.dumps(rerun)) | {"started": "LATEST"}
+    twice = report.replaced(merged, again)
+    assert [r["started"] for r in twice["reruns"]] == ["LATEST"]
+    other = json.loads(json.dumps(suite)) | {"settings": {**suite["settings"], "in_flight": 1}}
+    other["workloads"] = {"store": suite["workloads"]["store"]}
+    with pytest.raises(SystemExit, match="other settings"):
+        report.replaced(json.loads(json.dumps(suite)), other)
