@@ -61,7 +61,9 @@ def test_a_rerun_replaces_its_workloads_only_and_is_named_where_its_rows_are():
     # a second rerun of the same workload takes the first's place in the list
     again = json.loads(json.dumps(rerun)) | {"started": "LATEST"}
     twice = report.replaced(merged, again)
-    assert [r["started"] for r in twice["reruns"]] == ["LATEST"]
+    assert twice["reruns"][-1]["started"] == "LATEST"
+    assert [r for r in twice["reruns"] if "store" in r["workloads"]] == [twice["reruns"][-1]]
+    assert "LATER" not in [r["started"] for r in twice["reruns"]]
     other = json.loads(json.dumps(suite)) | {"settings": {**suite["settings"], "in_flight": 1}}
     other["workloads"] = {"store": suite["workloads"]["store"]}
     with pytest.raises(SystemExit, match="other settings"):
