@@ -150,3 +150,52 @@ def test_a_local_file_replaced_with_the_same_size_and_time_is_another_input(tmp_
     os.replace(other, path)  # as `cp -p` or `rsync -t` of another file would leave it
     assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
     assert input_identity(vane.read_parquet(str(path)).plan) not in (first, None)
+
+
+# Another value of each DuckDB setting that decides what a query gives (its values, their
+# types as Arrow, their order): a rerun under any of them must not take answers by place.
+OTHER_SETTINGS = {
+    "TimeZone": "'Asia/Tokyo'",
+    "Calendar": "'japanese'",
+    "default_collation": "'nocase'",
+    "integer_division": "true",
+    "ieee_floating_point_ops": "false",
+    "default_null_order": "'nulls_first'",
+    "arrow_large_buffer_size": "true",
+    "arrow_lossless_conversion": "true",
+    "arrow_output_list_view": "true",
+    "arrow_output_version": "'1.5'",
+    "binary_as_string": "true",
+    "enable_geoparquet_conversion": "false",
+    "produce_arrow_string_view": "true",
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_SETTINGS))
+def test_the_identity_changes_with_each_setting_that_decides_what_a_query_gives(name):
+    from vane import _engine
+
+    plan = vane.range(10).with_column("x", vane.col("id") + 1).plan
+    before = input_identity(plan)
+    opened = _engine.cursor()
+    try:
+        opened.execute(f"SET GLOBAL {name} = {OTHER_SETTINGS[name]}")
+        assert input_identity(plan) not in (before, None)
+    finally:
+        opened.execute(f"RESET GLOBAL {name}")
+        opened.close()
+    assert input_identity(plan) == before
+
+
+def test_rows_in_no_fixed_order_are_known_by_their_values():
+    from vane import _engine
+
+    plan = vane.range(10).plan
+    assert input_identity(plan) is not None
+    opened = _engine.cursor()
+    try:
+        opened.execute("SET GLOBAL preserve_insertion_order = false")
+        assert input_identity(plan) is None
+    finally:
+        opened.execute("RESET GLOBAL preserve_insertion_order")
+        opened.close()

@@ -59,16 +59,29 @@ _RESULT_SETTINGS = (
 )
 
 
+# All of them at once, as DuckDB shows them (``duckdb_settings()``'s text): asking the
+# settings' table costs 4 ms, evaluating every setting DuckDB has, against 0.7 ms for these.
+_RESULT_SETTINGS_QUERY = "SELECT " + ", ".join(
+    f"current_setting('{name}')::VARCHAR" for name in _RESULT_SETTINGS
+)
+
+
 def result_settings() -> dict[str, str]:
     """The settings a cursor of this process's database runs queries with that decide what a
     query gives (its values and their order), by name: a resumable write records them with a
     step's input (``vane/execution/resume.py``)."""
     opened = cursor()
     try:
-        rows = opened.execute(
-            "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
-            [list(_RESULT_SETTINGS)],
-        ).fetchall()
+        try:
+            values = opened.execute(_RESULT_SETTINGS_QUERY).fetchone()
+        except duckdb.CatalogException:
+            # (a DuckDB without one of them: those it has, from its table of settings)
+            rows = opened.execute(
+                "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
+                [list(_RESULT_SETTINGS)],
+            ).fetchall()
+            return {str(name): str(value) for name, value in rows}
     finally:
         opened.close()
-    return {str(name): str(value) for name, value in rows}
+    assert values is not None  # (a SELECT without FROM gives one row)
+    return dict(zip(_RESULT_SETTINGS, (str(value) for value in values), strict=True))
