@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from vane import functions
 from vane._arguments import checked
 from vane._arrow import exact_array
 from vane.errors import ConfigurationError, PlanError, SchemaError, SourceError
@@ -369,6 +368,8 @@ def read_images(
     found = resolve_files(path, "image", "read_images", storage_options)
     _remembered(found)
     files = found.files
+    from vane import functions  # (the image functions: not every job's import)
+
     if size is not None:
         if (
             not isinstance(size, (tuple, list))

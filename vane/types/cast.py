@@ -25,7 +25,6 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 Predicate = Callable[[pa.DataType], bool]
 
@@ -160,6 +159,8 @@ def _pieces(array: pa.Array) -> list[pa.Array]:
 
 def _first(mask: pa.Array | pa.ChunkedArray) -> int | None:
     """The position of the first true value of a boolean array, or None."""
+    import pyarrow.compute as pc  # (on first use: 40 ms of a first result)
+
     index = pc.index(pc.fill_null(mask, False), True).as_py()
     return None if index < 0 else int(index)
 
@@ -185,6 +186,8 @@ def _check(array: pa.Array, target: pa.DataType) -> None:
 
 def _check_list(array: pa.Array, target: pa.DataType) -> None:
     if pa.types.is_fixed_size_list(target):
+        import pyarrow.compute as pc  # (on first use: 40 ms of a first result)
+
         lengths = pc.list_value_length(array)
         wrong = _first(pc.not_equal(lengths, target.list_size))
         if wrong is not None:
@@ -215,6 +218,8 @@ def _check_leaf(array: pa.Array, target: pa.DataType) -> None:
         out = _cast(array, target)
     except LossyCast:
         raise LossyCast(*_first_failure(array, target)) from None
+    import pyarrow.compute as pc  # (on first use: 40 ms of a first result)
+
     if pa.types.is_floating(source) and pa.types.is_floating(target):
         overflow = pc.and_(pc.is_inf(out), pc.invert(pc.is_inf(array)))
         row = _first(overflow)

@@ -15,12 +15,10 @@ struct array, and ``File.from_value`` turns one of its values into a ``File``.
 
 from __future__ import annotations
 
-import http.client
 import os
 import shutil
 import tempfile
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -124,6 +122,9 @@ class File:
 
     def open(self) -> IO[bytes]:
         """The file, open for reading bytes (close it, or use ``with``)."""
+        import http.client  # (with urllib.request, ssl: here, not in every job's import)
+        import urllib.request
+
         path = local_path(self.url)
         try:
             if path is not None:

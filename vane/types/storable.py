@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from vane.errors import SchemaError
 
@@ -85,6 +84,8 @@ def _check_duration(name: str, array: pa.Array) -> None:
         return
     limit = _INT64_MAX // _NANOS_PER[t.unit]
     values = array.cast(pa.int64())
+    import pyarrow.compute as pc  # (on first use: 40 ms of a first result)
+
     too_far = pc.greater(pc.abs(values), limit)
     if pc.any(too_far).as_py():
         raise _refusal(
