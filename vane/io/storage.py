@@ -389,7 +389,45 @@ def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
         from vane.io.s3_objects import S3Object
 
         return RangedFile(S3Object(store, info.path, etag), info.size, identity)
-    return RangedFile(store.filesystem().open_input_file(info.path), info.size, identity)
+    fs = store.filesystem()
+    # (a PyFileSystem's handler holds fsspec's filesystem, for any protocol but S3)
+    fsspec_fs = getattr(getattr(fs, "handler", None), "fs", None)
+    if info.size is not None and hasattr(fsspec_fs, "cat_file"):
+        return RangedFile(FsspecObject(fsspec_fs, info.path, info.size), info.size, identity)
+    return RangedFile(fs.open_input_file(info.path), info.size, identity)
+
+
+class FsspecObject:
+    """An object on an fsspec filesystem (gs, az, http, hf...), its size known from a
+    listing, read by ranges: each read one ``cat_file`` of a byte range (a ranged GET on
+    HTTP, GCS or Azure). An open asks the store nothing (pyarrow's handler asked, at each of
+    DuckDB's opens, whether the path is a file, which over HTTP is a GET of the whole body
+    dropped after its headers, and its size, a HEAD request), and its reads keep no state, so
+    they may run at once on several threads (``concurrent``: read one block ahead)."""
+
+    concurrent = True
+
+    def __init__(self, fs: Any, path: str, size: int) -> None:
+        self._fs = fs
+        self._path = path
+        self._size = size
+
+    def read_at(self, size: int, offset: int) -> bytes:
+        if size <= 0:
+            return b""
+        data = bytes(self._fs.cat_file(self._path, start=offset, end=offset + size))
+        if len(data) == size:
+            return data
+        if len(data) == self._size:  # a server that ignores ranges answers the whole object
+            return data[offset : offset + size]
+        raise OSError(
+            f"asked for {size} bytes at {offset} of {self._path} ({self._size} bytes), the "
+            f"store answered {len(data)}: the object changed while it was read, or the server "
+            "answers ranges wrongly"
+        )
+
+    def close(self) -> None:
+        pass  # (nothing held between reads)
 
 
 class _Tails:
