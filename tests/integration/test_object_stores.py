@@ -6,6 +6,7 @@ writer processes SIGKILLed at each step and at random instants, and with concurr
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import os
@@ -378,20 +379,19 @@ def test_http_urls_read_files_index_pages_and_partitions(tmp_path):
         server.server_close()
 
 
-@pytest.mark.parametrize("ranges", [True, False], ids=["ranges", "server ignores ranges"])
-def test_an_http_file_is_read_by_ranges_and_never_fetched_whole(tmp_path, ranges):
-    """Every GET of a file read over HTTP names a range: fsspec's file opening asked first
-    whether the URL is a file, a GET of the whole body, at each of DuckDB's opens. A server
-    that answers every range with the whole file is read right all the same."""
-    pytest.importorskip("aiohttp")  # fsspec's http filesystem
-    rows = 600_000
-    table = pa.table({"id": pa.array(range(rows)), "t": [f"row {i}" for i in range(rows)]})
-    pq.write_table(table, tmp_path / "f.parquet", row_group_size=100_000)
-    data = (tmp_path / "f.parquet").read_bytes()
-    assert len(data) > storage.RANGE_BLOCK  # (several row groups, more than a block)
+@contextlib.contextmanager
+def _file_server(
+    data: bytes, *, ranges: bool = True, faults: list[str] | None = None
+) -> Iterator[tuple[str, list[tuple[str, str, str | None]], list[str]]]:
+    """An HTTP server of one file, ``/f.parquet`` (``data``), on 127.0.0.1: its URL, and the
+    requests it had (method, path, Range). ``ranges=False``: it answers every range with the
+    whole file, as some servers do. ``faults``: what it does to the next ranged GETs instead
+    of answering them ("503", "reset", or "short": half the body, then the connection
+    closed); those it has not met yet are the third thing it yields."""
     requests: list[tuple[str, str, str | None]] = []
+    plan = list(faults or [])
 
-    class Ranges(http.server.BaseHTTPRequestHandler):
+    class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, *args: object) -> None:
@@ -402,6 +402,14 @@ def test_an_http_file_is_read_by_ranges_and_never_fetched_whole(tmp_path, ranges
             requests.append((self.command, self.path, wanted))
             if self.path != "/f.parquet":
                 self.send_error(404)
+                return
+            fault = plan.pop(0) if wanted and body and plan else None
+            if fault == "reset":
+                self.connection.shutdown(2)
+                self.close_connection = True
+                return
+            if fault == "503":
+                self.send_error(503)
                 return
             start, end = 0, len(data) - 1
             if wanted and ranges:
@@ -415,7 +423,10 @@ def test_an_http_file_is_read_by_ranges_and_never_fetched_whole(tmp_path, ranges
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Content-Length", str(end - start + 1))
             self.end_headers()
-            if body:
+            if fault == "short":
+                self.wfile.write(data[start : start + (end - start + 1) // 2])
+                self.close_connection = True
+            elif body:
                 self.wfile.write(data[start : end + 1])
 
         def do_GET(self) -> None:
@@ -424,32 +435,73 @@ def test_an_http_file_is_read_by_ranges_and_never_fetched_whole(tmp_path, ranges
         def do_HEAD(self) -> None:
             self._answer(body=False)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ranges)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/f.parquet"
     try:
-        assert vane.read_parquet(url).count() == rows
-        assert vane.read_parquet(url).to_arrow().equals(table)
-        assert vane.read_parquet(url).filter("id % 1000 = 7").count() == rows // 1000
+        yield f"http://127.0.0.1:{server.server_address[1]}/f.parquet", requests, plan
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _parquet_bytes(tmp_path: Path, rows: int) -> tuple[pa.Table, bytes]:
+    table = pa.table({"id": pa.array(range(rows)), "t": [f"row {i}" for i in range(rows)]})
+    pq.write_table(table, tmp_path / "f.parquet", row_group_size=max(1, rows // 6))
+    return table, (tmp_path / "f.parquet").read_bytes()
+
+
+@pytest.mark.parametrize("ranges", [True, False], ids=["ranges", "server ignores ranges"])
+def test_an_http_file_is_read_by_ranges_and_never_fetched_whole(tmp_path, ranges):
+    """Every GET of a file read over HTTP names a range: fsspec's file opening asked first
+    whether the URL is a file, a GET of the whole body, at each of DuckDB's opens. A server
+    that answers every range with the whole file is read right all the same."""
+    pytest.importorskip("aiohttp")  # fsspec's http filesystem
+    rows = 600_000
+    table, data = _parquet_bytes(tmp_path, rows)
+    assert len(data) > storage.RANGE_BLOCK  # (several row groups, more than a block)
+    with _file_server(data, ranges=ranges) as (url, requests, _):
+        assert vane.read_parquet(url).count() == rows
+        assert vane.read_parquet(url).to_arrow().equals(table)
+        assert vane.read_parquet(url).filter("id % 1000 = 7").count() == rows // 1000
     whole = [r for r in requests if r[0] == "GET" and r[1] == "/f.parquet" and r[2] is None]
     assert whole == []
     assert any(r[2] for r in requests)  # (the file was read, by ranges)
 
 
-def test_an_object_that_changes_size_while_it_is_read_is_an_error_not_other_bytes():
-    import fsspec
+@pytest.mark.parametrize("fault", ["503", "reset", "short"])
+def test_an_http_read_that_fails_for_a_moment_is_tried_again(tmp_path, fault):
+    pytest.importorskip("aiohttp")
+    table, data = _parquet_bytes(tmp_path, 600_000)
+    faults = [fault] * (storage.FSSPEC_ATTEMPTS - 1)  # the last try of a read gets through
+    with _file_server(data, faults=faults) as (url, _, unmet):
+        assert vane.read_parquet(url).to_arrow().equals(table)
+    assert unmet == []  # every fault was met, and tried past
 
-    fs = fsspec.filesystem("memory")
+
+def test_an_http_read_that_keeps_failing_is_a_storage_error_naming_the_url(tmp_path):
+    pytest.importorskip("aiohttp")
+    _, data = _parquet_bytes(tmp_path, 1_000)
+    server = _file_server(data, faults=["503"] * 1_000)
+    with server as (url, requests, _), pytest.raises(vane.errors.VaneError) as raised:
+        vane.read_parquet(url).to_arrow()
+    message = str(raised.value)  # (a SourceError naming the scan, then the store's error)
+    assert f"cannot read {url} failed after vane's retries: 503" in message
+    assert "Traceback" not in message
+    ranged = [r for r in requests if r[0] == "GET" and r[2]]
+    assert len(ranged) >= storage.FSSPEC_ATTEMPTS  # tried again, and given up on
+
+
+def test_an_object_that_changes_size_while_it_is_read_is_an_error_not_other_bytes():
+    store = storage.Store("memory")
+    fs = store.filesystem().handler.fs
     path = f"/vane-{uuid.uuid4().hex[:8]}/f.bin"
     fs.pipe_file(path, bytes(range(256)) * 40)
-    read = storage.FsspecObject(fs, path, 10_240)
+    read = storage.FsspecObject(store, fs, path, 10_240)
     assert read.read_at(100, 5_000) == (bytes(range(256)) * 40)[5_000:5_100]
     fs.pipe_file(path, b"short")
-    with pytest.raises(OSError, match="the object changed while it was read"):
+    with pytest.raises(StorageError, match="the object changed while it was read") as raised:
         read.read_at(100, 0)
+    assert f"memory://{path}" in str(raised.value)
 
 
 # ---- faults --------------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from vane.io.storage_errors import (
     S3_REQUEST_TIMEOUT,
     Frozen,
     scrub,
+    storage_errors,
 )
 
 if TYPE_CHECKING:
@@ -393,7 +394,8 @@ def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
     # (a PyFileSystem's handler holds fsspec's filesystem, for any protocol but S3)
     fsspec_fs = getattr(getattr(fs, "handler", None), "fs", None)
     if info.size is not None and hasattr(fsspec_fs, "cat_file"):
-        return RangedFile(FsspecObject(fsspec_fs, info.path, info.size), info.size, identity)
+        source = FsspecObject(store, fsspec_fs, info.path, info.size)
+        return RangedFile(source, info.size, identity)
     return RangedFile(fs.open_input_file(info.path), info.size, identity)
 
 
@@ -403,11 +405,17 @@ class FsspecObject:
     HTTP, GCS or Azure). An open asks the store nothing (pyarrow's handler asked, at each of
     DuckDB's opens, whether the path is a file, which over HTTP is a GET of the whole body
     dropped after its headers, and its size, a HEAD request), and its reads keep no state, so
-    they may run at once on several threads (``concurrent``: read one block ahead)."""
+    they may run at once on several threads (``concurrent``: read one block ahead).
+
+    A read that fails for a moment (a reset or refused connection, a timeout, a body cut
+    short, 408/429/5xx) is tried again, ``FSSPEC_ATTEMPTS`` times in all with a growing pause
+    (fsspec's HTTP filesystem retries nothing; gcsfs and adlfs retry on their own as well);
+    what still fails is a vane ``StorageError`` naming the URL."""
 
     concurrent = True
 
-    def __init__(self, fs: Any, path: str, size: int) -> None:
+    def __init__(self, store: Store, fs: Any, path: str, size: int) -> None:
+        self._store = store
         self._fs = fs
         self._path = path
         self._size = size
@@ -415,19 +423,57 @@ class FsspecObject:
     def read_at(self, size: int, offset: int) -> bytes:
         if size <= 0:
             return b""
-        data = bytes(self._fs.cat_file(self._path, start=offset, end=offset + size))
-        if len(data) == size:
-            return data
-        if len(data) == self._size:  # a server that ignores ranges answers the whole object
-            return data[offset : offset + size]
-        raise OSError(
-            f"asked for {size} bytes at {offset} of {self._path} ({self._size} bytes), the "
-            f"store answered {len(data)}: the object changed while it was read, or the server "
-            "answers ranges wrongly"
-        )
+        where = self._store.url(self._path)
+        for attempt in range(FSSPEC_ATTEMPTS):
+            with storage_errors(where, "cannot read", self._store):
+                try:
+                    data = bytes(self._fs.cat_file(self._path, start=offset, end=offset + size))
+                except Exception as exc:
+                    if attempt == FSSPEC_ATTEMPTS - 1 or not _transient(exc):
+                        raise
+                    _pause_before(attempt + 1)
+                    continue
+                if len(data) == size:
+                    return data
+                if len(data) == self._size:  # a server that ignores ranges: the whole object
+                    return data[offset : offset + size]
+                raise OSError(
+                    f"asked for {size} bytes at {offset} of {self._size}, the store answered "
+                    f"{len(data)}: the object changed while it was read, or the server answers "
+                    "ranges wrongly"
+                )
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         pass  # (nothing held between reads)
+
+
+# Tries of one read of an fsspec object in all, as of an S3 request (the AWS SDK's standard).
+FSSPEC_ATTEMPTS = S3_ATTEMPTS
+# The HTTP statuses that say "not now" rather than "no": a timeout, throttling, a server
+# briefly down or overloaded.
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# aiohttp's errors (fsspec's HTTP filesystem raises them as they are), known by name so that
+# this module does not import aiohttp: a connection lost or refused, a body cut short.
+_TRANSIENT_NAMES = ("ClientConnectionError", "ClientPayloadError", "ServerTimeoutError")
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether a failed read may well succeed if asked again."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):  # fsspec's FSTimeoutError is one
+        return True
+    if getattr(exc, "status", None) in _TRANSIENT_STATUS:  # aiohttp's ClientResponseError
+        return True
+    return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(exc).__mro__)
+
+
+def _pause_before(attempt: int) -> None:
+    """Wait before try ``attempt`` (1, 2...): up to 0.1 s, 0.2, 0.4... at most 2 s, a random
+    share of it (full jitter, so that readers failed together do not return together)."""
+    import random
+    import time
+
+    time.sleep(random.uniform(0, min(2.0, 0.1 * 2 ** (attempt - 1))))
 
 
 class _Tails:
