@@ -234,6 +234,14 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         *vane_variants("store"),
         *peer_variants("store"),
     ]
+    # The same pipeline ending in a Lance dataset on the store (issue 27: "-> Lance"), every
+    # engine with its own write_lance (the hand loop: lance.write_dataset over the batches).
+    # (Not Ray Data: its write_lance needs a pylance that Daft's cannot share a venv with,
+    # bench/requirements-peers.txt.)
+    lance = ("--lance",)
+    store_lance = [
+        Variant(v.name, v.script, v.venv, v.args + lance) for v in store if v.name != "ray-data"
+    ]
     # Large objects (issue 27): the first row of one object of about 2 GB in a full run, and
     # the store pipeline (written to local disk) over one object and over ten, whose peaks
     # should match. Served from disk by bench/file_store.py: moto copies a whole object for
@@ -287,6 +295,11 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
         Workload(
             "store",
             [Case(v, "overhead", overhead_rows, batch, writes=False) for v in store],
+            needs_store=True,
+        ),
+        Workload(
+            "store_lance",
+            [Case(v, "overhead", overhead_rows, batch, writes=False) for v in store_lance],
             needs_store=True,
         ),
         Workload(

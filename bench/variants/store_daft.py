@@ -1,5 +1,6 @@
 """object store, Daft: read_parquet("s3://...") -> the overhead UDF (``@daft.func.batch``) ->
-write_parquet("s3://..."), with Daft's own S3 client pointed at the local server."""
+write_parquet("s3://...") (``--lance``: write_lance("s3://....lance")), with Daft's own S3
+client pointed at the local server."""
 
 from __future__ import annotations
 
@@ -23,13 +24,21 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         return pa.StructArray.from_arrays(columns, names=["x", "n"])
 
     benchlib.warm_overhead_udf()
+    if args.lance:
+        target = benchlib.lance_target(args)
     with benchlib.Stopwatch() as watch:
         df = daft.read_parquet(source, io_config=io)
-        df.select(udf(df["id"], df["text"])).write_parquet(target, io_config=io)
+        mapped = df.select(udf(df["id"], df["text"]))
+        if args.lance:
+            mapped.write_lance(target, io_config=benchlib.daft_store_config(lance=True))
+        else:
+            mapped.write_parquet(target, io_config=io)
     rows = benchlib.checked_store_rows(target, args.rows)
     return {"rows": rows, "seconds": watch.seconds, "daft": daft.__version__}
 
 
 if __name__ == "__main__":
-    args = benchlib.parser(__doc__).parse_args()
-    benchlib.run("store", "daft", lambda: main(args))
+    parser = benchlib.parser(__doc__)
+    benchlib.lance_argument(parser)
+    args = parser.parse_args()
+    benchlib.run(benchlib.store_workload(args), "daft", lambda: main(args))

@@ -10,6 +10,8 @@ import benchlib
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
+    if args.lance:
+        return to_lance(args)
     import pyarrow.parquet as pq
 
     source, target = benchlib.store_urls(args)
@@ -32,6 +34,35 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     return {"rows": benchlib.checked_store_rows(target, args.rows), "seconds": watch.seconds}
 
 
+def to_lance(args: argparse.Namespace) -> dict[str, object]:
+    """``--lance``: the UDF's batches streamed into ``lance.write_dataset`` (one commit)."""
+    import itertools
+
+    import lance
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = benchlib.store_urls(args)[0]
+    target = benchlib.lance_target(args)
+    fs = benchlib.store_filesystem()
+    benchlib.warm_overhead_udf()
+    with benchlib.Stopwatch() as watch, fs.open_input_file(source.removeprefix("s3://")) as raw:
+        batches = (
+            benchlib.overhead_udf(batch)
+            for batch in pq.ParquetFile(raw).iter_batches(batch_size=args.batch_size)
+        )
+        first = next(batches)
+        streamed = (b for t in itertools.chain([first], batches) for b in t.to_batches())
+        lance.write_dataset(
+            pa.RecordBatchReader.from_batches(first.schema, streamed),
+            target,
+            storage_options=benchlib.lance_options(),
+        )
+    return {"rows": benchlib.checked_store_rows(target, args.rows), "seconds": watch.seconds}
+
+
 if __name__ == "__main__":
-    args = benchlib.parser(__doc__).parse_args()
-    benchlib.run("store", "hand-loop", lambda: main(args))
+    parser = benchlib.parser(__doc__)
+    benchlib.lance_argument(parser)
+    args = parser.parse_args()
+    benchlib.run(benchlib.store_workload(args), "hand-loop", lambda: main(args))
