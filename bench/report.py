@@ -1036,8 +1036,9 @@ def replaced(suite: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
     rerun is listed under ``reruns`` with its own commit, time and load, so RESULTS.md can say
     which rows it measured.
     """
-    if suite["settings"] != rerun["settings"] or suite["quick"] != rerun["quick"]:
-        raise SystemExit("--replace: the suite ran with other settings; rerun the whole suite")
+    refused = unlike(suite, rerun)
+    if refused:
+        raise SystemExit(f"--replace: {refused}; rerun the whole suite")
     names = set(rerun["workloads"])
     merged = dict(suite)
     merged["workloads"] = {  # in the suite's order, so RESULTS.md keeps its sections' order
@@ -1064,6 +1065,23 @@ def replaced(suite: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# What a rerun's machine must share with the suite's for their rows to sit in one report.
+SAME_MACHINE = ("cpu_count", "cpu_model", "memory_bytes", "platform")
+
+
+def unlike(suite: dict[str, Any], rerun: dict[str, Any]) -> str | None:
+    """Why ``rerun``'s workloads cannot take their place in ``suite``'s results, or None: other
+    settings, another size, another machine."""
+    if suite["settings"] != rerun["settings"]:
+        return "the suite ran with other settings"
+    if suite["quick"] != rerun["quick"]:
+        return "the suite ran at other sizes"
+    for key in SAME_MACHINE:
+        if suite["machine"].get(key) != rerun["machine"].get(key):
+            return f"the suite ran on another machine ({key})"
+    return None
+
+
 def rerun_of(results: dict[str, Any], workload: str) -> dict[str, Any] | None:
     """The later partial run (``run.py --replace``) that measured this workload, if any."""
     for rerun in results.get("reruns", []):
@@ -1076,14 +1094,27 @@ def rerun_lines(results: dict[str, Any]) -> list[str]:
     lines = []
     for rerun in results.get("reruns", []):
         load = ", ".join(f"{x:.2f}" for x in rerun["load_average_at_start"])
+        changed = _changed_versions(results["versions"], rerun["versions"])
         lines += [
             f"Rerun since (`{rerun['command']}`): {', '.join(rerun['workloads'])}, at commit "
             f"`{rerun['git_commit']}`, started {rerun['started']}, finished {rerun['finished']}, "
             f"{rerun['repetitions']} time(s) each, load average at start {load}. Their rows "
-            "below are that run's, every engine of a workload measured in it together.",
+            "below are that run's, every engine of a workload measured in it together"
+            + (f"; packages other than the suite's: {changed}." if changed else "."),
             "",
         ]
     return lines
+
+
+def _changed_versions(suite: dict[str, Any], rerun: dict[str, Any]) -> str:
+    """The packages whose versions a rerun had other than the suite's, as text."""
+    changed = []
+    for venv, found in rerun.items():
+        before = suite.get(venv, {}).get("packages", {})
+        for name, version in found.get("packages", {}).items():
+            if before.get(name) != version:
+                changed.append(f"{name} {version or 'not installed'} ({venv})")
+    return ", ".join(changed)
 
 
 def render(results: dict[str, Any]) -> str:

@@ -686,7 +686,7 @@ def compile_sources() -> None:
         compileall.compile_dir(directory, quiet=1)
 
 
-def main() -> None:
+def arguments() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
     parser.add_argument("--repetitions", type=int, help="runs of each variant (3; quick: 1)")
@@ -712,8 +712,16 @@ def main() -> None:
         "in --output, every other workload's runs kept; RESULTS.md says which run each came from",
     )
     args = parser.parse_args()
-    if args.replace and (args.variants or args.quick or not args.only):
-        parser.error("--replace takes whole workloads (--only) at full size: no --variants/--quick")
+    if args.replace and (args.variants or args.quick or args.rows or not args.only):
+        parser.error(
+            "--replace takes whole workloads (--only) at full size: no --variants, "
+            "--quick or --rows"
+        )
+    return parser, args
+
+
+def main() -> None:
+    parser, args = arguments()
     repetitions = args.repetitions or (1 if args.quick else 3)
     timeout = args.timeout or (900.0 if args.quick else 3600.0)
     suite = [w for w in workloads(args.quick, args.rows) if not args.only or w.name in args.only]
@@ -723,9 +731,10 @@ def main() -> None:
     args.output.mkdir(parents=True, exist_ok=True)
     compile_sources()
     results_json = args.output / "results.json"
-    before = results_json.with_suffix(".before")
-    if args.replace:  # the run writes results.json as it goes: keep the suite's until the end
-        shutil.copyfile(results_json, before)
+    # A --replace run writes its progress beside the suite's results, which stay as they are
+    # until it ends (an interrupted rerun loses only itself).
+    progress_json = args.output / "results.replacing.json" if args.replace else results_json
+    replacing = json.loads(results_json.read_text()) if args.replace else None
 
     results: dict[str, Any] = {
         "quick": args.quick,
@@ -745,6 +754,10 @@ def main() -> None:
         "workloads": {w.name: [c.label for c in w.cases] for w in suite},
         "runs": [],
     }
+    if replacing is not None:
+        refused = report.unlike(replacing, results)
+        if refused:
+            parser.error(f"--replace: {refused}; rerun the whole suite")
     for workload in suite:
         for case in workload.cases:  # generate every input before the first timed run
             data.ensure(case.kind, case.rows)
@@ -770,13 +783,14 @@ def main() -> None:
                         record.update(server_stats(base_url), server_latency_s=workload.latency)
                     results["runs"].append(record)
                     print(report.one_line(record), flush=True)
-                    results_json.write_text(json.dumps(results, indent=1) + "\n")
+                    progress_json.write_text(json.dumps(results, indent=1) + "\n")
     results["machine"]["load_average_at_end"] = list(os.getloadavg())
     results["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    if args.replace:
-        results = report.replaced(json.loads(before.read_text()), results)
-        before.unlink()
+    if replacing is not None:
+        results = report.replaced(replacing, results)
     results_json.write_text(json.dumps(results, indent=1) + "\n")
+    if progress_json != results_json:
+        progress_json.unlink()
     (args.output / "RESULTS.md").write_text(report.render(results))
     print(f"wrote {args.output / 'RESULTS.md'} and {results_json}")
 

@@ -499,9 +499,13 @@ def test_an_object_that_changes_size_while_it_is_read_is_an_error_not_other_byte
     read = storage.FsspecObject(store, fs, path, 10_240)
     assert read.read_at(100, 5_000) == (bytes(range(256)) * 40)[5_000:5_100]
     fs.pipe_file(path, b"short")
-    with pytest.raises(StorageError, match="the object changed while it was read") as raised:
+    with pytest.raises(StorageError, match="changed since it was listed") as raised:
         read.read_at(100, 0)
     assert f"memory://{path}" in str(raised.value)
+    fs.pipe_file(path, b"x" * 403)  # (a count in the message is no HTTP status)
+    with pytest.raises(StorageError, match="answered 403") as raised:
+        read.read_at(1_000, 0)
+    assert type(raised.value) is StorageError
 
 
 # ---- faults --------------------------------------------------------------------------------------

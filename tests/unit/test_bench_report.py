@@ -46,6 +46,7 @@ def test_a_rerun_replaces_its_workloads_only_and_is_named_where_its_rows_are():
     rerun = json.loads(json.dumps(suite))  # the same machine and settings, a later commit
     rerun |= {"command": "bench/run.py --only store --replace", "started": "LATER"}
     rerun["machine"]["git_commit"] = "abc1234"
+    rerun["versions"]["vane venv"]["packages"]["duckdb"] = "9.9.9"
     rerun["workloads"] = {"store": suite["workloads"]["store"]}
     rerun["runs"] = [dict(r, wall_s=99.0) for r in before["store"]]
     merged = report.replaced(json.loads(json.dumps(suite)), rerun)
@@ -55,6 +56,7 @@ def test_a_rerun_replaces_its_workloads_only_and_is_named_where_its_rows_are():
         assert [r for r in merged["runs"] if r["workload"] == name] == before[name]
     text = report.render(merged)
     assert "Rerun since (`bench/run.py --only store --replace`): store, at commit `abc1234`" in text
+    assert "packages other than the suite's: duckdb 9.9.9 (vane venv)." in text
     store = text[text.index("## store\n") : text.index("## store_first\n")]
     assert "Rerun at commit `abc1234`, started LATER" in store
     assert "abc1234" not in text[text.index("## store_first\n") :]
@@ -68,3 +70,50 @@ def test_a_rerun_replaces_its_workloads_only_and_is_named_where_its_rows_are():
     other["workloads"] = {"store": suite["workloads"]["store"]}
     with pytest.raises(SystemExit, match="other settings"):
         report.replaced(json.loads(json.dumps(suite)), other)
+    elsewhere = json.loads(json.dumps(rerun))
+    elsewhere["machine"]["cpu_model"] = "another CPU"
+    with pytest.raises(SystemExit, match=r"another machine \(cpu_model\)"):
+        report.replaced(json.loads(json.dumps(suite)), elsewhere)
+
+
+def _run_module():
+    """bench/run.py, which imports ``data`` and ``report`` from beside it."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("machine", ["the suite's", "another"])
+def test_a_rerun_that_stops_or_is_refused_leaves_the_suites_results_as_they_were(
+    tmp_path, monkeypatch, machine
+):
+    run = _run_module()
+    suite_text = (BENCH / "results.json").read_text()
+    (tmp_path / "results.json").write_text(suite_text)
+    found = json.loads(suite_text)["machine"]  # (this machine stands for the suite's)
+    if machine == "another":
+        found = found | {"cpu_count": 64}
+    monkeypatch.setattr(run, "machine", lambda: found)
+    monkeypatch.setattr(run, "compile_sources", lambda: None)
+    monkeypatch.setattr(run.data, "ensure", lambda kind, rows: tmp_path / "in.parquet")
+    started = []
+    kept = [r for r in json.loads(suite_text)["runs"] if r["workload"] == "first_result"]
+
+    def stopped(*args: object, **kwargs: object) -> dict[str, object]:
+        started.append(args)
+        if len(started) > 1:
+            raise KeyboardInterrupt  # Ctrl-C during the rerun's second run
+        return kept[0] | {"wall_s": 99.0}  # the first one measured
+
+    monkeypatch.setattr(run, "run_case", stopped)
+    argv = ["run.py", "--only", "first_result", "--replace", "--output", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(KeyboardInterrupt if machine == "the suite's" else SystemExit):
+        run.main()
+    assert (tmp_path / "results.json").read_text() == suite_text
+    assert bool(started) == (machine == "the suite's")  # another machine: refused up front

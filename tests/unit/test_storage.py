@@ -5,6 +5,7 @@ but S3 takes)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -447,3 +448,70 @@ def test_an_s3_option_that_means_nothing_is_a_clear_error(name, value):
         assert dict(where.store.options)["max_attempts"] == 3
     with pytest.raises(ConfigurationError, match=f"read_parquet.*{name}={value!r}"):
         storage.locate("s3://b/k", {name: value}, "read_parquet")
+
+
+def test_an_fsspec_filesystem_whose_reads_share_a_handle_is_read_one_read_at_a_time(tmp_path):
+    """tar's reads seek and read one archive file: two threads at once read each other's
+    bytes. Such a filesystem's reads take turns (and are not read ahead); an asynchronous one
+    (each read a request of its own) and memory's run at once."""
+    import random
+    import sys
+    import tarfile
+
+    data = random.Random(7).randbytes(300_000)
+    (tmp_path / "f.bin").write_bytes(data)
+    with tarfile.open(tmp_path / "a.tar", "w") as archive:
+        archive.add(tmp_path / "f.bin", arcname="f.bin")
+    store = storage.Store("tar", storage.freeze({"fo": str(tmp_path / "a.tar")}))
+    source = storage.FsspecObject(store, store.filesystem().handler.fs, "f.bin", len(data))
+    assert source.concurrent is False
+    memory = storage.Store("memory")
+    assert storage.FsspecObject(memory, memory.filesystem().handler.fs, "/x", 1).concurrent
+    http = storage.Store("http")
+    assert storage.FsspecObject(http, http.filesystem().handler.fs, "http://h/x", 1).concurrent
+
+    wrong: list[tuple[int, int]] = []
+
+    def reads(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(400):
+            offset, size = rng.randrange(0, len(data) - 70_000), rng.randrange(1, 65_536)
+            if source.read_at(size, offset) != data[offset : offset + size]:
+                wrong.append((offset, size))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # (threads switch between a seek and its read)
+    try:
+        threads = [threading.Thread(target=reads, args=(seed,)) for seed in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == []
+
+
+def test_a_server_that_ignores_ranges_is_read_from_one_answer_or_refused_when_large(monkeypatch):
+    """An fsspec store whose reads answer the whole object (an HTTP server that ignores
+    ranges): a small object is kept from its first answer; a large one is a clear error."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Whole(MemoryFileSystem):  # answers every ranged read with the whole object
+        protocol = "vane-test-whole"
+
+        def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw):
+            return super().cat_file(path)
+
+    store = storage.Store("memory")
+    fs = Whole(skip_instance_cache=True)
+    fs.pipe_file("/small", bytes(range(256)) * 100)
+    small = storage.FsspecObject(store, fs, "/small", 25_600)
+    assert small.read_at(10, 300) == (bytes(range(256)) * 100)[300:310]
+    fs.rm("/small")  # later reads come from the answer kept
+    assert small.read_at(5, 25_595) == (bytes(range(256)) * 100)[25_595:]
+    monkeypatch.setattr(storage, "WHOLE_KEPT", 10_000)
+    fs.pipe_file("/large", b"\0" * 10_001)
+    large = storage.FsspecObject(store, fs, "/large", 10_001)
+    with pytest.raises(StorageError, match="ignores byte ranges"):
+        large.read_at(10, 0)

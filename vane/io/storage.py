@@ -40,6 +40,7 @@ fsspec implementation's own options unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import os
@@ -54,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 from vane.errors import (
     ConfigurationError,
     MissingDependencyError,
+    StorageError,
 )
 from vane.io.storage_errors import (
     S3_ATTEMPTS,
@@ -404,48 +406,86 @@ class FsspecObject:
     listing, read by ranges: each read one ``cat_file`` of a byte range (a ranged GET on
     HTTP, GCS or Azure). An open asks the store nothing (pyarrow's handler asked, at each of
     DuckDB's opens, whether the path is a file, which over HTTP is a GET of the whole body
-    dropped after its headers, and its size, a HEAD request), and its reads keep no state, so
-    they may run at once on several threads (``concurrent``: read one block ahead).
+    dropped after its headers, and its size, a HEAD request).
+
+    Reads of an asynchronous filesystem (http, gcs, az, s3fs: each ``cat_file`` a request of
+    its own) or of memory keep no state, so they may run at once on several threads
+    (``concurrent``: read one block ahead). Any other filesystem's reads may share one handle
+    (tar's archive file, ftp's connection): they take turns, one at a time per filesystem.
 
     A read that fails for a moment (a reset or refused connection, a timeout, a body cut
     short, 408/429/5xx) is tried again, ``FSSPEC_ATTEMPTS`` times in all with a growing pause
     (fsspec's HTTP filesystem retries nothing; gcsfs and adlfs retry on their own as well);
-    what still fails is a vane ``StorageError`` naming the URL."""
-
-    concurrent = True
+    what still fails is a vane ``StorageError`` naming the URL. A server that ignores ranges
+    answers the whole object: one of up to ``WHOLE_KEPT`` bytes is kept and read from, a
+    larger one is refused (every block would download all of it)."""
 
     def __init__(self, store: Store, fs: Any, path: str, size: int) -> None:
+        from fsspec.asyn import AsyncFileSystem
+
         self._store = store
         self._fs = fs
         self._path = path
         self._size = size
+        self._whole: bytes | None = None
+        self.concurrent = isinstance(fs, AsyncFileSystem) or fs.protocol in ("memory",)
+        self._turns = contextlib.nullcontext() if self.concurrent else _turns_of(fs)
 
     def read_at(self, size: int, offset: int) -> bytes:
         if size <= 0:
             return b""
+        whole = self._whole
+        if whole is not None:
+            return whole[offset : offset + size]
         where = self._store.url(self._path)
         for attempt in range(FSSPEC_ATTEMPTS):
             with storage_errors(where, "cannot read", self._store):
                 try:
-                    data = bytes(self._fs.cat_file(self._path, start=offset, end=offset + size))
+                    with self._turns:
+                        answer = self._fs.cat_file(self._path, start=offset, end=offset + size)
+                    data = bytes(answer)
                 except Exception as exc:
                     if attempt == FSSPEC_ATTEMPTS - 1 or not _transient(exc):
                         raise
                     _pause_before(attempt + 1)
                     continue
-                if len(data) == size:
-                    return data
-                if len(data) == self._size:  # a server that ignores ranges: the whole object
-                    return data[offset : offset + size]
-                raise OSError(
-                    f"asked for {size} bytes at {offset} of {self._size}, the store answered "
-                    f"{len(data)}: the object changed while it was read, or the server answers "
-                    "ranges wrongly"
-                )
+            if len(data) == size:
+                return data
+            if len(data) == self._size:  # a server that ignores ranges: the whole object
+                if self._size > WHOLE_KEPT:
+                    raise StorageError(
+                        f"cannot read {where}: its server ignores byte ranges and answers all "
+                        f"{self._size:,} bytes to each read of a part. Copy the file somewhere "
+                        "that answers ranges (an object store, a local path) and read it there"
+                    )
+                self._whole = data
+                return data[offset : offset + size]
+            raise StorageError(
+                f"cannot read {where}: asked for {size} bytes at {offset} of its "
+                f"{self._size}, the store answered {len(data)}. It changed since it was listed "
+                "(build the relation again to read what is there now), or its server answers "
+                "ranges wrongly"
+            )
         raise AssertionError("unreachable")
 
     def close(self) -> None:
         pass  # (nothing held between reads)
+
+
+# The largest object kept whole when its server ignores ranges (answering every read with all
+# of it): a small file is read from one answer; a larger one would be downloaded per block.
+WHOLE_KEPT = 64 * 2**20
+_fs_turns: dict[int, tuple[Any, threading.Lock]] = {}
+
+
+def _turns_of(fs: Any) -> threading.Lock:
+    """The lock that the reads of ``fs`` (a filesystem whose reads may share one handle) take
+    turns under."""
+    with _lock:
+        kept = _fs_turns.get(id(fs))
+        if kept is None or kept[0] is not fs:
+            kept = _fs_turns[id(fs)] = (fs, threading.Lock())
+        return kept[1]
 
 
 # Tries of one read of an fsspec object in all, as of an S3 request (the AWS SDK's standard).
@@ -454,17 +494,22 @@ FSSPEC_ATTEMPTS = S3_ATTEMPTS
 # briefly down or overloaded.
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # aiohttp's errors (fsspec's HTTP filesystem raises them as they are), known by name so that
-# this module does not import aiohttp: a connection lost or refused, a body cut short.
+# this module does not import aiohttp: a connection lost or refused, a body cut short; not a
+# certificate or TLS failure, which asking again does not mend.
 _TRANSIENT_NAMES = ("ClientConnectionError", "ClientPayloadError", "ServerTimeoutError")
+_LASTING_NAMES = ("ClientSSLError", "ClientConnectorCertificateError", "SSLError")
 
 
 def _transient(exc: BaseException) -> bool:
     """Whether a failed read may well succeed if asked again."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & set(_LASTING_NAMES):
+        return False
     if isinstance(exc, (ConnectionError, TimeoutError)):  # fsspec's FSTimeoutError is one
         return True
     if getattr(exc, "status", None) in _TRANSIENT_STATUS:  # aiohttp's ClientResponseError
         return True
-    return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(exc).__mro__)
+    return bool(names & set(_TRANSIENT_NAMES))
 
 
 def _pause_before(attempt: int) -> None:
