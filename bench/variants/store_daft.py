@@ -26,6 +26,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     benchlib.warm_overhead_udf()
     if args.lance:
         target = benchlib.lance_target(args)
+        import daft_lance  # noqa: F401  -- (what write_lance imports, before the clock)
     with benchlib.Stopwatch() as watch:
         df = daft.read_parquet(source, io_config=io)
         mapped = df.select(udf(df["id"], df["text"]))

@@ -11,7 +11,7 @@ import benchlib
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    vane = benchlib.import_vane(remote=True)
+    vane = benchlib.import_vane(remote=True, lance=args.lance)
     vane.configure(progress=False)
     source, target = benchlib.store_urls(args)
     benchlib.warm_overhead_udf()
