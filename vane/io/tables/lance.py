@@ -257,7 +257,10 @@ class LanceSink:
 
     def start(self) -> LanceWrite:
         """Check the destination; note the version an append or overwrite builds on."""
-        existing = self._existing()
+        # An empty prefix on a store holds no dataset: one listing answers that, where Lance's
+        # failing open of one would build its own client for it (a tenth of a second).
+        empty = self.remote.empty() if self.remote is not None else False
+        existing = None if empty else self._existing()
         if existing is not None and self.mode == "create":
             raise SinkError(
                 f"write_lance(): {self.uri!r} already holds a Lance dataset (version "
@@ -274,7 +277,7 @@ class LanceSink:
             schema if self.mode == "append" else None,
         )
         if self.remote is not None:
-            created = existing is None and self.remote.empty()
+            created = existing is None and (empty or self.remote.empty())
         else:
             created = not (Path(self.uri).exists() and any(Path(self.uri).iterdir()))
         return LanceWrite(self, writer, read_version, schema, created=created)
