@@ -571,6 +571,23 @@ WHY = {
         "is built, and keeps workers warm between actions in one process: "
         "vane/execution/actors/warm.py), which a one-action process cannot use."
     ),
+    "store_lance/vane-thread": (
+        "The read is the store workload's (where vane-thread is ahead of the hand loop); what "
+        "this run's clock holds for vane and not for the hand loop: creating botocore's S3 "
+        "client for the read (about 0.07 s; the hand loop builds pyarrow's S3 filesystem "
+        "before its clock), and vane's write goes through Lance in two calls where the hand "
+        "loop's is one (the data files written by `write_fragments`, then one "
+        "`LanceDataset.commit`: Lance's `write_dataset` does both inside). py-spy first put a "
+        "fifth of vane's run in importing pylance, which write_lance makes on its first call "
+        "and the hand loop before its clock: the variant now imports it before its clock too "
+        "(these rows). Since then an empty destination prefix is known by one listing rather "
+        "than by Lance's failing open of a dataset (13 ms to 4 ms a write)."
+    ),
+    "store_lance/vane-subprocess_actor": (
+        "As in the store workload: the worker process starts inside the timed part (a fresh "
+        "interpreter importing pyarrow, and pandas on the UDF's first compute call with a "
+        "Python scalar), and every batch crosses to it and back through shared memory."
+    ),
     "store_memory/vane-thread": (
         "At the commit this run names, DuckDB kept what a scan read of each object in its "
         "external file cache until the query ended: sampled from `duckdb_memory()` during "
