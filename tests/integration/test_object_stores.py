@@ -717,3 +717,38 @@ def test_a_resumable_write_knows_an_object_by_its_etag_and_never_by_a_remote_fil
     another = vane.range(10).with_column("id", "id + 100")  # another object, of one size
     another.write_parquet(url, mode="overwrite")
     assert input_identity(vane.read_parquet(url).plan) not in (first, None)
+
+
+def test_a_filesystems_own_error_is_a_vane_error_without_its_secret_or_traceback():
+    """An fsspec filesystem's SDK raises errors of its own (gcsfs's HttpError, azure's...),
+    whose text may hold a token: a read that fails so is a vane error, scrubbed."""
+    import io
+
+    import fsspec
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class SdkError(Exception):  # (neither an OSError nor of a library vane names)
+        pass
+
+    class Failing(MemoryFileSystem):
+        protocol = "vane-failing"
+        store: dict = {}  # noqa: RUF012 -- (fsspec's memory filesystems keep theirs so)
+        pseudo_dirs = [""]  # noqa: RUF012
+
+        @classmethod
+        def _strip_protocol(cls, path: str) -> str:
+            return MemoryFileSystem._strip_protocol(path.removeprefix("vane-failing://"))
+
+        def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw):
+            raise SdkError("the SDK failed: token=SECRET-TOKEN-123")
+
+    fsspec.register_implementation("vane-failing", Failing, clobber=True)
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"id": list(range(10))}), buffer)
+    Failing().pipe_file("/d/f.parquet", buffer.getvalue())
+    options = {"token": "SECRET-TOKEN-123"}
+    with pytest.raises(vane.errors.VaneError) as raised:
+        vane.read_parquet("vane-failing:///d/f.parquet", storage_options=options).to_arrow()
+    text = str(raised.value)
+    assert "the SDK failed" in text and "vane-failing:///d/f.parquet" in text
+    assert "SECRET-TOKEN-123" not in text and "Traceback" not in text

@@ -56,6 +56,7 @@ from vane.errors import (
     ConfigurationError,
     MissingDependencyError,
     StorageError,
+    VaneError,
 )
 from vane.io.storage_errors import (
     S3_ATTEMPTS,
@@ -64,6 +65,7 @@ from vane.io.storage_errors import (
     Frozen,
     scrub,
     storage_errors,
+    translate,
 )
 
 if TYPE_CHECKING:
@@ -445,10 +447,13 @@ class FsspecObject:
                         answer = self._fs.cat_file(self._path, start=offset, end=offset + size)
                     data = bytes(answer)
                 except Exception as exc:
-                    if attempt == FSSPEC_ATTEMPTS - 1 or not _transient(exc):
+                    if attempt < FSSPEC_ATTEMPTS - 1 and _transient(exc):
+                        _pause_before(attempt + 1)
+                        continue
+                    if isinstance(exc, (OSError, ValueError, VaneError)):
                         raise
-                    _pause_before(attempt + 1)
-                    continue
+                    # (any filesystem's own error: its text scrubbed, its traceback left out)
+                    raise translate(exc, where, "cannot read", self._store) from None
             if len(data) == size:
                 return data
             if len(data) == self._size:  # a server that ignores ranges: the whole object

@@ -170,6 +170,25 @@ def storage_errors(where: str, action: str, store: Located | None = None) -> Ite
     except (OSError, ValueError) as exc:
         raise translate(exc, where, action, store) from None
     except Exception as exc:  # botocore, aiohttp...: the third-party tree stops here
-        if type(exc).__module__.split(".")[0] in ("botocore", "aiohttp", "fsspec", "requests"):
+        if type(exc).__module__.split(".")[0] in _STORE_LIBRARIES:
             raise translate(exc, where, action, store) from None
         raise
+
+
+# The libraries whose errors a store's request may raise: their text (which may hold a token)
+# is scrubbed into a vane error, their traceback left out.
+_STORE_LIBRARIES = frozenset(
+    {
+        "botocore",
+        "aiobotocore",
+        "s3fs",
+        "aiohttp",
+        "fsspec",
+        "requests",
+        "gcsfs",
+        "google",
+        "adlfs",
+        "azure",
+        "huggingface_hub",
+    }
+)
