@@ -97,8 +97,8 @@ def test_other_places_get_the_options_as_given() -> None:
         optional={
             "token": _VALUES,
             "endpoint_url": st.sampled_from(["http://127.0.0.1:9000", "https://minio:9000"]),
-            "request_timeout": st.integers(1, 600),
-            "connect_timeout": st.integers(1, 600),
+            "request_timeout": st.integers(1, 600) | st.floats(0.001, 600),
+            "connect_timeout": st.integers(1, 600) | st.floats(0.001, 600),
             "anon": st.just(True),
         },
     ),

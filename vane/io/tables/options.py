@@ -107,7 +107,9 @@ def library_options(
             if value:
                 out[names[name]] = "true"
         elif name in _SECONDS:
-            out[names[name]] = f"{value:g}s" if library != "iceberg" else f"{value:g}"
+            # (every digit: ``:g`` kept six, so 123.4567 s reached the library as 123.457 s)
+            number = repr(int(value) if float(value).is_integer() else float(value))
+            out[names[name]] = f"{number}s" if library != "iceberg" else number
         else:
             out[names[name]] = str(value)
     if library != "iceberg" and str(endpoint or "").startswith("http://"):
