@@ -515,3 +515,32 @@ def test_a_server_that_ignores_ranges_is_read_from_one_answer_or_refused_when_la
     large = storage.FsspecObject(store, fs, "/large", 10_001)
     with pytest.raises(StorageError, match="ignores byte ranges"):
         large.read_at(10, 0)
+
+
+@pytest.mark.parametrize(
+    ("raised", "tried"),
+    [
+        (ConnectionResetError, storage.FSSPEC_ATTEMPTS),  # transient: tried again, each time
+        (TimeoutError, storage.FSSPEC_ATTEMPTS),
+        (FileNotFoundError, 1),  # a missing object stays missing
+        (PermissionError, 1),
+        (type("ClientConnectorCertificateError", (ConnectionError,), {}), 1),  # TLS: lasting
+    ],
+    ids=lambda value: getattr(value, "__name__", str(value)),
+)
+def test_an_fsspec_read_is_tried_again_only_for_failures_that_pass(raised, tried, monkeypatch):
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    calls: list[int] = []
+
+    class Failing(MemoryFileSystem):
+        def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw):
+            calls.append(1)
+            raise raised("the store failed")
+
+    monkeypatch.setattr(storage, "_pause_before", lambda attempt: None)  # (no waiting here)
+    store = storage.Store("memory")
+    source = storage.FsspecObject(store, Failing(skip_instance_cache=True), "/f", 100)
+    with pytest.raises(StorageError, match="memory:///f"):
+        source.read_at(10, 0)
+    assert len(calls) == tried

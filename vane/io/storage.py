@@ -56,7 +56,6 @@ from vane.errors import (
     ConfigurationError,
     MissingDependencyError,
     StorageError,
-    VaneError,
 )
 from vane.io.storage_errors import (
     S3_ATTEMPTS,
@@ -64,7 +63,6 @@ from vane.io.storage_errors import (
     S3_REQUEST_TIMEOUT,
     Frozen,
     scrub,
-    storage_errors,
     translate,
 )
 
@@ -441,19 +439,15 @@ class FsspecObject:
             return whole[offset : offset + size]
         where = self._store.url(self._path)
         for attempt in range(FSSPEC_ATTEMPTS):
-            with storage_errors(where, "cannot read", self._store):
-                try:
-                    with self._turns:
-                        answer = self._fs.cat_file(self._path, start=offset, end=offset + size)
-                    data = bytes(answer)
-                except Exception as exc:
-                    if attempt < FSSPEC_ATTEMPTS - 1 and _transient(exc):
-                        _pause_before(attempt + 1)
-                        continue
-                    if isinstance(exc, (OSError, ValueError, VaneError)):
-                        raise
-                    # (any filesystem's own error: its text scrubbed, its traceback left out)
-                    raise translate(exc, where, "cannot read", self._store) from None
+            try:
+                with self._turns:
+                    data = bytes(self._fs.cat_file(self._path, start=offset, end=offset + size))
+            except Exception as exc:
+                if attempt < FSSPEC_ATTEMPTS - 1 and _transient(exc):
+                    _pause_before(attempt + 1)
+                    continue
+                # (whichever library raised it: its text scrubbed, its traceback left out)
+                raise translate(exc, where, "cannot read", self._store) from None
             if len(data) == size:
                 return data
             if len(data) == self._size:  # a server that ignores ranges: the whole object
@@ -501,20 +495,20 @@ _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # aiohttp's errors (fsspec's HTTP filesystem raises them as they are), known by name so that
 # this module does not import aiohttp: a connection lost or refused, a body cut short; not a
 # certificate or TLS failure, which asking again does not mend.
-_TRANSIENT_NAMES = ("ClientConnectionError", "ClientPayloadError", "ServerTimeoutError")
-_LASTING_NAMES = ("ClientSSLError", "ClientConnectorCertificateError", "SSLError")
+_TRANSIENT_NAMES = frozenset({"ClientConnectionError", "ClientPayloadError", "ServerTimeoutError"})
+_LASTING_NAMES = frozenset({"ClientSSLError", "ClientConnectorCertificateError", "SSLError"})
 
 
 def _transient(exc: BaseException) -> bool:
     """Whether a failed read may well succeed if asked again."""
     names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & set(_LASTING_NAMES):
+    if names & _LASTING_NAMES:
         return False
     if isinstance(exc, (ConnectionError, TimeoutError)):  # fsspec's FSTimeoutError is one
         return True
     if getattr(exc, "status", None) in _TRANSIENT_STATUS:  # aiohttp's ClientResponseError
         return True
-    return bool(names & set(_TRANSIENT_NAMES))
+    return bool(names & _TRANSIENT_NAMES)
 
 
 def _pause_before(attempt: int) -> None:
