@@ -567,8 +567,8 @@ def lance_target(args: argparse.Namespace) -> str:
 
 
 def lance_options() -> dict[str, str]:
-    """Lance's storage options (object_store's names) for the local S3 server, for the engines
-    that do not read AWS_ENDPOINT_URL themselves (the hand loop, Ray Data)."""
+    """Lance's storage options (object_store's names) for the local S3 server, for the hand
+    loop (Lance does not read AWS_ENDPOINT_URL itself) and for counting what a run wrote."""
     return {
         "aws_endpoint": store_endpoint(),
         "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],

@@ -1,6 +1,5 @@
 """object store, Ray Data: read_parquet("s3://...") -> map_batches(the overhead UDF) ->
-write_parquet("s3://...") (``--lance``: write_lance("s3://....lance"), with Lance's storage
-options), with pyarrow's S3 filesystem on the local server, on
+write_parquet("s3://..."), with pyarrow's S3 filesystem on the local server, on
 ``ray.init(num_cpus=2)``. ``seconds`` leaves ray.init out (``startup_s``)."""
 
 from __future__ import annotations
@@ -17,23 +16,15 @@ def main(args: argparse.Namespace) -> dict[str, object]:
     startup = benchlib.start_ray()
     fs = benchlib.store_filesystem()
     benchlib.warm_overhead_udf()
-    if args.lance:
-        target = benchlib.lance_target(args)
     with benchlib.Stopwatch() as watch:
-        mapped = ray.data.read_parquet(source.removeprefix("s3://"), filesystem=fs).map_batches(
+        ray.data.read_parquet(source.removeprefix("s3://"), filesystem=fs).map_batches(
             benchlib.overhead_udf, batch_size=args.batch_size, batch_format="pyarrow"
-        )
-        if args.lance:
-            mapped.write_lance(target, storage_options=benchlib.lance_options())
-        else:
-            mapped.write_parquet(target.removeprefix("s3://"), filesystem=fs)
+        ).write_parquet(target.removeprefix("s3://"), filesystem=fs)
     ray.shutdown()
     rows = benchlib.checked_store_rows(target, args.rows)
     return {"rows": rows, "seconds": watch.seconds, "startup_s": startup}
 
 
 if __name__ == "__main__":
-    parser = benchlib.parser(__doc__)
-    benchlib.lance_argument(parser)
-    args = parser.parse_args()
-    benchlib.run(benchlib.store_workload(args), "ray-data", lambda: main(args))
+    args = benchlib.parser(__doc__).parse_args()
+    benchlib.run("store", "ray-data", lambda: main(args))
