@@ -578,6 +578,21 @@ def test_write_lance_builds_a_vector_index(tmp_path: Path) -> None:
     assert not (tmp_path / "x.lance").exists()
 
 
+@pytest.mark.parametrize("mode", ["create", "append"])
+def test_an_index_that_cannot_be_built_leaves_the_committed_rows_readable(tmp_path, mode):
+    # The index is built after the commit; its failure once aborted the write, and the abort
+    # deleted the data files of the version just committed: a dataset that could not be read.
+    where = str(tmp_path / "t.lance")
+    rows = "SELECT range AS id, [range, 1, 2, 3]::FLOAT[4] AS v FROM range({}, {})"
+    if mode == "append":
+        vane.sql(rows.format(0, 5)).write_lance(where)
+    index = {"column": "v", "index_type": "IVF_PQ"}  # IVF_PQ needs its partitions: refused
+    with pytest.raises(SinkError, match="the rows were committed"):
+        vane.sql(rows.format(5, 10)).write_lance(where, mode=mode, vector_index=index)
+    found = lance.dataset(where).to_table(columns=["id"])["id"].to_pylist()
+    assert sorted(found) == list(range(0 if mode == "append" else 5, 10))
+
+
 # ---- on Ray ----------------------------------------------------------------------------------
 
 

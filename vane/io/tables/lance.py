@@ -471,6 +471,8 @@ class LanceWrite:
         self.read_version = read_version
         self.table_schema = table_schema
         self._parts: list[TablePart] = []
+        self._committing = False  # Lance's commit was called: whether it took, Lance knows
+        self.committed = False
 
     def commit(self, parts: list[TablePart]) -> Any:
         from vane.io.sinks import Committed
@@ -488,6 +490,7 @@ class LanceWrite:
             operation = lance.LanceOperation.Append(fragments)
         else:
             operation = lance.LanceOperation.Overwrite(schema, fragments)
+        self._committing = True
         try:
             lance.LanceDataset.commit(
                 self.sink.uri,
@@ -495,6 +498,7 @@ class LanceWrite:
                 read_version=self.read_version,
                 storage_options=self.sink.storage_options,
             )
+            self.committed = True
         except (ValueError, OSError, RuntimeError) as exc:
             self.abort()
             raise SinkError(
@@ -513,7 +517,12 @@ class LanceWrite:
 
     def abort(self) -> None:
         """Remove the data files of fragments this write made (the committed versions never
-        reference them), on a local disk or an object store."""
+        reference them), on a local disk or an object store; once committed, nothing: a
+        failure after the commit (a vector index that could not be built, a Ctrl-C as Lance's
+        commit returned) leaves the committed rows, whose files these are."""
+        if self.committed or (self._committing and self._holds_mine()):
+            self.committed = True
+            return
         remote = self.sink.remote
         if remote is not None:
             files = [f.path for p in self._parts if p.payload is not None for f in p.payload.files]
@@ -526,3 +535,17 @@ class LanceWrite:
         for part in self._parts:
             for file in part.payload.files if part.payload is not None else ():
                 (data / file.path).unlink(missing_ok=True)
+
+    def _holds_mine(self) -> bool:
+        """Whether the dataset's latest version holds a fragment this write made: its commit
+        took (asked of Lance, for a commit whose return an interrupt may have cut off)."""
+        mine = {f.path for p in self._parts if p.payload is not None for f in p.payload.files}
+        try:
+            dataset = _lance().dataset(
+                self.sink.uri, storage_options=dict(self.sink.storage_options or {}) or None
+            )
+        except (ValueError, OSError, RuntimeError):
+            return False  # no dataset: no version holds them
+        if self.read_version is not None and dataset.version <= self.read_version:
+            return False
+        return any(f.path in mine for frag in dataset.get_fragments() for f in frag.metadata.files)
