@@ -37,8 +37,9 @@ from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
 from vane.execution.write_setup import prepare_write
+from vane.io.commit import abort_unfinished, writes_started
 from vane.io.resume import Resume, ResumeStore
-from vane.io.sinks import Sink, WriteResult, abort_unfinished, write_to, writes_started
+from vane.io.sinks import Sink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished
 from vane.plan.explain import explain

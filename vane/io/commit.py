@@ -53,11 +53,12 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Literal, TypeVar
+from typing import IO, Literal, Protocol, TypeVar
 
 from vane.errors import ConfigurationError, SinkError
 
@@ -144,6 +145,53 @@ def abort_surely(abort: Callable[[], None]) -> None:
     except KeyboardInterrupt:
         abort()
         raise
+
+
+# ---- writes under way, for a Ctrl-C --------------------------------------------------------
+
+
+class Abortable(Protocol):
+    def abort(self) -> None: ...
+
+
+# What this thread has begun and not yet seen through: a write, and inside it each staging, which
+# notes itself here *before* it makes anything (a directory, a marker), so that wherever a Ctrl-C
+# lands in a write's start, what the start made is known to ``abort_unfinished``.
+_unfinished = threading.local()
+
+
+def _begun() -> list[Abortable]:
+    found: list[Abortable] | None = getattr(_unfinished, "items", None)
+    if found is None:
+        found = _unfinished.items = []
+    return found
+
+
+def begun(item: Abortable) -> None:
+    """Note ``item`` as under way: until ``seen_through``, an interrupted action aborts it."""
+    _begun().append(item)
+
+
+def seen_through(item: Abortable) -> None:
+    """``item`` was aborted, or began its commit (from there its own protocol answers for it)."""
+    with contextlib.suppress(ValueError):
+        _begun().remove(item)
+
+
+def writes_started() -> int:
+    """How many writes this thread has under way: an action notes it as it begins."""
+    return len(_begun())
+
+
+def abort_unfinished(since: int) -> None:
+    """Abort what this thread began (after the first ``since``) and neither began its commit nor
+    finished an abort: a Ctrl-C can land at the first line of a cleanup, before it has done
+    anything, or in a write's start before the write exists to be aborted; the action that ran
+    the write calls this as it unwinds, when that signal is spent. (A commit that began is left
+    to its own protocol, which the next write completes or undoes.)"""
+    items = _begun()
+    while len(items) > since:
+        abort_surely(items.pop().abort)
 
 
 def _locked_directory(final: Path) -> int:
@@ -353,9 +401,11 @@ class Staging:
         name = f".{self.destination.name}{_STAGING}{self.token}"
         self.directory = self.destination.parent / name
         self._journal: Path | None = None
-        # Held for the write's whole life: while it is, nobody removes this staging.
-        self._lock = _locked_directory(self.directory)
+        self._lock = -1
+        begun(self)  # before the directory exists: a Ctrl-C from here on finds it
         try:
+            # Held for the write's whole life: while it is, nobody removes this staging.
+            self._lock = _locked_directory(self.directory)
             # Leftovers of killed writes. The lock exists once any commit to here has begun;
             # until then no journal exists and dead staging can go without it.
             with locked(lock_path(self.destination), create=False) as held:
@@ -392,6 +442,7 @@ class Staging:
         """Move the staged files into place in one atomic step (an append: journaled). The
         old data an overwrite replaced ends in the staging path, and ``abort`` deletes it."""
         dest = self.destination
+        seen_through(self)  # from here the commit protocol answers for this staging
         _pause("staged")
         try:
             with locked(lock_path(dest)):
@@ -497,5 +548,8 @@ class Staging:
         append whose journal is written keeps its files for the roll-forward."""
         if self._journal is None or not self._journal.exists():
             shutil.rmtree(self.directory, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            os.close(self._lock)
+        lock, self._lock = self._lock, -1  # closed once: a second abort must not close a reused fd
+        if lock >= 0:
+            with contextlib.suppress(OSError):
+                os.close(lock)
+        seen_through(self)

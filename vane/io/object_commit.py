@@ -75,6 +75,7 @@ removes its files (hidden names, ``_SUCCESS`` say, excepted).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -86,7 +87,7 @@ from typing import TYPE_CHECKING, Any
 
 from vane.errors import ConfigurationError, SinkError
 from vane.io import object_puts
-from vane.io.commit import MODES, WriteMode
+from vane.io.commit import MODES, WriteMode, begun, seen_through
 from vane.io.storage import Location
 from vane.io.storage_errors import storage_errors
 
@@ -277,13 +278,19 @@ class ObjectStaging:
             self.directory = path
         self._marker = f"{self.root}/{WRITES}/{self.token}.json"
         self._committed = False
+        self._committing: str | None = None  # the manifest being put: whether it took, ask
         self._manifests: dict[str, Any] = {}  # read once per write: they never change
-        with storage_errors(self.shown, "cannot write", destination.store):
-            # what killed writes left, before anything of this one exists
-            self._seen = self.clean()
-            self._check()
-            marker = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
-            object_puts.put(self.store, self.fs, self._marker, json.dumps(marker).encode())
+        begun(self)  # before its marker exists: a Ctrl-C from here on finds it (commit.begun)
+        try:
+            with storage_errors(self.shown, "cannot write", destination.store):
+                # what killed writes left, before anything of this one exists
+                self._seen = self.clean()
+                self._check()
+                marker = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+                object_puts.put(self.store, self.fs, self._marker, json.dumps(marker).encode())
+        except Exception:
+            seen_through(self)  # refused, or its put failed: no marker to remove
+            raise
 
     def _check(self) -> None:
         from pyarrow.fs import FileType
@@ -331,6 +338,7 @@ class ObjectStaging:
         version after the one seen then, without listing again: the conditional put refuses it
         if another write took it meanwhile, and the log is read again."""
         store = self.destination.store
+        seen_through(self)  # from here the commit protocol answers for this write
         with storage_errors(self.shown, "cannot commit the write to", store):
             _pause("staged")
             if self.single_file:
@@ -365,8 +373,10 @@ class ObjectStaging:
                         ]
                         names, mode = before + relative, "overwrite"
                 entry = {"write": self.token, "mode": mode, "files": names, "rows": rows}
-                if object_puts.create(store, self.fs, self._version_path(version), entry):
+                self._committing = self._version_path(version)
+                if object_puts.create(store, self.fs, self._committing, entry):
                     break
+                self._committing = None
             else:
                 raise SinkError(
                     f"{self.shown!r}: {_COMMIT_ATTEMPTS} other writes committed while this one "
@@ -455,14 +465,29 @@ class ObjectStaging:
             replaced.append(path)
         object_puts.delete(self.store, self.fs, replaced)
 
+    def _manifest_is_mine(self) -> bool:
+        """Whether the manifest this write was putting is there, and this write's: the commit
+        took, though an interrupt may have cut off the put's answer."""
+        assert self._committing is not None
+        try:
+            with self.fs.open_input_stream(self._committing) as stream:
+                return bool(json.loads(stream.read()).get("write") == self.token)
+        except (OSError, ValueError):
+            return False
+
     def _remove_marker(self) -> None:
         object_puts.delete(self.store, self.fs, [self._marker])
 
     def abort(self) -> None:
         """Remove this write's files and marker (an uncommitted write's are not read anyway,
         and what this cannot remove, the next write does)."""
-        if self._committed:
+        if self._committed or (self._committing is not None and self._manifest_is_mine()):
+            self._committed = True  # a failure or a Ctrl-C after the commit: only tidy up
+            with contextlib.suppress(OSError):  # (its marker names a live process: the next
+                self._remove_marker()  # write would keep it while this process lives)
+            seen_through(self)
             return
+        object_puts.close_open(self.token)  # before the listing, which then finds them
         try:
             if self.single_file:
                 mine = [i.path for i in _list(self.fs, self.directory)]
@@ -472,6 +497,7 @@ class ObjectStaging:
         except OSError:
             pass
         self._remove_marker()
+        seen_through(self)
 
 
 def _hidden_path(path: str, root: str) -> bool:

@@ -1,7 +1,13 @@
 """The three object-store requests the commit protocol needs (``object_commit.py``): a put that
 fails if the object exists (``create``: S3's ``If-None-Match: *``, an exclusive open elsewhere),
 a plain ``put``, and ``delete`` (S3's batched DeleteObjects, a thousand keys a request). On S3
-they go through botocore directly, with one client per endpoint, region and credentials."""
+they go through botocore directly, with one client per endpoint, region and credentials.
+
+It also knows the upload streams this process has open (``opened``, ``finished``): a write's
+abort closes its own (``close_open``) before it lists what to remove. A stream left to its
+destructor (an interrupt between its open and the close that should have followed) would
+complete its upload whenever the traceback that holds it goes: after the abort, leaving an
+object behind."""
 
 from __future__ import annotations
 
@@ -134,6 +140,33 @@ def _s3_create(store: Any, path: str, body: bytes) -> bool:
 
 
 _DELETE_BATCH = 1000  # S3's DeleteObjects takes at most this many keys
+
+
+# Upload streams open in this process: id -> (path, stream).
+_open: dict[int, tuple[str, Any]] = {}
+_open_lock = threading.Lock()
+
+
+def opened(path: str, stream: Any) -> None:
+    with _open_lock:
+        _open[id(stream)] = (path, stream)
+
+
+def finished(stream: Any) -> None:
+    with _open_lock:
+        _open.pop(id(stream), None)
+
+
+def close_open(token: str) -> None:
+    """Close (which completes) the upload streams still open whose path holds ``token``: one
+    write's, so that its abort then finds and removes their objects."""
+    with _open_lock:
+        mine = [(k, s) for k, (path, s) in _open.items() if token in path]
+        for key, _ in mine:
+            del _open[key]
+    for _, stream in mine:
+        with contextlib.suppress(Exception):  # a stream that fails to close uploaded nothing
+            stream.close()
 
 
 def delete(store: Any, fs: pafs.FileSystem, paths: list[str]) -> None:

@@ -14,8 +14,6 @@ Files are written by pyarrow (Parquet, CSV) or rendered by DuckDB (JSON lines), 
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +26,7 @@ from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
 from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
-from vane.io.commit import MODES, Staging, WriteMode, abort_surely
+from vane.io.commit import MODES, Staging, WriteMode, abort_surely, begun, seen_through
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
 from vane.observe.events import StageFinished, describe_usage, step_names
 
@@ -344,6 +342,7 @@ class PartWriter:
     ) -> list[Part]:
         """Each file an object, streamed to the store as it is written (S3: a multipart upload
         of a few MB at a time), so memory holds a part, never a file."""
+        from vane.io import object_puts
         from vane.io.storage_errors import storage_errors
 
         store = self.store
@@ -355,7 +354,18 @@ class PartWriter:
 
         def open_object(path: Path, first: pa.Table) -> FileWriter:
             key = path.as_posix()
-            return _ObjectFile(fs.open_output_stream(key), first, open_file, key, sizes)
+            stream = None
+            try:
+                stream = fs.open_output_stream(key)
+                object_puts.opened(key, stream)  # the write's abort closes it, if nothing else
+                return _ObjectFile(stream, first, open_file, key, sizes)
+            except BaseException:
+                # Closed now: a stream left to its destructor completes its upload whenever the
+                # traceback that holds it goes, after the write's abort has listed what to remove.
+                if stream is not None:
+                    object_puts.finished(stream)
+                    stream.close()
+                raise
 
         with storage_errors(shown, "cannot write to", store):
             if self.partition_by:
@@ -439,7 +449,7 @@ class _ObjectFile:
         key: str,
         sizes: dict[str, int],
     ) -> None:
-        self._stream = stream
+        self._stream = stream  # on a failure here, the caller closes it
         self._file = open_file(stream, first)
         self._key, self._sizes = key, sizes
 
@@ -449,11 +459,14 @@ class _ObjectFile:
     def close(self) -> None:
         """Close the file and complete the upload; its size is what the stream counted (no
         request to ask the store)."""
+        from vane.io import object_puts
+
         try:
             self._file.close()
             self._sizes[self._key] = self._stream.tell()
         finally:
             self._stream.close()
+            object_puts.finished(self._stream)
 
 
 def _tables(fmt: FileFormat, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
@@ -520,51 +533,18 @@ def _write_file(
     return rows
 
 
-# The writes this thread has started and not yet seen through: ``abort_unfinished`` ends those a
-# Ctrl-C left (see ``abort_surely``), once the action that ran them unwinds.
-_unfinished = threading.local()
-
-
-def _started_writes() -> list[Write]:
-    found: list[Write] | None = getattr(_unfinished, "writes", None)
-    if found is None:
-        found = _unfinished.writes = []
-    return found
-
-
-def _seen_through(write: Write) -> None:
-    with contextlib.suppress(ValueError):
-        _started_writes().remove(write)
-
-
-def writes_started() -> int:
-    """How many writes this thread has under way: an action notes it as it begins."""
-    return len(_started_writes())
-
-
-def abort_unfinished(since: int) -> None:
-    """Abort the writes this thread started (after the first ``since``) that neither began
-    their commit nor finished an abort: a Ctrl-C can land at the first line of a cleanup,
-    before it has done anything; the action that ran the write calls this as it unwinds, when
-    that signal is spent. (A commit that began is left to its own protocol, which the next
-    write completes or undoes.)"""
-    writes = _started_writes()
-    while len(writes) > since:
-        abort_surely(writes.pop().abort)
-
-
 def write_to(sink: Sink, reader: pa.RecordBatchReader) -> Committed:
     """Start a write, write ``reader``'s batches, commit; on any failure abort, so the
     destination is as it was."""
-    write = sink.start()
-    _started_writes().append(write)
+    write = sink.start()  # what it made is known by now (``commit.begun``), even if Ctrl-C
+    begun(write)  # lands here, before the write itself is noted
     return _write_and_commit(sink, write, reader)
 
 
 def _write_and_commit(sink: Sink, write: Write, reader: pa.RecordBatchReader) -> Committed:
     try:
         parts = write.writer.write(reader, reader.schema)
-        _seen_through(write)  # its commit begins: from here its own protocol answers for it
+        seen_through(write)  # its commit begins: from here its own protocol answers for it
         return write.commit(parts)
     except VaneError:
         _abort(write)
@@ -583,4 +563,4 @@ def _write_and_commit(sink: Sink, write: Write, reader: pa.RecordBatchReader) ->
 
 def _abort(write: Write) -> None:
     abort_surely(write.abort)
-    _seen_through(write)
+    seen_through(write)

@@ -34,8 +34,9 @@ from vane.execution.ray.lowering import (
 from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
+from vane.io.commit import abort_unfinished, writes_started
 from vane.io.resume import Resume, ResumeStore
-from vane.io.sinks import Part, Sink, WriteResult, abort_unfinished, writes_started
+from vane.io.sinks import Part, Sink, WriteResult
 from vane.observe.events import (
     ServerCount,
     ServerRequests,
