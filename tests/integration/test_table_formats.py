@@ -451,7 +451,8 @@ vane.configure(progress=False)
 
 def data_files():
     if fmt == "lance":
-        return len(list((pathlib.Path(where) / "data").iterdir()))
+        data = pathlib.Path(where) / "data"
+        return len(list(data.iterdir())) if data.exists() else 0
     return len(list(pathlib.Path(where).glob("*.parquet"))) if fmt == "delta" else 0
 
 before = data_files()
@@ -479,12 +480,54 @@ else:
 
 
 def test_kill_9_mid_write_leaves_the_previous_version(fmt: Format, tmp_path: Path) -> None:
-    import json
-
     where = place(fmt, tmp_path)
     fmt.write(vane.range(7), where)
     before = fmt.version(where)
     files_before = _data_files(fmt, where)
+    _kill_mid_write(fmt, where, tmp_path)
+    if not isinstance(fmt, Iceberg):  # pyiceberg keeps up to a file's worth in memory
+        assert _data_files(fmt, where) > files_before, "killed before any row was written"
+    assert fmt.version(where) == before
+    assert fmt.read(where).count() == 7
+    fmt.write(vane.range(3), where, "append")  # and the next write commits as usual
+    assert fmt.read(where).count() == 10
+
+
+def test_what_a_killed_first_write_left_is_cleared_for_the_next(fmt: Format, tmp_path) -> None:
+    # A first write killed mid-way leaves data files and no version; the next write once found
+    # "not a Delta table" there and refused the path (Lance: test_what_a_killed_first_lance...).
+    where = place(fmt, tmp_path)
+    _kill_mid_write(fmt, where, tmp_path)
+    if not isinstance(fmt, Iceberg):  # (an Iceberg write's start makes the table, empty)
+        assert _data_files(fmt, where) > 0, "killed before any row was written"
+    fmt.write(vane.range(3), where, fmt.creates)
+    assert fmt.read(where).count() == 3
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["notes.txt"],
+        ["part-00000-d89ad01b-69c4-4ab4-bb06-20dfd26c55ec-c000.snappy.parquet", "notes.txt"],
+        ["data.parquet"],
+        ["raw/part-00000-d89ad01b-69c4-4ab4-bb06-20dfd26c55ec-c000.snappy.parquet"],
+    ],
+)
+def test_a_folder_of_other_files_is_refused_and_kept(tmp_path, names) -> None:
+    # Only what delta-rs's killed first write leaves is cleared; anything else is the user's.
+    where = tmp_path / "t.delta"
+    for name in names:
+        (where / name).parent.mkdir(parents=True, exist_ok=True)
+        (where / name).write_bytes(b"the user's")
+    with pytest.raises(SinkError, match="is not a Delta table"):
+        vane.range(3).write_deltalake(str(where))
+    assert all((where / name).read_bytes() == b"the user's" for name in names)
+
+
+def _kill_mid_write(fmt: Format, where: str, tmp_path: Path) -> None:
+    """A writer process appending rows to ``where`` (made if absent), killed mid-write."""
+    import json
+
     script = tmp_path / "writer.py"
     script.write_text(textwrap.dedent(_KILLED_WRITER))
     marker = tmp_path / f"mid-write-{next(_names)}"
@@ -505,18 +548,13 @@ def test_kill_9_mid_write_leaves_the_previous_version(fmt: Format, tmp_path: Pat
         process.kill()
         process.wait()
     assert process.returncode == -signal.SIGKILL
-    if not isinstance(fmt, Iceberg):  # pyiceberg keeps up to a file's worth in memory
-        assert _data_files(fmt, where) > files_before, "killed before any row was written"
-    assert fmt.version(where) == before
-    assert fmt.read(where).count() == 7
-    fmt.write(vane.range(3), where, "append")  # and the next write commits as usual
-    assert fmt.read(where).count() == 10
 
 
 def _data_files(fmt: Format, where: str) -> int:
     """The data files on disk, referenced by a version or not."""
     if isinstance(fmt, Lance):
-        return len(list((Path(where) / "data").iterdir()))
+        data = Path(where) / "data"
+        return len(list(data.iterdir())) if data.exists() else 0
     if isinstance(fmt, Delta):
         return len(list(Path(where).glob("*.parquet")))
     return 0

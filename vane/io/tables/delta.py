@@ -27,6 +27,8 @@ stay as they were.
 
 from __future__ import annotations
 
+import re
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +244,11 @@ class DeltaSink:
         deltalake = _deltalake()
         uri, options = self.uri, dict(self.storage_options or {}) or None
         if not deltalake.DeltaTable.is_deltatable(uri, storage_options=options):
+            if "://" not in uri and _failed_create(Path(uri)):
+                # A first write that died before its commit (a kill): its data files, in no
+                # version. They go, as the next write's own would on failure.
+                shutil.rmtree(uri, ignore_errors=True)
+                return None
             if "://" not in uri and Path(uri).exists() and any(Path(uri).iterdir()):
                 raise SinkError(
                     f"write_deltalake(): {uri!r} exists and is not a Delta table (no "
@@ -249,6 +256,29 @@ class DeltaSink:
                 )
             return None
         return _table(uri, None, self.storage_options)
+
+
+# delta-rs's data files: part-00000-<uuid>-c000.snappy.parquet, and while one is written (on a
+# local disk) the same name with #<n> after it, renamed when the file is whole.
+_DATA_FILE = re.compile(r"part-\d{5}-[0-9a-f-]{36}-c\d{3}(\.[a-z0-9]+)?\.parquet(#\d+)?")
+
+
+def _failed_create(path: Path) -> bool:
+    """``path`` holds only what a first write that never committed leaves: delta-rs's data
+    files, whole or half-written, perhaps in partition folders (``k=v``), and no ``_delta_log``
+    (delta-rs writes the log's first entry last)."""
+    if not path.is_dir():
+        return False
+    found = False
+    for entry in path.rglob("*"):
+        if entry.is_dir():
+            if "=" not in entry.name:
+                return False
+        elif _DATA_FILE.fullmatch(entry.name):
+            found = True
+        else:
+            return False
+    return found
 
 
 def _added(table: Any) -> dict[str, int]:
