@@ -100,6 +100,10 @@ def _model(batch: pa.Table) -> pa.Table:
     return batch
 
 
+def _kept(batch: pa.Table) -> pa.Table:  # a resumable write's step: its answers are kept
+    return batch
+
+
 CASES: dict[str, Case] = {
     "a folder": Case(
         write=lambda w: rows().write_parquet(str(w / "out")),
@@ -130,6 +134,13 @@ CASES: dict[str, Case] = {
         read=_read_files("out"),
         before=list(range(100, 105)),
         kept={"out", ".out.vane-lock"},
+    ),
+    "a resumable write": Case(
+        write=lambda w: (
+            rows().map_batches(_kept, batch_size=2).write_parquet(str(w / "out"), resume=True)
+        ),
+        read=_read_files("out"),
+        kept={"out", ".out.vane-lock", ".out.vane-resume"},
     ),
     "a write with its error ledger": Case(
         write=lambda w: (
