@@ -12,19 +12,15 @@ disk; protocols aiohttp does not speak are opened through ``vane.File`` (``pyarr
 from __future__ import annotations
 
 import asyncio
-import random
 from typing import Any
 
 import pyarrow as pa
 
 from vane._deps import require
+from vane._retry import TRANSIENT_STATUS, backoff_seconds
 from vane.types.files import File, is_file_type, local_path
 from vane.udf.column_calls import RowResults
 from vane.udf.decorators import method
-
-_RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-_FIRST_BACKOFF_S = 0.05
-_MAX_BACKOFF_S = 2.0
 
 
 class _Failure(Exception):
@@ -80,13 +76,12 @@ class Downloader:
             if attempt >= self._max_retries:
                 tries = "1 attempt" if attempt == 0 else f"{attempt + 1} attempts"
                 return None, f"GET {url} failed after {tries}: {reason}"
-            delay = min(_MAX_BACKOFF_S, _FIRST_BACKOFF_S * 2**attempt)
-            await asyncio.sleep(delay * (0.5 + random.random()))
             attempt += 1
+            await asyncio.sleep(backoff_seconds(attempt))
 
     async def _get(self, url: str) -> bytes:
         async with self._client().get(url) as response:
-            if response.status in _RETRYABLE_STATUS:
+            if response.status in TRANSIENT_STATUS:
                 raise _Retryable(f"HTTP {response.status} {response.reason}")
             if response.status >= 400:
                 raise _Failure(f"GET {url}: HTTP {response.status} {response.reason}")

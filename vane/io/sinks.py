@@ -26,6 +26,7 @@ from vane._arrow import Rechunker, coalesced
 from vane._sql import duckdb_message
 from vane._text import counted
 from vane.errors import ConfigurationError, ExecutionError, VaneError
+from vane.io import object_puts
 from vane.io.commit import MODES, Staging, WriteMode, abort_surely, begun, seen_through
 from vane.io.files import EXTENSIONS, SINGLE_FILE_SUFFIXES, FileFormat, is_uri
 from vane.observe.events import StageFinished, describe_usage, step_names
@@ -342,7 +343,6 @@ class PartWriter:
     ) -> list[Part]:
         """Each file an object, streamed to the store as it is written (S3: a multipart upload
         of a few MB at a time), so memory holds a part, never a file."""
-        from vane.io import object_puts
         from vane.io.storage_errors import storage_errors
 
         store = self.store
@@ -459,8 +459,6 @@ class _ObjectFile:
     def close(self) -> None:
         """Close the file and complete the upload; its size is what the stream counted (no
         request to ask the store)."""
-        from vane.io import object_puts
-
         try:
             self._file.close()
             self._sizes[self._key] = self._stream.tell()

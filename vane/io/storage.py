@@ -52,6 +52,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vane._retry import TRANSIENT_STATUS, backoff_seconds
 from vane.errors import (
     ConfigurationError,
     MissingDependencyError,
@@ -489,9 +490,6 @@ def _turns_of(fs: Any) -> threading.Lock:
 
 # Tries of one read of an fsspec object in all, as of an S3 request (the AWS SDK's standard).
 FSSPEC_ATTEMPTS = S3_ATTEMPTS
-# The HTTP statuses that say "not now" rather than "no": a timeout, throttling, a server
-# briefly down or overloaded.
-_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # aiohttp's errors (fsspec's HTTP filesystem raises them as they are), known by name so that
 # this module does not import aiohttp: a connection lost or refused, a body cut short; not a
 # certificate or TLS failure, which asking again does not mend.
@@ -506,18 +504,16 @@ def _transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, (ConnectionError, TimeoutError)):  # fsspec's FSTimeoutError is one
         return True
-    if getattr(exc, "status", None) in _TRANSIENT_STATUS:  # aiohttp's ClientResponseError
+    if getattr(exc, "status", None) in TRANSIENT_STATUS:  # aiohttp's ClientResponseError
         return True
     return bool(names & _TRANSIENT_NAMES)
 
 
 def _pause_before(attempt: int) -> None:
-    """Wait before try ``attempt`` (1, 2...): up to 0.1 s, 0.2, 0.4... at most 2 s, a random
-    share of it (full jitter, so that readers failed together do not return together)."""
-    import random
+    """Wait before try ``attempt`` (1, 2...)."""
     import time
 
-    time.sleep(random.uniform(0, min(2.0, 0.1 * 2 ** (attempt - 1))))
+    time.sleep(backoff_seconds(attempt))
 
 
 class _Tails:

@@ -541,10 +541,8 @@ class LanceWrite:
         took (asked of Lance, for a commit whose return an interrupt may have cut off)."""
         mine = {f.path for p in self._parts if p.payload is not None for f in p.payload.files}
         try:
-            dataset = _lance().dataset(
-                self.sink.uri, storage_options=dict(self.sink.storage_options or {}) or None
-            )
-        except (ValueError, OSError, RuntimeError):
+            dataset = _open(self.sink.uri, None, self.sink.storage_options)
+        except SourceError:
             return False  # no dataset: no version holds them
         if self.read_version is not None and dataset.version <= self.read_version:
             return False
