@@ -209,6 +209,18 @@ def test_a_lance_commit_that_fails_on_s3_leaves_no_files_behind(bucket, endpoint
     assert listed == _referenced(table.where)  # before: the append's 3 files stayed
 
 
+def test_an_index_that_cannot_be_built_on_s3_leaves_the_committed_rows(bucket, endpoint) -> None:
+    # As on a local path: the index is built after the commit, and its failure once made the
+    # abort remove the files of the version just committed.
+    table = Table("lance", bucket, endpoint, {})
+    rows = vane.sql("SELECT range AS id, [range, 1, 2, 3]::FLOAT[4] AS v FROM range(10)")
+    with pytest.raises(SinkError, match="the rows were committed"):
+        table.write(rows, "create", vector_index={"column": "v", "index_type": "IVF_PQ"})
+    assert sorted(r["id"] for r in table.read().to_pylist()) == list(range(10))
+    listed = {key.split("/data/", 1)[1] for key in table.data_files(bucket)}
+    assert listed == _referenced(table.where)
+
+
 def test_a_first_lance_write_killed_on_s3_does_not_block_the_next(bucket, endpoint) -> None:
     table = Table("lance", bucket, endpoint, {})
     # What a first write killed before its commit leaves: data files, and no version.
