@@ -317,3 +317,64 @@ def test_after_a_ctrl_c_later_actions_run_as_usual(tmp_path, backend):
         "watchers 1",
         "forwards to itself False",
     ], done.stderr
+
+
+UNHEARD = """
+import signal
+import sys
+import tempfile
+import threading
+
+import pyarrow as pa
+
+import vane
+from vane.execution import interrupt
+
+vane.configure(progress=False)
+action = sys.argv[1]
+# The watcher thread never gets to read the pipe: the signal is heard only as the action's
+# error reaches it, as when the watcher is slower than the main thread.
+interrupt._watch = lambda read_fd: threading.Event().wait()
+schema = pa.schema([("id", pa.int64())])
+
+
+def batches():
+    yield pa.record_batch([pa.array([0, 1])], schema=schema)
+    signal.raise_signal(signal.SIGINT)  # on the main thread, inside DuckDB's read of the stream
+    yield pa.record_batch([pa.array([2, 3])], schema=schema)
+
+
+rel = vane.from_arrow(pa.RecordBatchReader.from_batches(schema, batches())).filter("id >= 0")
+try:
+    if action == "to_arrow":
+        rel.to_arrow()
+    elif action == "count":
+        rel.count()
+    elif action == "iter_batches":
+        for _ in rel.iter_batches(1):
+            pass
+    else:
+        rel.write_parquet(tempfile.mkdtemp() + "/out/")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("action", ["to_arrow", "count", "iter_batches", "write_parquet"])
+def test_a_ctrl_c_the_watcher_has_not_heard_yet_is_keyboard_interrupt(tmp_path, action):
+    # A KeyboardInterrupt raised in a Python stream DuckDB reads on the main thread comes back
+    # as DuckDB's error for the stream ("Unknown error"), possibly before the watcher thread has
+    # read the signal: the action hears it itself, and raises KeyboardInterrupt.
+    script = tmp_path / "driver.py"
+    script.write_text(UNHEARD)
+    done = subprocess.run(
+        [sys.executable, str(script), action],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=100,
+    )
+    assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr

@@ -8,6 +8,9 @@ watcher thread reading that pipe cancels every running action while one runs on 
 each UDF stage aborts its pool (every waiting batch fails at once, worker processes are killed,
 hung threads are abandoned) and each DuckDB cursor is interrupted. The main thread comes back
 from C++ with some error, which the action turns into ``KeyboardInterrupt`` (``local._action``).
+That error may come first (Python's handler raised inside a Python stream DuckDB reads on the
+main thread: DuckDB's "reading the Arrow source failed"), before the watcher has read the pipe:
+an action ending in an error reads the pipe itself, so the signal is never missed.
 
 The pipe is installed once per process, by the first action on the main thread, and stays:
 an action may end on any thread (a stream closed on another one), where the wakeup fd cannot
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -78,6 +82,8 @@ _live: set[Cancellation] = set()
 # one, a SIGINT cancels every live action (as Python's KeyboardInterrupt stops the main thread).
 _main_actions = 0
 _wakeup: int | None = None  # the pipe's write end, once the watcher runs
+_read: int | None = None  # its read end
+_reading = threading.Lock()  # held by whoever reads the pipe, until it has acted on what it read
 _forward: _Target | None = None  # the wakeup fd that vane's stands in for
 
 
@@ -109,15 +115,31 @@ class _Target:
 
 def _watch(read_fd: int) -> None:
     while True:
-        data = os.read(read_fd, 64)
-        forward = _forward
-        if forward is not None:
-            forward.write(data)
-        if signal.SIGINT in data and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            with _lock:
-                live = list(_live) if _main_actions else []
-            for cancellation in live:
-                cancellation.cancel()
+        select.select([read_fd], [], [])
+        _hear(read_fd)
+
+
+def _hear(read_fd: int) -> None:
+    """Act on the signals in the pipe (none: return at once). The watcher thread calls it when
+    the pipe has something; an action ending in an error calls it too (``heard``), since
+    its error may be a Ctrl-C's that the watcher has not yet acted on. One reader at a time,
+    which acts on what it read before the next may read: whoever comes second finds the
+    actions already cancelled."""
+    with _reading:
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except (BlockingIOError, InterruptedError):
+                return
+            forward = _forward
+            if forward is not None:
+                forward.write(data)
+            ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            if signal.SIGINT in data and ours:
+                with _lock:
+                    live = list(_live) if _main_actions else []
+                for cancellation in live:
+                    cancellation.cancel()
 
 
 def _install() -> None:
@@ -125,12 +147,13 @@ def _install() -> None:
     the first action, and again by a later one only if something replaced it meanwhile; never
     undone, so an action that ends on another thread (a stream closed there) leaves nothing to
     restore. The fd it replaces hears every signal through the watcher."""
-    global _wakeup, _forward
+    global _wakeup, _read, _forward
     if _wakeup is None:
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)  # set_wakeup_fd requires it
+        os.set_blocking(read_fd, False)  # read only what is there (``_hear``)
         threading.Thread(target=_watch, args=(read_fd,), name="vane-sigint", daemon=True).start()
-        _wakeup = write_fd
+        _wakeup, _read = write_fd, read_fd
     previous = signal.set_wakeup_fd(_wakeup, warn_on_full_buffer=False)
     if previous != _wakeup:
         _forward = _Target.of(previous)
@@ -139,14 +162,14 @@ def _install() -> None:
 def _forget_in_child() -> None:
     """A forked child has vane's pipe, shared with its parent, but not the watcher thread: it
     lets go of the pipe (its signals are its own), and its first action starts its own."""
-    global _wakeup, _forward, _main_actions, _lock
+    global _wakeup, _read, _forward, _main_actions, _lock, _reading
     if _wakeup is not None:
         with contextlib.suppress(ValueError, OSError):
             current = signal.set_wakeup_fd(-1)
             if current != _wakeup:
                 signal.set_wakeup_fd(current)  # someone else's: left as it was
-    _wakeup, _forward, _main_actions = None, None, 0
-    _lock = threading.Lock()
+    _wakeup, _read, _forward, _main_actions = None, None, None, 0
+    _lock, _reading = threading.Lock(), threading.Lock()
     _live.clear()
 
 
@@ -168,6 +191,13 @@ def cancelled_by_sigint(cancellation: Cancellation) -> Iterator[None]:
         _live.add(cancellation)
     try:
         yield
+    except BaseException:
+        # A Ctrl-C's error (DuckDB's or Arrow's for a KeyboardInterrupt raised inside a Python
+        # source it read) may reach here before the watcher thread has read the signal from the
+        # pipe: it is heard now, so the action knows it was cancelled.
+        if main and _read is not None:
+            _hear(_read)
+        raise
     finally:
         # (it may end on another thread: a stream closed there)
         with _lock:
