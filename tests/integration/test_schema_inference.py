@@ -9,10 +9,13 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import vane
-from vane.errors import SchemaError, SchemaMismatchError, UDFError
+from vane.errors import SchemaError, SchemaMismatchError, SourceError, UDFError
 
 BACKENDS = ["thread", "subprocess_actor"]
 
@@ -91,3 +94,72 @@ def test_on_ray_the_schema_is_learned_too(on_ray):
     )
     assert out.columns == ["id", "s"]
     assert out.to_pylist()[5] == {"id": 5, "s": "5"}
+
+
+def _stream(sizes: list[int]) -> pa.RecordBatchReader:
+    schema = pa.schema([("id", pa.int64())])
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return pa.RecordBatchReader.from_batches(
+        schema,
+        (
+            pa.record_batch([pa.array(range(s, s + n))], schema=schema)
+            for s, n in zip(starts, sizes, strict=True)
+        ),
+    )
+
+
+def _doubled(batch: pa.Table) -> dict[str, object]:
+    return {"id": batch["id"], "twice": pa.compute.multiply(batch["id"], 2)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 7), min_size=1, max_size=12).filter(lambda s: sum(s) > 0),
+    batch_size=st.integers(1, 9),
+    action=st.sampled_from(["to_arrow", "iter_batches", "write_parquet", "count", "schema"]),
+    where=st.sampled_from(["", "id % 3 <> 1"]),
+)
+def test_a_stream_read_once_gives_its_first_rows_to_the_probe_and_to_the_run(
+    tmp_path_factory, sizes, batch_size, action, where
+):
+    # The probe that learns the schema reads the reader's first rows: they are kept and given
+    # again to the action, so every row comes once, in order (not an "already read" error).
+    rel = vane.from_arrow(_stream(sizes))
+    if where:
+        rel = rel.filter(where)
+    out = rel.map_batches(_doubled, batch_size=batch_size)
+    ids = [i for i in range(sum(sizes)) if not where or i % 3 != 1]
+    if not ids:
+        with pytest.raises(SchemaError, match="no rows to learn one from"):
+            _ = out.schema
+        return
+    assert out.columns == ["id", "twice"]
+    expected = [{"id": i, "twice": 2 * i} for i in ids]
+    if action == "to_arrow":
+        assert out.to_pylist() == expected
+    elif action == "iter_batches":
+        assert [r for b in out.iter_batches(2) for r in b.to_pylist()] == expected
+    elif action == "write_parquet":
+        folder = tmp_path_factory.mktemp("out") / "out"
+        out.write_parquet(folder)
+        assert vane.read_parquet(folder).to_pylist() == expected
+    elif action == "count":
+        assert out.count() == len(expected)
+    else:  # the schema, then a second action: the stream is read by one action only
+        out.to_arrow()
+        with pytest.raises(SourceError, match="can be read once"):
+            out.to_arrow()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_stream_read_once_learns_the_schema_on_each_backend(backend):
+    out = vane.from_arrow(_stream([3, 4, 5])).map_batches(
+        _doubled, batch_size=2, execution_backend=backend
+    )
+    assert out.to_pylist() == [{"id": i, "twice": 2 * i} for i in range(12)]
+
+
+@pytest.mark.ray
+def test_on_ray_a_stream_read_once_learns_the_schema_too(on_ray):
+    out = vane.from_arrow(_stream([3, 4, 5])).map_batches(_doubled, batch_size=2)
+    assert out.to_pylist() == [{"id": i, "twice": 2 * i} for i in range(12)]

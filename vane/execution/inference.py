@@ -14,16 +14,18 @@ Ray runner its input is read through Ray, and the probe asks for no GPU.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import replace
 
 import pyarrow as pa
 
 from vane.errors import SchemaError
-from vane.plan.nodes import Limit, PlanNode
+from vane.plan.nodes import ArrowStreamScan, Limit, PlanNode, UdfStep
+from vane.plan.traverse import walk
 from vane.udf.runtime import Task
 from vane.udf.spec import UdfSpec
 
-__all__ = ["infer_output_schema"]
+__all__ = ["infer_output_schema", "learn_schemas"]
 
 _NOTE = "(this ran the step's first batch to learn its output schema; pass schema= to skip it)"
 
@@ -36,13 +38,25 @@ def _probe_spec(spec: UdfSpec) -> UdfSpec:
     return replace(spec, on_error="raise", min_actors=1, max_actors=1)
 
 
+def learn_schemas(plan: PlanNode) -> None:
+    """Learn every UDF step's schema that is not yet known, before an action opens anything: a
+    probe run midway through would find a ``RecordBatchReader`` the action has already taken."""
+    for node in walk(plan):
+        if isinstance(node, UdfStep):
+            _ = node.schema
+
+
 def infer_output_schema(plan: PlanNode, spec: UdfSpec) -> pa.Schema:
     """The schema of what ``spec`` returns for the first rows of ``plan``."""
     from vane.execution.actors import make_pool
     from vane.execution.runner import current_runner
 
     rows = spec.rows_per_batch
-    sample = current_runner().to_arrow(Limit(plan, rows, 0))
+    with ExitStack() as peeking:  # a stream's first rows, read here, are read again by the action
+        for node in walk(plan):
+            if isinstance(node, ArrowStreamScan):
+                peeking.enter_context(node.peeked())
+        sample = current_runner().to_arrow(Limit(plan, rows, 0))
     where = f"{spec.verb} step `{spec.name}`"
     if sample.num_rows == 0:
         raise SchemaError(

@@ -29,6 +29,7 @@ from vane.backend.lowering import lower
 from vane.config import get_config
 from vane.errors import ExecutionError, VaneError
 from vane.execution.caller import Caller
+from vane.execution.inference import learn_schemas
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
@@ -275,6 +276,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     """One action's execution: the single door for its errors, which are translated (a Ctrl-C
     becomes ``KeyboardInterrupt``, whatever DuckDB or Arrow made of it), and its resources are
     always released."""
+    learn_schemas(plan)
     _prestart(plan)
     execution = Execution(plan, streaming=streaming)
     failed = True

@@ -20,6 +20,7 @@ from vane.config import get_config
 from vane.errors import ActorDiedError, VaneError
 from vane.execution.accounting import StepCounts
 from vane.execution.caller import Caller
+from vane.execution.inference import learn_schemas
 from vane.execution.ledger import Ledger
 from vane.execution.local import LocalRunner, materialized
 from vane.execution.lowering import row_caps
@@ -325,6 +326,7 @@ def _action(
     on_error warning at its end, as locally), errors from actors raised as the driver would
     raise them, cursors closed."""
     ray = ray_module()
+    learn_schemas(plan)
     RayRunner().check(plan)
     # On the driver's node: if a worker node is lost, the counts must not be lost with it.
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -202,24 +204,55 @@ class LedgerScan(ArrowScan):
 
 @dataclass(frozen=True, eq=False)
 class ArrowStreamScan(Source):
-    """A ``RecordBatchReader``: streamed lazily, so it can be read by one action only."""
+    """A ``RecordBatchReader``: streamed lazily, so it can be read by one action only. What a
+    probe reads of it first (a UDF step learning its output schema from its first rows:
+    ``peeked``) is kept, and given again to the action that reads it."""
 
     reader: pa.RecordBatchReader
-    _state: dict[str, bool] = field(default_factory=lambda: {"consumed": False}, repr=False)
+    _state: dict[str, Any] = field(
+        default_factory=lambda: {"consumed": False, "peeking": False, "kept": []}, repr=False
+    )
 
     def __post_init__(self) -> None:
         self._set_schema(self.reader.schema)
 
     def take_reader(self) -> pa.RecordBatchReader:
-        """The reader, for the one action that reads it."""
-        if self._state["consumed"]:
+        """The reader, for the one action that reads it (or for a probe: see ``peeked``)."""
+        state = self._state
+        if state["consumed"]:
             raise SourceError(
                 "this relation reads a pyarrow RecordBatchReader, which can be read once, and an "
                 "earlier action already read it. Pass a pa.Table to vane.from_arrow to read the "
                 "data several times, or build the relation again from a new reader"
             )
-        self._state["consumed"] = True
-        return self.reader
+        kept: list[pa.RecordBatch] = state["kept"]
+        if state["peeking"]:
+            return pa.RecordBatchReader.from_batches(self.schema, self._keeping(kept))
+        state["consumed"] = True
+        if not kept:
+            return self.reader
+        return pa.RecordBatchReader.from_batches(self.schema, self._replaying(kept))
+
+    def _keeping(self, kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        yield from list(kept)
+        for batch in self.reader:
+            kept.append(batch)
+            yield batch
+
+    def _replaying(self, kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        while kept:
+            yield kept.pop(0)  # let go of each as it is given
+        yield from self.reader
+
+    @contextmanager
+    def peeked(self) -> Iterator[None]:
+        """While the block runs, actions read this stream without using it up: what they read
+        is kept, for the action that reads it for real."""
+        self._state["peeking"] = True
+        try:
+            yield
+        finally:
+            self._state["peeking"] = False
 
     def describe(self) -> str:
         return "FromArrowStream (readable once)"
