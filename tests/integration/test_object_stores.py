@@ -386,10 +386,12 @@ def _file_server(
     """An HTTP server of one file, ``/f.parquet`` (``data``), on 127.0.0.1: its URL, and the
     requests it had (method, path, Range). ``ranges=False``: it answers every range with the
     whole file, as some servers do. ``faults``: what it does to the next ranged GETs instead
-    of answering them ("503", "reset", or "short": half the body, then the connection
-    closed); those it has not met yet are the third thing it yields."""
+    of answering them ("503", "reset", "short": half the body, then the connection closed, or
+    "stall": the headers, then nothing until the server stops); those it has not met yet are
+    the third thing it yields."""
     requests: list[tuple[str, str, str | None]] = []
     plan = list(faults or [])
+    stopping = threading.Event()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -426,6 +428,10 @@ def _file_server(
             if fault == "short":
                 self.wfile.write(data[start : start + (end - start + 1) // 2])
                 self.close_connection = True
+            elif fault == "stall":
+                self.wfile.flush()
+                stopping.wait()
+                self.close_connection = True
             elif body:
                 self.wfile.write(data[start : end + 1])
 
@@ -436,10 +442,12 @@ def _file_server(
             self._answer(body=False)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/f.parquet", requests, plan
     finally:
+        stopping.set()
         server.shutdown()
         server.server_close()
 
@@ -489,6 +497,66 @@ def test_an_http_read_that_keeps_failing_is_a_storage_error_naming_the_url(tmp_p
     assert "Traceback" not in message
     ranged = [r for r in requests if r[0] == "GET" and r[2]]
     assert len(ranged) >= storage.FSSPEC_ATTEMPTS  # tried again, and given up on
+
+
+def test_an_http_server_that_stalls_fails_the_read_within_its_timeout_and_attempts(tmp_path):
+    """A server that answers the headers and then nothing: each try waits ``request_timeout``
+    for the body (not aiohttp's five minutes for a whole answer), ``max_attempts`` tries in
+    all, and the read ends in an error saying what to check; a footer that could not be read
+    is not asked for again by DuckDB's read."""
+    pytest.importorskip("aiohttp")
+    _, data = _parquet_bytes(tmp_path, 1_000)
+    options = {"request_timeout": "300ms", "max_attempts": 2}
+    server = _file_server(data, faults=["stall"] * 1_000)
+    with server as (url, requests, _), pytest.raises(vane.errors.StorageError) as raised:
+        vane.read_parquet(url, storage_options=options).count()
+    message = str(raised.value)
+    assert f"cannot read {url}: the store could not be reached after 2 attempts" in message
+    assert "request_timeout" in message  # how to allow a slow store longer
+    assert len([r for r in requests if r[0] == "GET" and r[2]]) == 2
+
+
+def test_an_http_url_that_cannot_be_asked_about_is_not_called_missing(tmp_path):
+    """fsspec's HTTP filesystem says "not found" for whatever failed: only a 404 is missing;
+    a server in error, one that cannot be reached and an option aiohttp refuses say so."""
+    pytest.importorskip("aiohttp")
+
+    class Failing(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_HEAD(self) -> None:
+            self.send_error(500 if self.path == "/f.parquet" else 404)
+
+        do_GET = do_HEAD
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Failing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(vane.errors.StorageError, match=f"cannot list {base}/f.parquet.*500"):
+            vane.read_parquet(f"{base}/f.parquet")
+        with pytest.raises(vane.errors.SourceNotFoundError, match="matches no parquet object"):
+            vane.read_parquet(f"{base}/g.parquet")
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(vane.errors.StorageError, match="could not be reached"):
+        vane.read_parquet(f"{base}/f.parquet", storage_options={"connect_timeout": 1})
+    _, data = _parquet_bytes(tmp_path, 10)
+    refused = pytest.raises(vane.errors.ConfigurationError, match="'bogus'")
+    with _file_server(data) as (url, _, _), refused as raised:
+        vane.read_parquet(url, storage_options={"bogus": "s3cr3t"})
+    assert "s3cr3t" not in str(raised.value)
+
+
+def test_an_http_read_that_stalls_once_is_tried_again(tmp_path):
+    pytest.importorskip("aiohttp")
+    table, data = _parquet_bytes(tmp_path, 1_000)
+    with _file_server(data, faults=["stall"]) as (url, _, unmet):
+        read = vane.read_parquet(url, storage_options={"request_timeout": 0.3})
+        assert read.to_arrow().equals(table)
+    assert unmet == []
 
 
 def test_an_object_that_changes_size_while_it_is_read_is_an_error_not_other_bytes():

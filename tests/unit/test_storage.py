@@ -544,3 +544,24 @@ def test_an_fsspec_read_is_tried_again_only_for_failures_that_pass(raised, tried
     with pytest.raises(StorageError, match="memory:///f"):
         source.read_at(10, 0)
     assert len(calls) == tried
+
+
+def test_http_reads_wait_for_each_piece_of_an_answer_not_for_the_whole_of_it():
+    aiohttp = pytest.importorskip("aiohttp")
+    default = storage._http_client({})["client_kwargs"]["timeout"]
+    assert (default.total, default.sock_connect, default.sock_read) == (None, 10.0, 60.0)
+    options = dict(
+        storage.options_for("https", {"request_timeout": "2s", "max_attempts": "3"}, "t")
+    )
+    assert (options["request_timeout"], options["max_attempts"]) == (2.0, 3)
+    assert storage.Store("https", storage.freeze(options)).attempts == 3
+    built = storage._http_client({**options, "client_kwargs": {"trust_env": True}})
+    assert "request_timeout" not in built and "max_attempts" not in built  # (not aiohttp's)
+    assert built["client_kwargs"]["timeout"].sock_read == 2.0
+    assert built["client_kwargs"]["trust_env"] is True
+    theirs = aiohttp.ClientTimeout(total=5)
+    assert storage._http_client({"client_kwargs": {"timeout": theirs}})["client_kwargs"] == {
+        "timeout": theirs
+    }
+    with pytest.raises(ConfigurationError, match="request_timeout='soon' is not a time"):
+        storage.options_for("http", {"request_timeout": "soon"}, "read_parquet")

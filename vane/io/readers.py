@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from vane._sql import quote_ident, quote_literal, sql_list
-from vane.errors import ConfigurationError, SchemaError, SourceError
+from vane.errors import ConfigurationError, SchemaError, SourceError, StorageError
 
 if TYPE_CHECKING:
     import duckdb
@@ -430,6 +430,8 @@ def parquet_footers(
             with pq.ParquetFile(source) as file:
                 footers.append(ParquetFooter(file.schema_arrow, file.metadata.num_rows))
         return footers
+    except StorageError:
+        raise  # the store, given up on after its retries: DuckDB's read would only wait again
     except (OSError, pa.ArrowException):
         return None
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vane.errors import SourceNotFoundError
+from vane.errors import ConfigurationError, SourceNotFoundError
 from vane.io import object_commit
 from vane.io.storage import Location, Store, complete, locate, object_stamp, seen
 from vane.io.storage_errors import storage_errors
@@ -156,7 +156,7 @@ def _find(
             if heads:
                 return _one(where.store, fs, path, heads[0], etags, known=roots)
         elif not s3:
-            info = fs.get_file_info(base)
+            info = _file_info(where.store, fs, base)
             if info.type == FileType.File and not directory:
                 return _one(where.store, fs, path, info, {}, known=roots)
             if info.type == FileType.NotFound:
@@ -185,6 +185,34 @@ def _find(
             continue
         matched.append(candidate)
     return sorted(matched), base, infos, etags
+
+
+def _file_info(store: Store, fs: Any, path: str) -> Any:
+    """What ``path`` is. fsspec's HTTP filesystem answers "not found" for whatever failed when
+    it asked (a 404, but also a timeout, a refused connection, a 500, an option aiohttp does not
+    take): there, a path not found is asked about once more, to learn why, and only a 404 or
+    410 is "not found"; anything else is raised as it was, for the caller to say, rather than
+    "matches no object: check the path"."""
+    from pyarrow.fs import FileType
+
+    info = fs.get_file_info(path)
+    if store.protocol not in ("http", "https") or info.type != FileType.NotFound:
+        return info
+    try:
+        fs.handler.fs.info(path)
+    except FileNotFoundError as exc:
+        cause = exc.__cause__
+        if cause is None or getattr(cause, "status", None) in (404, 410):
+            return info
+        if isinstance(cause, TypeError):
+            raise ConfigurationError(
+                f"storage_options for {store.protocol}:// were not accepted by its filesystem "
+                f"({type(cause).__name__}: {store.scrub(str(cause))}); pass the options "
+                "fsspec's HTTP filesystem documents, or vane's connect_timeout, "
+                "request_timeout and max_attempts"
+            ) from None
+        raise cause from None
+    return fs.get_file_info(path)  # (there now)
 
 
 def _roots_above(store: Store, fs: Any, path: str, known: dict[str, list[str]]) -> list[str]:

@@ -161,8 +161,11 @@ class Store:
                 "remote paths other than s3:// need the package 'fsspec'. Install it with: "
                 "pip install fsspec"
             ) from exc
+        options = thaw(self.options)
+        if self.protocol in _HTTP:
+            options = _http_client(options)
         try:
-            fs = fsspec.filesystem(self.protocol, **thaw(self.options))
+            fs = fsspec.filesystem(self.protocol, **options)
         except (ImportError, ValueError) as exc:
             package = _PACKAGES.get(self.protocol)
             if package is None and "Protocol not known" in str(exc):
@@ -183,6 +186,11 @@ class Store:
                 "its fsspec implementation documents"
             ) from exc
         return PyFileSystem(FSSpecHandler(fs))
+
+    @property
+    def attempts(self) -> int:
+        """Tries of one ranged read of an fsspec object in all (``max_attempts`` of http(s))."""
+        return int(dict(self.options).get("max_attempts", FSSPEC_ATTEMPTS))
 
     def url(self, path: str) -> str:
         """The URL a user would write for ``path`` on this store (an http(s) filesystem's
@@ -415,7 +423,8 @@ class FsspecObject:
     (tar's archive file, ftp's connection): they take turns, one at a time per filesystem.
 
     A read that fails for a moment (a reset or refused connection, a timeout, a body cut
-    short, 408/429/5xx) is tried again, ``FSSPEC_ATTEMPTS`` times in all with a growing pause
+    short, 408/429/5xx) is tried again, ``FSSPEC_ATTEMPTS`` times in all (http(s)'s
+    ``max_attempts``) with a growing pause
     (fsspec's HTTP filesystem retries nothing; gcsfs and adlfs retry on their own as well);
     what still fails is a vane ``StorageError`` naming the URL. A server that ignores ranges
     answers the whole object: one of up to ``WHOLE_KEPT`` bytes is kept and read from, a
@@ -439,12 +448,13 @@ class FsspecObject:
         if whole is not None:
             return whole[offset : offset + size]
         where = self._store.url(self._path)
-        for attempt in range(FSSPEC_ATTEMPTS):
+        attempts = self._store.attempts
+        for attempt in range(attempts):
             try:
                 with self._turns:
                     data = bytes(self._fs.cat_file(self._path, start=offset, end=offset + size))
             except Exception as exc:
-                if attempt < FSSPEC_ATTEMPTS - 1 and _transient(exc):
+                if attempt < attempts - 1 and _transient(exc):
                     _pause_before(attempt + 1)
                     continue
                 # (whichever library raised it: its text scrubbed, its traceback left out)
@@ -765,6 +775,29 @@ def _s3(options: dict[str, Any]) -> pafs.FileSystem:
     return S3FileSystem(**kwargs)
 
 
+_HTTP = ("http", "https")
+# vane's own options of http(s), spelled as S3's; the others are fsspec's HTTP filesystem's.
+_HTTP_NAMES = frozenset({"max_attempts", "connect_timeout", "request_timeout"})
+
+
+def _http_client(options: dict[str, Any]) -> dict[str, Any]:
+    """fsspec's HTTP filesystem's options for vane's: its aiohttp session waits
+    ``connect_timeout`` seconds for a connection and ``request_timeout`` for each piece of an
+    answer (a stalled server fails the read, which is tried again, where aiohttp's default waits
+    five minutes for a whole answer, however slowly it comes), unless ``client_kwargs`` gives
+    a ``timeout`` of its own."""
+    import aiohttp
+
+    connect = float(options.pop("connect_timeout", S3_CONNECT_TIMEOUT))
+    request = float(options.pop("request_timeout", S3_REQUEST_TIMEOUT))
+    options.pop("max_attempts", None)  # (the reads' own: ``Store.attempts``)
+    client = dict(options.get("client_kwargs") or {})
+    client.setdefault(
+        "timeout", aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=request)
+    )
+    return {**options, "client_kwargs": client}
+
+
 def is_s3_option(name: str) -> bool:
     """Whether ``name`` is an S3 option in vane's spelling (``storage_options`` of any call)."""
     return name in _S3_NAMES or name == "client_kwargs"
@@ -908,6 +941,9 @@ def options_for(
         merged.update(given)
     if protocol in ("s3", "s3a"):
         return freeze(_s3_options(merged, caller))
+    if protocol in _HTTP:
+        for name in _HTTP_NAMES & merged.keys():
+            merged[name] = _s3_value(name, merged[name], caller)
     return freeze(merged)
 
 

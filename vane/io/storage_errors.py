@@ -86,11 +86,25 @@ def translate(exc: BaseException, where: str, action: str, store: Located | None
     if kind == "missing":
         return StorageNotFoundError(f"{action} {where}: no such object ({text})")
     if kind == "unreachable":
+        attempts = dict(store.options).get("max_attempts", S3_ATTEMPTS) if store else S3_ATTEMPTS
+        if isinstance(exc, TimeoutError):
+            text = text or "no answer within its timeout"
+            hint = (
+                "Check the endpoint and the network, or allow a slow store longer "
+                "(storage_options request_timeout / connect_timeout, in seconds)"
+            )
+        else:
+            hint = "Check the endpoint and the network"
         return StorageError(
             f"{action} {where}: the store could not be reached{endpoint} after "
-            f"{S3_ATTEMPTS} attempts. Check the endpoint and the network ({text})"
+            f"{attempts} attempts. {hint} ({text})"
         )
     return StorageError(f"{action} {where} failed after vane's retries: {text}")
+
+
+# aiohttp's (fsspec's HTTP filesystem raises them as they are) for a host that cannot be
+# connected to or that stops answering; not its TLS failures, which say more as they are.
+_AIOHTTP_UNREACHABLE = ("ClientConnectorError", "ServerDisconnectedError", "ServerTimeoutError")
 
 
 def _kind(exc: BaseException, text: str) -> str:
@@ -107,6 +121,8 @@ def _kind(exc: BaseException, text: str) -> str:
     if code in ("NoSuchKey", "NotFound") or isinstance(exc, FileNotFoundError):
         return "missing"
     if isinstance(exc, (ConnectionError, TimeoutError)):
+        return "unreachable"
+    if _is_named(exc, *_AIOHTTP_UNREACHABLE) and not _is_named(exc, "ClientSSLError"):
         return "unreachable"
     if _ACCESS.search(text):
         return "refused"
