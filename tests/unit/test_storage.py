@@ -565,3 +565,18 @@ def test_http_reads_wait_for_each_piece_of_an_answer_not_for_the_whole_of_it():
     }
     with pytest.raises(ConfigurationError, match="request_timeout='soon' is not a time"):
         storage.options_for("http", {"request_timeout": "soon"}, "read_parquet")
+
+
+@pytest.mark.parametrize(
+    ("path", "above"),
+    [
+        ("http://h:8/a/b", ["http://h:8/a/b", "http://h:8/a", "http://h:8"]),  # not "http:"
+        ("https://h/", ["https://h"]),
+        ("bucket/a/b", ["bucket/a/b", "bucket/a", "bucket"]),
+        ("/tmp/x", ["/tmp/x", "/tmp"]),
+    ],
+)
+def test_the_prefixes_that_may_be_write_roots_stop_at_a_urls_host(path, above):
+    from vane.io.object_commit import _ancestors
+
+    assert _ancestors(path) == above

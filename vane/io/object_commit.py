@@ -198,16 +198,65 @@ class Seen:
 
 def roots_above(fs: pafs.FileSystem, path: str) -> list[str]:
     """The vane write roots (prefixes with a log, or a write in progress) that are ``path``
-    or hold it."""
-    parts = path.strip("/").split("/")
-    found = []
-    for depth in range(len(parts), 0, -1):
-        candidate = "/".join(parts[:depth])
-        if path.startswith("/"):
-            candidate = "/" + candidate
-        if versions(fs, candidate) or writing(fs, candidate):
-            found.append(candidate)
-    return found
+    or hold it, deepest first. Each prefix asks the store twice (its log, its writes): on a
+    filesystem whose requests may run at once (HTTP, GCS, Azure, the Hub: fsspec's
+    asynchronous ones) they all go at once, so a deep path waits for one answer, not for a
+    dozen in turn."""
+    candidates = _ancestors(path)
+    probes = [(c, name) for c in candidates for name in (LOG, WRITES)]
+    inner = _fsspec_of(fs)
+
+    def holds(probe: tuple[str, str]) -> bool:
+        folder = f"{probe[0].rstrip('/')}/{probe[1]}"
+        if inner is None:
+            return bool(_list(fs, folder, recursive=False))
+        # One request (pyarrow's handler asks whether it is a folder, then whether it exists:
+        # two GETs over HTTP). Not there, or not ours to list (a public store that refuses
+        # listings), is no root; any other failure is the read's.
+        try:
+            return bool(inner.ls(folder, detail=False))
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return False
+        except Exception as exc:
+            if getattr(exc, "status", None) in (401, 403, 404, 410):
+                return False
+            raise
+
+    if len(probes) > 2 and _concurrent(inner):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(probes), 16), thread_name_prefix="vane-probe") as pool:
+            answers = list(pool.map(holds, probes))
+    else:
+        answers = [holds(p) for p in probes]
+    found = {root for (root, _), held in zip(probes, answers, strict=True) if held}
+    return [c for c in candidates if c in found]
+
+
+def _ancestors(path: str) -> list[str]:
+    """``path`` and the prefixes above it, deepest first; for a whole URL (an HTTP store's
+    paths), none above its host."""
+    scheme, sep, rest = path.partition("://")
+    if not sep:
+        rest = path
+    parts = rest.strip("/").split("/")
+    lead = f"{scheme}://" if sep else ("/" if path.startswith("/") else "")
+    return [lead + "/".join(parts[:depth]) for depth in range(len(parts), 0, -1)]
+
+
+def _fsspec_of(fs: pafs.FileSystem) -> Any:
+    """The fsspec filesystem inside ``fs`` (a ``PyFileSystem(FSSpecHandler(...))``), or None."""
+    return getattr(getattr(fs, "handler", None), "fs", None)
+
+
+def _concurrent(inner: Any) -> bool:
+    """Whether requests to the fsspec filesystem ``inner`` may run on several threads at once
+    (its asynchronous ones: each call a request of its own, as ``FsspecObject`` reads)."""
+    if inner is None:
+        return False
+    from fsspec.asyn import AsyncFileSystem
+
+    return isinstance(inner, AsyncFileSystem)
 
 
 def roots_in(listing: Iterable[str]) -> set[str]:

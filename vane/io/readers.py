@@ -326,7 +326,7 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
     from pyarrow.fs import FileSelector, FileType
 
     from vane.io import s3_objects
-    from vane.io.storage import locate_with, object_stamp, seen
+    from vane.io.storage import HTTP, http_info, locate_with, object_stamp, seen
     from vane.io.storage_errors import storage_errors
 
     places = [locate_with(url, storage) for url in urls]
@@ -358,6 +358,12 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
                 heads, tags = s3_objects.head_objects(store, rest)
                 found.update((i.path, i) for i in heads)
                 etags.update(tags)
+            elif rest and store.protocol in HTTP:  # as the relation's listing asked them
+                for path in rest:
+                    info, etag = http_info(store, path)
+                    found[path] = info
+                    if etag:
+                        etags[path] = etag
             elif rest:
                 found.update(zip(rest, fs.get_file_info(rest), strict=True))
     files = [info for info in found.values() if info.type == FileType.File]

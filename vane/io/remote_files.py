@@ -14,9 +14,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vane.errors import ConfigurationError, SourceNotFoundError
+from vane.errors import SourceNotFoundError
 from vane.io import object_commit
-from vane.io.storage import Location, Store, complete, locate, object_stamp, seen
+from vane.io.storage import (
+    HTTP,
+    Location,
+    Store,
+    complete,
+    http_info,
+    locate,
+    object_stamp,
+    seen,
+)
 from vane.io.storage_errors import storage_errors
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -156,9 +165,9 @@ def _find(
             if heads:
                 return _one(where.store, fs, path, heads[0], etags, known=roots)
         elif not s3:
-            info = _file_info(where.store, fs, base)
+            info, etags = _file_info(where.store, fs, base)
             if info.type == FileType.File and not directory:
-                return _one(where.store, fs, path, info, {}, known=roots)
+                return _one(where.store, fs, path, info, etags, known=roots)
             if info.type == FileType.NotFound:
                 return [], base, {}, {}
         pattern = None
@@ -187,32 +196,12 @@ def _find(
     return sorted(matched), base, infos, etags
 
 
-def _file_info(store: Store, fs: Any, path: str) -> Any:
-    """What ``path`` is. fsspec's HTTP filesystem answers "not found" for whatever failed when
-    it asked (a 404, but also a timeout, a refused connection, a 500, an option aiohttp does not
-    take): there, a path not found is asked about once more, to learn why, and only a 404 or
-    410 is "not found"; anything else is raised as it was, for the caller to say, rather than
-    "matches no object: check the path"."""
-    from pyarrow.fs import FileType
-
-    info = fs.get_file_info(path)
-    if store.protocol not in ("http", "https") or info.type != FileType.NotFound:
-        return info
-    try:
-        fs.handler.fs.info(path)
-    except FileNotFoundError as exc:
-        cause = exc.__cause__
-        if cause is None or getattr(cause, "status", None) in (404, 410):
-            return info
-        if isinstance(cause, TypeError):
-            raise ConfigurationError(
-                f"storage_options for {store.protocol}:// were not accepted by its filesystem "
-                f"({type(cause).__name__}: {store.scrub(str(cause))}); pass the options "
-                "fsspec's HTTP filesystem documents, or vane's connect_timeout, "
-                "request_timeout and max_attempts"
-            ) from None
-        raise cause from None
-    return fs.get_file_info(path)  # (there now)
+def _file_info(store: Store, fs: Any, path: str) -> tuple[Any, dict[str, str]]:
+    """What ``path`` is, and its ETag where the answer says one (by path)."""
+    if store.protocol not in HTTP:
+        return fs.get_file_info(path), {}
+    info, etag = http_info(store, path)
+    return info, ({path: etag} if etag else {})
 
 
 def _roots_above(store: Store, fs: Any, path: str, known: dict[str, list[str]]) -> list[str]:

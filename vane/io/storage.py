@@ -162,7 +162,7 @@ class Store:
                 "pip install fsspec"
             ) from exc
         options = thaw(self.options)
-        if self.protocol in _HTTP:
+        if self.protocol in HTTP:
             options = _http_client(options)
         try:
             fs = fsspec.filesystem(self.protocol, **options)
@@ -387,6 +387,50 @@ RANGE_BLOCK = 4 * 2**20
 # once, each in two places or more (a row group's columns); at most 48 MB a file.
 RANGE_BLOCKS_KEPT = 8
 READS_AHEAD_KEPT = 4
+
+
+def http_info(store: Store, path: str) -> tuple[pafs.FileInfo, str | None]:
+    """What the URL ``path`` is, and its ETag if its server says one, in one request (fsspec's
+    HEAD): its size, its time (``Last-Modified``) and its ETag, which make it known as a
+    listing's objects are (``seen``, ``object_stamp``: DuckDB's opens ask nothing again and its
+    readers share the object's last block). fsspec says "not found" for whatever failed (a
+    404, but also a timeout, a refused connection, a 500, an option aiohttp does not take):
+    only a 404 or 410 is "not found" here; anything else is raised, for the caller to say,
+    rather than "matches no object: check the path"."""
+    from pyarrow.fs import FileInfo, FileType
+
+    fs = store.filesystem()
+    try:
+        answer = fs.handler.fs.info(path)
+    except FileNotFoundError as exc:
+        cause = exc.__cause__
+        if cause is None or getattr(cause, "status", None) in (404, 410):
+            return FileInfo(path, FileType.NotFound), None
+        if isinstance(cause, TypeError):
+            raise ConfigurationError(
+                f"storage_options for {store.protocol}:// were not accepted by its filesystem "
+                f"({type(cause).__name__}: {store.scrub(str(cause))}); pass the options "
+                "fsspec's HTTP filesystem documents, or vane's connect_timeout, "
+                "request_timeout and max_attempts"
+            ) from None
+        raise cause from None
+    if answer.get("size") is None:  # a server that says no length: asked the usual way
+        return fs.get_file_info(path), None
+    info = FileInfo(path, FileType.File, size=int(answer["size"]), mtime=_http_time(answer))
+    return info, answer.get("ETag") or None
+
+
+def _http_time(answer: Mapping[str, Any]) -> Any:
+    """An HTTP answer's ``Last-Modified`` as a datetime (None if it says none, or nonsense)."""
+    from email.utils import parsedate_to_datetime
+
+    text = answer.get("Last-Modified")
+    if not text:
+        return None
+    try:
+        return parsedate_to_datetime(str(text))
+    except (TypeError, ValueError):
+        return None
 
 
 def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
@@ -775,7 +819,7 @@ def _s3(options: dict[str, Any]) -> pafs.FileSystem:
     return S3FileSystem(**kwargs)
 
 
-_HTTP = ("http", "https")
+HTTP = ("http", "https")
 # vane's own options of http(s), spelled as S3's; the others are fsspec's HTTP filesystem's.
 _HTTP_NAMES = frozenset({"max_attempts", "connect_timeout", "request_timeout"})
 
@@ -941,7 +985,7 @@ def options_for(
         merged.update(given)
     if protocol in ("s3", "s3a"):
         return freeze(_s3_options(merged, caller))
-    if protocol in _HTTP:
+    if protocol in HTTP:
         for name in _HTTP_NAMES & merged.keys():
             merged[name] = _s3_value(name, merged[name], caller)
     return freeze(merged)
