@@ -381,14 +381,15 @@ def test_http_urls_read_files_index_pages_and_partitions(tmp_path):
 
 @contextlib.contextmanager
 def _file_server(
-    data: bytes, *, ranges: bool = True, faults: list[str] | None = None
+    data: bytes, *, ranges: bool = True, faults: list[str] | None = None, dynamic: bool = False
 ) -> Iterator[tuple[str, list[tuple[str, str, str | None]], list[str]]]:
     """An HTTP server of one file, ``/f.parquet`` (``data``), on 127.0.0.1: its URL, and the
     requests it had (method, path, Range). ``ranges=False``: it answers every range with the
     whole file, as some servers do. ``faults``: what it does to the next ranged GETs instead
     of answering them ("503", "reset", "short": half the body, then the connection closed, or
     "stall": the headers, then nothing until the server stops); those it has not met yet are
-    the third thing it yields."""
+    the third thing it yields. ``dynamic``: each answer has a time and an ETag of its own,
+    as a generated page's, or one of several servers behind one name, may."""
     requests: list[tuple[str, str, str | None]] = []
     plan = list(faults or [])
     stopping = threading.Event()
@@ -423,8 +424,12 @@ def _file_server(
                 self.send_response(200)
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Last-Modified", "Wed, 21 Oct 2026 07:28:00 GMT")  # as nginx's
-            self.send_header("ETag", '"6532a6d0-1f4"')
+            if dynamic:
+                self.send_header("Last-Modified", self.date_time_string())
+                self.send_header("ETag", f'"{len(requests)}"')
+            else:
+                self.send_header("Last-Modified", "Wed, 21 Oct 2026 07:28:00 GMT")  # as nginx's
+                self.send_header("ETag", '"6532a6d0-1f4"')
             self.send_header("Content-Length", str(end - start + 1))
             self.end_headers()
             if fault == "short":
@@ -520,6 +525,18 @@ def test_one_http_file_is_asked_about_once_and_its_footer_read_once(tmp_path, mo
     assert requests[len(built) :] == [("HEAD", "/f.parquet", None)]
 
 
+def test_an_http_file_whose_time_and_etag_change_with_every_answer_is_not_changed(tmp_path):
+    # Over HTTP a file is known by its size: a time or an ETag of each answer's own would make
+    # every action find it "changed since the relation was built".
+    pytest.importorskip("aiohttp")
+    table, data = _parquet_bytes(tmp_path, 1_000)
+    with _file_server(data, dynamic=True) as (url, requests, _):
+        read = vane.read_parquet(url)
+        assert read.to_arrow().equals(table)
+        assert read.count() == 1_000
+    assert len({r for r in requests if r[0] == "HEAD"}) >= 1
+
+
 def test_an_http_server_that_stalls_fails_the_read_within_its_timeout_and_attempts(tmp_path):
     """A server that answers the headers and then nothing: each try waits ``request_timeout``
     for the body (not aiohttp's five minutes for a whole answer), ``max_attempts`` tries in
@@ -527,7 +544,7 @@ def test_an_http_server_that_stalls_fails_the_read_within_its_timeout_and_attemp
     is not asked for again by DuckDB's read."""
     pytest.importorskip("aiohttp")
     _, data = _parquet_bytes(tmp_path, 1_000)
-    options = {"request_timeout": "300ms", "max_attempts": 2}
+    options = {"request_timeout": "2s", "max_attempts": 2}  # (the stall never ends)
     server = _file_server(data, faults=["stall"] * 1_000)
     with server as (url, requests, _), pytest.raises(vane.errors.StorageError) as raised:
         vane.read_parquet(url, storage_options=options).count()
@@ -575,7 +592,7 @@ def test_an_http_read_that_stalls_once_is_tried_again(tmp_path):
     pytest.importorskip("aiohttp")
     table, data = _parquet_bytes(tmp_path, 1_000)
     with _file_server(data, faults=["stall"]) as (url, _, unmet):
-        read = vane.read_parquet(url, storage_options={"request_timeout": 0.3})
+        read = vane.read_parquet(url, storage_options={"request_timeout": 2})
         assert read.to_arrow().equals(table)
     assert unmet == []
 

@@ -160,6 +160,27 @@ def test_a_stream_read_once_learns_the_schema_on_each_backend(backend):
 
 
 @pytest.mark.ray
-def test_on_ray_a_stream_read_once_learns_the_schema_too(on_ray):
+def test_on_ray_a_stream_read_once_learns_the_schema_too(on_ray, monkeypatch):
     out = vane.from_arrow(_stream([3, 4, 5])).map_batches(_doubled, batch_size=2)
     assert out.to_pylist() == [{"id": i, "twice": 2 * i} for i in range(12)]
+    # Two steps without schema=: the second's probe runs the first on Ray, whose read of the
+    # stream would take all of it; the probe keeps at most PEEK_BYTES, and sees the stream end
+    # there. The run reads every row once all the same.
+    from vane.plan.nodes import sources
+
+    pulled = []
+    schema = pa.schema([("id", pa.int64())])
+
+    def batches():
+        for start in range(0, 4_000, 10):
+            pulled.append(start)
+            yield pa.record_batch([pa.array(range(start, start + 10))], schema=schema)
+
+    monkeypatch.setattr(sources, "PEEK_BYTES", 5 * 80)  # five batches of 10 BIGINTs
+    stream = vane.from_arrow(pa.RecordBatchReader.from_batches(schema, batches()))
+    out = stream.map_batches(_doubled, batch_size=4).map_batches(
+        lambda b: {"id": b["id"], "half": pa.compute.divide(b["twice"], 2)}, batch_size=4
+    )
+    assert out.columns == ["id", "half"]
+    assert len(pulled) <= 5
+    assert out.to_arrow()["id"].to_pylist() == list(range(4_000))

@@ -237,6 +237,21 @@ def test_a_closed_wakeup_fd_of_the_callers_hears_nothing_more_from_vane():
         os.close(other_w)
 
 
+def _run_script(tmp_path: Path, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``text`` run as a script of its own (its signals are its own), with vane importable."""
+    script = tmp_path / "driver.py"
+    script.write_text(text)
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        timeout=100,
+    )
+
+
 AFTER_CTRL_C = """
 import os
 import signal
@@ -253,16 +268,6 @@ vane.configure(progress=False)
 backend = sys.argv[1]
 
 
-class CtrlC:  # presses Ctrl-C on the driver from inside a batch, then hangs
-    def __init__(self, driver):
-        self.driver = driver
-
-    def __call__(self, batch):
-        os.kill(self.driver, signal.SIGINT)
-        threading.Event().wait()
-        return batch
-
-
 def noop(batch):
     return batch
 
@@ -277,7 +282,7 @@ closer.start()
 closer.join()
 try:
     rel = vane.range(10).map_batches(
-        CtrlC, schema=schema, execution_backend=backend, fn_constructor_args=(os.getpid(),)
+        udfs.CtrlC, schema=schema, execution_backend=backend, fn_constructor_args=(os.getpid(),)
     )
     rel.count()
 except KeyboardInterrupt:
@@ -296,17 +301,7 @@ print("forwards to itself", forward is not None and forward.fd == interrupt._wak
 def test_after_a_ctrl_c_later_actions_run_as_usual(tmp_path, backend):
     # One action ended on another thread, then one Ctrl-C: every later action must succeed,
     # with one watcher thread, which never passes the signal back to its own pipe.
-    script = tmp_path / "driver.py"
-    script.write_text(AFTER_CTRL_C)
-    done = subprocess.run(
-        [sys.executable, str(script), backend],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        timeout=100,
-    )
+    done = _run_script(tmp_path, AFTER_CTRL_C, backend)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines == [
@@ -366,15 +361,43 @@ def test_a_ctrl_c_the_watcher_has_not_heard_yet_is_keyboard_interrupt(tmp_path, 
     # A KeyboardInterrupt raised in a Python stream DuckDB reads on the main thread comes back
     # as DuckDB's error for the stream ("Unknown error"), possibly before the watcher thread has
     # read the signal: the action hears it itself, and raises KeyboardInterrupt.
-    script = tmp_path / "driver.py"
-    script.write_text(UNHEARD)
-    done = subprocess.run(
-        [sys.executable, str(script), action],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-        timeout=100,
-    )
+    done = _run_script(tmp_path, UNHEARD, action)
     assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr
+
+
+MANY_FILES = """
+import os
+import resource
+import signal
+import threading
+
+import vane
+from tests.integration import udfs
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+if hard != resource.RLIM_INFINITY and hard < 2048:
+    print("skip: the hard limit on open files is", hard, flush=True)
+    raise SystemExit(0)
+resource.setrlimit(resource.RLIMIT_NOFILE, (2048, hard))
+held = [os.dup(0) for _ in range(1100)]  # vane's pipe gets a descriptor past 1024
+vane.configure(progress=False)
+
+
+try:
+    vane.range(10).map_batches(
+        udfs.CtrlC, schema={"id": "BIGINT"}, fn_constructor_args=(os.getpid(),)
+    ).filter("id >= 0").to_arrow()  # (the main thread waits in DuckDB, which reads the step)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_ctrl_c_is_heard_in_a_process_with_many_open_files(tmp_path):
+    # select() refuses a descriptor from 1024 on: the watcher of the signal pipe would die,
+    # and a Ctrl-C would never stop a hung UDF (the main thread waits in DuckDB).
+    done = _run_script(tmp_path, MANY_FILES)
+    if done.stdout.startswith("skip:"):
+        pytest.skip(done.stdout.strip())
+    assert (done.returncode, done.stdout) == (0, "interrupted\n"), done.stderr
+    assert "Exception in thread" not in done.stderr, done.stderr

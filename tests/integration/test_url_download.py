@@ -200,3 +200,31 @@ def test_bad_options_are_refused_with_the_fix():
         F.url_download("url", max_connections=0)
     with pytest.raises(ConfigurationError, match="timeout"):
         F.url_download("url", timeout=0)
+
+
+def test_a_tls_failure_is_final_at_once():
+    # An https:// URL whose server does not speak TLS: the handshake fails the same way each
+    # time, so the row fails after one attempt rather than max_retries more.
+    accepted: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}/a"
+    try:
+        with pytest.warns(UserWarning, match="failing row"):
+            rows = _download([url], max_retries=3, on_error="null", error_column="why")
+    finally:
+        listener.close()
+    assert rows[0]["body"] is None
+    assert rows[0]["why"].startswith(f"GET {url} failed: "), rows[0]["why"]
+    assert len(accepted) == 1

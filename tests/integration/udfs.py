@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -556,4 +557,16 @@ class Gated:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         wait_at_gate(self.gate)
+        return batch
+
+
+class CtrlC:
+    """Presses Ctrl-C on the driver (pid ``driver``) from inside a batch, then hangs."""
+
+    def __init__(self, driver: int) -> None:
+        self.driver = driver
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        os.kill(self.driver, signal.SIGINT)
+        threading.Event().wait()
         return batch

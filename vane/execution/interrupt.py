@@ -83,7 +83,7 @@ _live: set[Cancellation] = set()
 _main_actions = 0
 _wakeup: int | None = None  # the pipe's write end, once the watcher runs
 _read: int | None = None  # its read end
-_reading = threading.Lock()  # held by whoever reads the pipe, until it has acted on what it read
+_reading = threading.RLock()  # held by whoever reads the pipe, until it has acted on what it read
 _forward: _Target | None = None  # the wakeup fd that vane's stands in for
 
 
@@ -114,23 +114,29 @@ class _Target:
 
 
 def _watch(read_fd: int) -> None:
+    poller = select.poll()  # (select.select refuses a descriptor from 1024 on)
+    poller.register(read_fd, select.POLLIN)
     while True:
-        select.select([read_fd], [], [])
-        _hear(read_fd)
+        poller.poll()
+        if not _hear(read_fd):
+            return  # the pipe's write end is gone
 
 
-def _hear(read_fd: int) -> None:
+def _hear(read_fd: int) -> bool:
     """Act on the signals in the pipe (none: return at once). The watcher thread calls it when
     the pipe has something; an action ending in an error calls it too (``heard``), since
     its error may be a Ctrl-C's that the watcher has not yet acted on. One reader at a time,
     which acts on what it read before the next may read: whoever comes second finds the
-    actions already cancelled."""
+    actions already cancelled. (Re-entrant: a stream that the garbage collector closes while
+    this thread is here may end its action here too.) False once the pipe is closed."""
     with _reading:
         while True:
             try:
                 data = os.read(read_fd, 64)
             except (BlockingIOError, InterruptedError):
-                return
+                return True
+            if not data:
+                return False
             forward = _forward
             if forward is not None:
                 forward.write(data)
@@ -169,7 +175,7 @@ def _forget_in_child() -> None:
             if current != _wakeup:
                 signal.set_wakeup_fd(current)  # someone else's: left as it was
     _wakeup, _read, _forward, _main_actions = None, None, None, 0
-    _lock, _reading = threading.Lock(), threading.Lock()
+    _lock, _reading = threading.Lock(), threading.RLock()
     _live.clear()
 
 
@@ -191,6 +197,8 @@ def cancelled_by_sigint(cancellation: Cancellation) -> Iterator[None]:
         _live.add(cancellation)
     try:
         yield
+    except GeneratorExit:
+        raise  # a stream closed early: nothing failed
     except BaseException:
         # A Ctrl-C's error (DuckDB's or Arrow's for a KeyboardInterrupt raised inside a Python
         # source it read) may reach here before the watcher thread has read the signal from the

@@ -303,8 +303,9 @@ def url_download(
     """Each URL's body (``BLOB``), fetched concurrently with at most ``max_connections`` open
     to one host per actor; ``timeout`` seconds per request (None: no limit). Connection
     errors, resets, timeouts, 429 and 5xx are retried up to ``max_retries`` times with
-    exponential backoff; a 404 is final at once. A URL that still fails is an error naming
-    its row (``on_error="raise"``) or a null (``"null"``, with ``error_column=`` for why).
+    exponential backoff; a 404 or a certificate or TLS failure is final at once. A URL that
+    still fails is an error naming its row (``on_error="raise"``) or a null (``"null"``, with
+    ``error_column=`` for why).
     Local paths and ``file://`` are read from disk."""
     _size(max_connections, "max_connections", "url_download")
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from vane._deps import require
-from vane._retry import TRANSIENT_STATUS, backoff_seconds
+from vane._retry import TRANSIENT_STATUS, backoff_seconds, lasting
 from vane.types.files import File, is_file_type, local_path
 from vane.udf.column_calls import RowResults
 from vane.udf.decorators import method
@@ -71,6 +71,8 @@ class Downloader:
                 return None, str(exc)
             except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 reason = _describe(exc)
+                if lasting(exc):  # a certificate refused, a TLS failure: no retry mends it
+                    return None, f"GET {url} failed: {reason}"
             except _Retryable as exc:
                 reason = str(exc)
             if attempt >= self._max_retries:

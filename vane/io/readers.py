@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from vane._sql import quote_ident, quote_literal, sql_list
-from vane.errors import ConfigurationError, SchemaError, SourceError, StorageError
+from vane.errors import (
+    ConfigurationError,
+    SchemaError,
+    SourceError,
+    StorageError,
+    StorageNotFoundError,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -369,7 +375,7 @@ def _object_stamps(urls: Sequence[str], storage: tuple[tuple[str, Any], ...]) ->
     files = [info for info in found.values() if info.type == FileType.File]
     seen(store, files, etags)  # what DuckDB asks of them next, it is told without a request
     return {
-        url: object_stamp(info, etags.get(place.path))
+        url: object_stamp(store, info, etags.get(place.path))
         for url, place in zip(urls, places, strict=True)
         if (info := found.get(place.path)) is not None and info.type == FileType.File
     }
@@ -436,6 +442,8 @@ def parquet_footers(
             with pq.ParquetFile(source) as file:
                 footers.append(ParquetFooter(file.schema_arrow, file.metadata.num_rows))
         return footers
+    except StorageNotFoundError:
+        return None  # gone since it was listed: the relation lists again
     except StorageError:
         raise  # the store, given up on after its retries: DuckDB's read would only wait again
     except (OSError, pa.ArrowException):

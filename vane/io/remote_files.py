@@ -116,7 +116,8 @@ def resolve_remote(
         # does not), those are its stamp and what DuckDB is told of it.
         known = {p: i for p in matched if (i := infos.get(p)) is not None and complete(i)}
         stamps.update(
-            (where.store.url(p), object_stamp(i, etags.get(i.path))) for p, i in known.items()
+            (where.store.url(p), object_stamp(where.store, i, etags.get(i.path)))
+            for p, i in known.items()
         )
         seen(where.store, list(known.values()), etags)
     return Listed(files, hive, options or (), stamps)

@@ -52,7 +52,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vane._retry import TRANSIENT_STATUS, backoff_seconds
+from vane._retry import TRANSIENT_STATUS, backoff_seconds, lasting
 from vane.errors import (
     ConfigurationError,
     MissingDependencyError,
@@ -162,9 +162,9 @@ class Store:
                 "pip install fsspec"
             ) from exc
         options = thaw(self.options)
-        if self.protocol in HTTP:
-            options = _http_client(options)
         try:
+            if self.protocol in HTTP:
+                options = _http_client(options)  # (imports aiohttp)
             fs = fsspec.filesystem(self.protocol, **options)
         except (ImportError, ValueError) as exc:
             package = _PACKAGES.get(self.protocol)
@@ -290,12 +290,17 @@ def complete(info: Any) -> bool:
     return info.size is not None and info.mtime_ns is not None
 
 
-def object_stamp(info: Any, etag: str | None = None) -> tuple[int, int, int, int]:
+def object_stamp(store: Store, info: Any, etag: str | None = None) -> tuple[int, int, int, int]:
     """An object's identity (``readers.Stamp``) from its ``FileInfo``: its ETag (as a number;
     0 where the store says none), size and time, to the second (a listing and a HEAD request
-    give the time at different precisions)."""
+    give the time at different precisions). Over HTTP its size only: a server's time and
+    ETag may change with every answer (a dynamic page's ``Last-Modified`` is now; servers
+    behind one name each have their own ETag), which would make every action find the file
+    changed."""
     from vane.io.s3_objects import etag_number
 
+    if store.protocol in HTTP:
+        return (0, 0, info.size or 0, 0)
     tag = etag_number(etag) if etag else 0
     return (0, tag, info.size or 0, (info.mtime_ns or 0) // 10**9)
 
@@ -396,24 +401,30 @@ def http_info(store: Store, path: str) -> tuple[pafs.FileInfo, str | None]:
     readers share the object's last block). fsspec says "not found" for whatever failed (a
     404, but also a timeout, a refused connection, a 500, an option aiohttp does not take):
     only a 404 or 410 is "not found" here; anything else is raised, for the caller to say,
-    rather than "matches no object: check the path"."""
+    rather than "matches no object: check the path". A failure that may pass (a timeout, a
+    reset, a 503) is asked again, as reads are (``FsspecObject``)."""
     from pyarrow.fs import FileInfo, FileType
 
     fs = store.filesystem()
-    try:
-        answer = fs.handler.fs.info(path)
-    except FileNotFoundError as exc:
-        cause = exc.__cause__
-        if cause is None or getattr(cause, "status", None) in (404, 410):
-            return FileInfo(path, FileType.NotFound), None
-        if isinstance(cause, TypeError):
-            raise ConfigurationError(
-                f"storage_options for {store.protocol}:// were not accepted by its filesystem "
-                f"({type(cause).__name__}: {store.scrub(str(cause))}); pass the options "
-                "fsspec's HTTP filesystem documents, or vane's connect_timeout, "
-                "request_timeout and max_attempts"
-            ) from None
-        raise cause from None
+    attempts = store.attempts
+    for attempt in range(attempts):
+        try:
+            answer = fs.handler.fs.info(path)
+            break
+        except FileNotFoundError as exc:
+            cause = exc.__cause__
+            if cause is None or getattr(cause, "status", None) in (404, 410):
+                return FileInfo(path, FileType.NotFound), None
+            if isinstance(cause, TypeError):
+                raise ConfigurationError(
+                    f"storage_options for {store.protocol}:// were not accepted by its "
+                    f"filesystem ({type(cause).__name__}: {store.scrub(str(cause))}); pass the "
+                    "options fsspec's HTTP filesystem documents, or vane's connect_timeout, "
+                    "request_timeout and max_attempts"
+                ) from None
+            if attempt == attempts - 1 or not _transient(cause):
+                raise cause from None
+            _pause_before(attempt + 1)
     if answer.get("size") is None:  # a server that says no length: asked the usual way
         return fs.get_file_info(path), None
     info = FileInfo(path, FileType.File, size=int(answer["size"]), mtime=_http_time(answer))
@@ -548,14 +559,13 @@ FSSPEC_ATTEMPTS = S3_ATTEMPTS
 # this module does not import aiohttp: a connection lost or refused, a body cut short; not a
 # certificate or TLS failure, which asking again does not mend.
 _TRANSIENT_NAMES = frozenset({"ClientConnectionError", "ClientPayloadError", "ServerTimeoutError"})
-_LASTING_NAMES = frozenset({"ClientSSLError", "ClientConnectorCertificateError", "SSLError"})
 
 
 def _transient(exc: BaseException) -> bool:
     """Whether a failed read may well succeed if asked again."""
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & _LASTING_NAMES:
+    if lasting(exc):
         return False
+    names = {cls.__name__ for cls in type(exc).__mro__}
     if isinstance(exc, (ConnectionError, TimeoutError)):  # fsspec's FSTimeoutError is one
         return True
     if getattr(exc, "status", None) in TRANSIENT_STATUS:  # aiohttp's ClientResponseError

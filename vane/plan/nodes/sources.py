@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -202,15 +203,27 @@ class LedgerScan(ArrowScan):
         return f"FromErrorLedger {self.ledger!r} rows={self.table.num_rows}"
 
 
+# The most of a stream a probe keeps (``ArrowStreamScan.peeked``): past it, the probe's read
+# of the stream ends there, as if the stream did (a probe needs its first rows only; on the Ray
+# runner a read of the stream would otherwise take all of it).
+PEEK_BYTES = 64 * 2**20
+
+
 @dataclass(frozen=True, eq=False)
 class ArrowStreamScan(Source):
     """A ``RecordBatchReader``: streamed lazily, so it can be read by one action only. What a
     probe reads of it first (a UDF step learning its output schema from its first rows:
-    ``peeked``) is kept, and given again to the action that reads it."""
+    ``peeked``) is kept, up to ``PEEK_BYTES``, and given again to the action that reads it."""
 
     reader: pa.RecordBatchReader
     _state: dict[str, Any] = field(
-        default_factory=lambda: {"consumed": False, "peeking": False, "kept": []}, repr=False
+        default_factory=lambda: {
+            "consumed": False,
+            "peeking": 0,  # probes under way (one may run inside another)
+            "kept": [],
+            "lock": threading.Lock(),  # (DuckDB and Ray read a stream on threads of theirs)
+        },
+        repr=False,
     )
 
     def __post_init__(self) -> None:
@@ -225,34 +238,48 @@ class ArrowStreamScan(Source):
                 "earlier action already read it. Pass a pa.Table to vane.from_arrow to read the "
                 "data several times, or build the relation again from a new reader"
             )
-        kept: list[pa.RecordBatch] = state["kept"]
         if state["peeking"]:
-            return pa.RecordBatchReader.from_batches(self.schema, self._keeping(kept))
+            return pa.RecordBatchReader.from_batches(self.schema, self._keeping())
         state["consumed"] = True
-        if not kept:
+        if not state["kept"]:
             return self.reader
-        return pa.RecordBatchReader.from_batches(self.schema, self._replaying(kept))
+        return pa.RecordBatchReader.from_batches(self.schema, self._replaying())
 
-    def _keeping(self, kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from list(kept)
-        for batch in self.reader:
-            kept.append(batch)
+    def _keeping(self) -> Iterator[pa.RecordBatch]:
+        kept: list[pa.RecordBatch] = self._state["kept"]
+        index = 0
+        while True:
+            with self._state["lock"]:
+                if index == len(kept):
+                    if sum(b.nbytes for b in kept) >= PEEK_BYTES:
+                        return  # enough for a probe: it sees the stream end here
+                    batch = next(self.reader, None)
+                    if batch is None:
+                        return
+                    kept.append(batch)
+                batch = kept[index]
+            index += 1
             yield batch
 
-    def _replaying(self, kept: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        while kept:
-            yield kept.pop(0)  # let go of each as it is given
+    def _replaying(self) -> Iterator[pa.RecordBatch]:
+        kept: list[pa.RecordBatch] = self._state["kept"]
+        while True:
+            with self._state["lock"]:
+                if not kept:
+                    break
+                batch = kept.pop(0)  # let go of each as it is given
+            yield batch
         yield from self.reader
 
     @contextmanager
     def peeked(self) -> Iterator[None]:
         """While the block runs, actions read this stream without using it up: what they read
         is kept, for the action that reads it for real."""
-        self._state["peeking"] = True
+        self._state["peeking"] += 1
         try:
             yield
         finally:
-            self._state["peeking"] = False
+            self._state["peeking"] -= 1
 
     def describe(self) -> str:
         return "FromArrowStream (readable once)"
