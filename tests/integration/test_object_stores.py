@@ -387,7 +387,8 @@ def _file_server(
     requests it had (method, path, Range). ``ranges=False``: it answers every range with the
     whole file, as some servers do. ``faults``: what it does to the next ranged GETs instead
     of answering them ("503", "reset", "short": half the body, then the connection closed, or
-    "stall": the headers, then nothing until the server stops); those it has not met yet are
+    "stall": the headers, then nothing until the server stops; "503 unranged" is for the next
+    request that names no range instead: a HEAD, or fsspec's GET when a HEAD failed); those it has not met yet are
     the third thing it yields. ``dynamic``: each answer has a time and an ETag of its own,
     as a generated page's, or one of several servers behind one name, may."""
     requests: list[tuple[str, str, str | None]] = []
@@ -407,6 +408,8 @@ def _file_server(
                 self.send_error(404)
                 return
             fault = plan.pop(0) if wanted and body and plan else None
+            if not wanted and plan and plan[0] == "503 unranged":
+                fault = plan.pop(0).split()[0]
             if fault == "reset":
                 self.connection.shutdown(2)
                 self.close_connection = True
@@ -586,6 +589,15 @@ def test_an_http_url_that_cannot_be_asked_about_is_not_called_missing(tmp_path):
     with _file_server(data) as (url, _, _), refused as raised:
         vane.read_parquet(url, storage_options={"bogus": "s3cr3t"})
     assert "s3cr3t" not in str(raised.value)
+
+
+def test_an_http_file_whose_head_fails_for_a_moment_is_asked_again(tmp_path):
+    pytest.importorskip("aiohttp")
+    table, data = _parquet_bytes(tmp_path, 1_000)
+    # fsspec asks with a HEAD, then a GET: both fail once, and vane asks again
+    with _file_server(data, faults=["503 unranged"] * 2) as (url, _, unmet):
+        assert vane.read_parquet(url).to_arrow().equals(table)  # not a StorageError
+    assert unmet == []
 
 
 def test_an_http_read_that_stalls_once_is_tried_again(tmp_path):
