@@ -388,9 +388,9 @@ def _file_server(
     whole file, as some servers do. ``faults``: what it does to the next ranged GETs instead
     of answering them ("503", "reset", "short": half the body, then the connection closed, or
     "stall": the headers, then nothing until the server stops; "503 unranged" is for the next
-    request that names no range instead: a HEAD, or fsspec's GET when a HEAD failed); those it has not met yet are
-    the third thing it yields. ``dynamic``: each answer has a time and an ETag of its own,
-    as a generated page's, or one of several servers behind one name, may."""
+    request that names no range instead: a HEAD, or fsspec's GET when a HEAD failed); those
+    it has not met yet are the third thing it yields. ``dynamic``: each answer has a time and
+    an ETag of its own, as a generated page's, or one of several servers behind one name, may."""
     requests: list[tuple[str, str, str | None]] = []
     plan = list(faults or [])
     stopping = threading.Event()
