@@ -124,8 +124,9 @@ def _watch(read_fd: int) -> None:
 
 def _hear(read_fd: int) -> bool:
     """Act on the signals in the pipe (none: return at once). The watcher thread calls it when
-    the pipe has something; an action ending in an error calls it too (``heard``), since
-    its error may be a Ctrl-C's that the watcher has not yet acted on. One reader at a time,
+    the pipe has something; an action ending in an error calls it too
+    (``cancelled_by_sigint``), since its error may be a Ctrl-C's that the watcher has not yet
+    acted on. One reader at a time,
     which acts on what it read before the next may read: whoever comes second finds the
     actions already cancelled. (Re-entrant: a stream that the garbage collector closes while
     this thread is here may end its action here too.) False once the pipe is closed."""

@@ -88,7 +88,7 @@ from typing import TYPE_CHECKING, Any
 from vane.errors import ConfigurationError, SinkError
 from vane.io import object_puts
 from vane.io.commit import MODES, WriteMode, begun, seen_through
-from vane.io.storage import Location
+from vane.io.storage import Location, concurrent_requests, fsspec_of
 from vane.io.storage_errors import storage_errors
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ def roots_above(fs: pafs.FileSystem, path: str) -> list[str]:
     dozen in turn."""
     candidates = _ancestors(path)
     probes = [(c, name) for c in candidates for name in (LOG, WRITES)]
-    inner = _fsspec_of(fs)
+    inner = fsspec_of(fs)
 
     def holds(probe: tuple[str, str]) -> bool:
         folder = f"{probe[0].rstrip('/')}/{probe[1]}"
@@ -222,7 +222,7 @@ def roots_above(fs: pafs.FileSystem, path: str) -> list[str]:
                 return False
             raise
 
-    if len(probes) > 2 and _concurrent(inner):
+    if len(probes) > 2 and inner is not None and concurrent_requests(inner):
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(len(probes), 16), thread_name_prefix="vane-probe") as pool:
@@ -242,21 +242,6 @@ def _ancestors(path: str) -> list[str]:
     parts = rest.strip("/").split("/")
     lead = f"{scheme}://" if sep else ("/" if path.startswith("/") else "")
     return [lead + "/".join(parts[:depth]) for depth in range(len(parts), 0, -1)]
-
-
-def _fsspec_of(fs: pafs.FileSystem) -> Any:
-    """The fsspec filesystem inside ``fs`` (a ``PyFileSystem(FSSpecHandler(...))``), or None."""
-    return getattr(getattr(fs, "handler", None), "fs", None)
-
-
-def _concurrent(inner: Any) -> bool:
-    """Whether requests to the fsspec filesystem ``inner`` may run on several threads at once
-    (its asynchronous ones: each call a request of its own, as ``FsspecObject`` reads)."""
-    if inner is None:
-        return False
-    from fsspec.asyn import AsyncFileSystem
-
-    return isinstance(inner, AsyncFileSystem)
 
 
 def roots_in(listing: Iterable[str]) -> set[str]:

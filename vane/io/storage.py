@@ -180,12 +180,18 @@ class Store:
                 f"pip install {package or '<package>'}"
             ) from exc
         except TypeError as exc:
-            raise ConfigurationError(
-                f"storage_options for {self.protocol}:// were not accepted by its filesystem "
-                f"({type(exc).__name__}: {scrub(str(exc), self.options)}); pass the options "
-                "its fsspec implementation documents"
-            ) from exc
+            raise self.refused(exc) from exc
         return PyFileSystem(FSSpecHandler(fs))
+
+    def refused(self, exc: TypeError) -> ConfigurationError:
+        """The error for options this store's fsspec filesystem (or, over HTTP, aiohttp's
+        requests) would not take."""
+        ours = ", or vane's connect_timeout, request_timeout and max_attempts"
+        return ConfigurationError(
+            f"storage_options for {self.protocol}:// were not accepted by its filesystem "
+            f"({type(exc).__name__}: {self.scrub(str(exc))}); pass the options its fsspec "
+            f"implementation documents{ours if self.protocol in HTTP else ''}"
+        )
 
     @property
     def attempts(self) -> int:
@@ -409,19 +415,14 @@ def http_info(store: Store, path: str) -> tuple[pafs.FileInfo, str | None]:
     attempts = store.attempts
     for attempt in range(attempts):
         try:
-            answer = fs.handler.fs.info(path)
+            answer = fsspec_of(fs).info(path)
             break
         except FileNotFoundError as exc:
             cause = exc.__cause__
             if cause is None or getattr(cause, "status", None) in (404, 410):
                 return FileInfo(path, FileType.NotFound), None
-            if isinstance(cause, TypeError):
-                raise ConfigurationError(
-                    f"storage_options for {store.protocol}:// were not accepted by its "
-                    f"filesystem ({type(cause).__name__}: {store.scrub(str(cause))}); pass the "
-                    "options fsspec's HTTP filesystem documents, or vane's connect_timeout, "
-                    "request_timeout and max_attempts"
-                ) from None
+            if isinstance(cause, TypeError):  # an option aiohttp's requests do not take
+                raise store.refused(cause) from None
             if attempt == attempts - 1 or not _transient(cause):
                 raise cause from None
             _pause_before(attempt + 1)
@@ -444,6 +445,21 @@ def _http_time(answer: Mapping[str, Any]) -> Any:
         return None
 
 
+def fsspec_of(fs: pafs.FileSystem) -> Any:
+    """The fsspec filesystem inside ``fs`` (a ``PyFileSystem(FSSpecHandler(...))``: any
+    protocol but S3), or None."""
+    return getattr(getattr(fs, "handler", None), "fs", None)
+
+
+def concurrent_requests(fs: Any) -> bool:
+    """Whether calls to the fsspec filesystem ``fs`` may run on several threads at once: its
+    asynchronous ones (http, gcs, az, s3fs: each call a request of its own) and memory, which
+    keep no state between calls; others may share one handle (tar's file, ftp's connection)."""
+    from fsspec.asyn import AsyncFileSystem
+
+    return isinstance(fs, AsyncFileSystem) or getattr(fs, "protocol", None) in ("memory",)
+
+
 def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
     """The object ``info`` (a ``pyarrow.fs.FileInfo``) describes, to read at any offset. On S3,
     with its size known, each read is one ranged GET request naming its ``etag`` (if known)
@@ -457,8 +473,7 @@ def open_object(store: Store, info: Any, etag: str | None = None) -> RangedFile:
 
         return RangedFile(S3Object(store, info.path, etag), info.size, identity)
     fs = store.filesystem()
-    # (a PyFileSystem's handler holds fsspec's filesystem, for any protocol but S3)
-    fsspec_fs = getattr(getattr(fs, "handler", None), "fs", None)
+    fsspec_fs = fsspec_of(fs)
     if info.size is not None and hasattr(fsspec_fs, "cat_file"):
         source = FsspecObject(store, fsspec_fs, info.path, info.size)
         return RangedFile(source, info.size, identity)
@@ -486,14 +501,12 @@ class FsspecObject:
     larger one is refused (every block would download all of it)."""
 
     def __init__(self, store: Store, fs: Any, path: str, size: int) -> None:
-        from fsspec.asyn import AsyncFileSystem
-
         self._store = store
         self._fs = fs
         self._path = path
         self._size = size
         self._whole: bytes | None = None
-        self.concurrent = isinstance(fs, AsyncFileSystem) or fs.protocol in ("memory",)
+        self.concurrent = concurrent_requests(fs)
         self._turns = contextlib.nullcontext() if self.concurrent else _turns_of(fs)
 
     def read_at(self, size: int, offset: int) -> bytes:

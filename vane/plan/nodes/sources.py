@@ -221,6 +221,7 @@ class ArrowStreamScan(Source):
             "consumed": False,
             "peeking": 0,  # probes under way (one may run inside another)
             "kept": [],
+            "kept_bytes": 0,
             "lock": threading.Lock(),  # (DuckDB and Ray read a stream on threads of theirs)
         },
         repr=False,
@@ -246,17 +247,19 @@ class ArrowStreamScan(Source):
         return pa.RecordBatchReader.from_batches(self.schema, self._replaying())
 
     def _keeping(self) -> Iterator[pa.RecordBatch]:
-        kept: list[pa.RecordBatch] = self._state["kept"]
+        state = self._state
+        kept: list[pa.RecordBatch] = state["kept"]
         index = 0
         while True:
-            with self._state["lock"]:
+            with state["lock"]:
                 if index == len(kept):
-                    if sum(b.nbytes for b in kept) >= PEEK_BYTES:
+                    if state["kept_bytes"] >= PEEK_BYTES:
                         return  # enough for a probe: it sees the stream end here
                     batch = next(self.reader, None)
                     if batch is None:
                         return
                     kept.append(batch)
+                    state["kept_bytes"] += batch.nbytes
                 batch = kept[index]
             index += 1
             yield batch
