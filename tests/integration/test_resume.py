@@ -27,6 +27,7 @@ import pytest
 import vane
 from vane.errors import ResumeError
 from vane.execution import stage
+from vane.io import parts
 from vane.io.resume import ResumeStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +67,14 @@ JOB = (
     .replace("ROWS", str(ROWS))
     .replace("BATCH", str(BATCH))
 )
+
+
+@pytest.fixture(autouse=True)
+def _every_answer_kept(monkeypatch):
+    """These tests are of the answer log: where a write also keeps its output's parts, a quick
+    function's answers are not kept in it (``io/parts.py``, tested in test_resume_parts.py);
+    here every answer is, however quick."""
+    monkeypatch.setattr(parts, "KEEP_RATIO", 0.0)
 
 
 def _job(out: Path, calls: Path, backend: str, hang_at: int = 0) -> subprocess.Popen[str]:

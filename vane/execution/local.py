@@ -33,12 +33,13 @@ from vane.execution.inference import learn_schemas
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
-from vane.execution.resume import Checkpoint, input_identity, step_key
+from vane.execution.resume import Checkpoint, input_identity, parts_step, step_key
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
 from vane.execution.write_setup import prepare_write
 from vane.io.commit import abort_unfinished, writes_started
+from vane.io.parts import Parts
 from vane.io.resume import Resume, ResumeStore
 from vane.io.sinks import Sink, WriteResult, write_to
 from vane.io.spool import Spool
@@ -86,6 +87,9 @@ class Execution:
         self.resume: ResumeStore | None = None
         # A write's error ledger (errors_to=), which its UDF stages record failed rows in.
         self.ledger: Ledger | None = None
+        # A resumable write's kept parts of its output, with the UDF step they are cut after
+        # and the identity of its input.
+        self.parts: tuple[UdfStep, str, Parts] | None = None
 
     def _summary(self, event: object) -> None:
         if isinstance(event, StageFinished):
@@ -138,6 +142,21 @@ class Execution:
         limited = any(isinstance(step, Limit) for step in chain)  # it may need far fewer rows
         tables = self._per_block(chain, udf, batch_size, fill=fill and not limited)
         batches = (batch for table in tables for batch in table.to_batches() if batch.num_rows)
+        return pa.RecordBatchReader.from_batches(node.schema, batches)
+
+    def blocks(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader:
+        """``node``'s rows, the row-local steps over its UDF step run on ``batch_size`` of the
+        step's rows at a time, as a streaming action's are (``reader``): so that its answers
+        reach a resumable write's parts as they come, not once DuckDB has read far ahead."""
+        found = self._streamed_chain(node)
+        if found is None or not found[0]:  # (none over it: the step's batches as they come)
+            return self.reader(node, batch_size)
+        batches = (
+            batch
+            for table in self._per_block(*found, batch_size, fill=True)
+            for batch in table.to_batches()
+            if batch.num_rows
+        )
         return pa.RecordBatchReader.from_batches(node.schema, batches)
 
     def produced(self, node: PlanNode) -> Iterator[pa.RecordBatch]:
@@ -209,16 +228,18 @@ class Execution:
             warn=self.caller.warn,
             limit=self._caps.get(id(node)),
             total_rows=self._totals.get(id(node)),
-            checkpoint=(
-                None
-                if self.resume is None
-                else Checkpoint(self.resume, step_key(node), input_identity(node.input))
-            ),
+            checkpoint=(None if self.resume is None else self._checkpoint(self.resume, node)),
             ledger=None if self.ledger is None else self.ledger.recorder(node),
         )
         stream = self._guard(stage.batches())
         self._stages.append((stage, stream))
         return stage, stream
+
+    def _checkpoint(self, store: ResumeStore, node: UdfStep) -> Checkpoint:
+        if self.parts is not None and self.parts[0] is node:
+            _, identity, parts = self.parts
+            return Checkpoint(store, step_key(node), identity, parts)
+        return Checkpoint(store, step_key(node), input_identity(node.input))
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:
         try:
@@ -407,11 +428,21 @@ class LocalRunner:
         sink, ledger, store = prepare_write(
             plan, sink, caller, resume=resume, errors_to=errors_to, errors_key=errors_key
         )
+        cut_after = parts_step(plan, sink) if store is not None and ledger is None else None
         try:
             with _action(plan) as execution:
                 execution.resume = store
                 execution.ledger = ledger
-                committed = write_to(sink, execution.reader(plan, get_config().batch_size))
+                parts = None
+                if cut_after is not None and store is not None:
+                    parts = Parts(store.path, sink)  # type: ignore[arg-type]
+                    execution.parts = (*cut_after, parts)
+                reader = (
+                    execution.reader(plan, get_config().batch_size)
+                    if parts is None
+                    else execution.blocks(plan, get_config().batch_size)
+                )
+                committed = write_to(sink, reader, None if parts is None else parts.write)
         finally:
             if store is not None:
                 store.close()  # its logs (a failed job's answers stay kept for the rerun)

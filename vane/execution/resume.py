@@ -36,7 +36,10 @@ import pyarrow as pa
 
 from vane.backend.connection import VERSION as DUCKDB_VERSION
 from vane.backend.connection import result_settings
+from vane.io.files import is_uri
+from vane.io.parts import KeepCost, Parts
 from vane.io.resume import ResumeStore
+from vane.io.sinks import FileSink, Sink
 from vane.ir.expr import Column, Expr, FunctionCall, SqlText, UdfCall
 from vane.ir.parse import is_repeatable
 from vane.plan.explain import explain
@@ -52,6 +55,7 @@ from vane.plan.nodes import (
     UdfStep,
     WithColumns,
 )
+from vane.plan.rows import one_for_one
 from vane.plan.traverse import walk
 from vane.udf.runtime import BatchOutcome, RowError
 
@@ -117,6 +121,29 @@ def input_identity(node: PlanNode) -> str | None:
     parts.append(repr(sorted(settings.items())))
     parts.append(f"duckdb {DUCKDB_VERSION} pyarrow {pa.__version__} vane {_vane_version()}")
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=10).hexdigest()
+
+
+def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str] | None:
+    """The UDF step after whose answers a resumable write to ``sink`` may cut its output into
+    kept parts (``io/parts.py``), if there is one: a local folder of Parquet or CSV files, not
+    partitioned nor cut by rows, written from the plan's only UDF step, answering in order
+    batches known by their place in the input, through steps that keep each of its rows as one
+    row, in order (so the output's rows are the step's, counted alike); with its input's
+    identity (``input_identity``)."""
+    if not isinstance(sink, FileSink) or sink.single_file or sink.format == "json":
+        return None
+    if is_uri(sink.path) or sink.partition_by or sink.rows_per_file is not None:
+        return None
+    node = plan
+    while not isinstance(node, UdfStep) and one_for_one(node):
+        node = node.inputs[0]
+    if not isinstance(node, UdfStep) or sum(isinstance(n, UdfStep) for n in walk(plan)) != 1:
+        return None
+    spec = node.udf
+    if not spec.preserve_order or spec.batch_bytes is not None:
+        return None
+    identity = input_identity(node.input)
+    return None if identity is None else (node, identity)
 
 
 def position_key(identity: str, first: int, rows: int) -> str:
@@ -228,12 +255,38 @@ def batch_digest(shipped: pa.Table) -> str:
 class Checkpoint:
     """One UDF step's saved answers in a resumable write."""
 
-    def __init__(self, store: ResumeStore, key: str, position: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ResumeStore,
+        key: str,
+        position: str | None = None,
+        parts: Parts | None = None,
+    ) -> None:
         self.store = store
         self.key = key
         # The step's input's identity, where its batches are known by their place in it
         # (``input_identity``); None: by their values.
         self.position = position
+        # The output's kept parts, where the write keeps them (``io/parts.py``): the step
+        # skips the input rows they hold, marks where its output may be cut, and keeps in the
+        # log only the answers whose calls cost far more than keeping them.
+        self.parts = parts
+        self._cost = KeepCost()
+
+    @property
+    def skip(self) -> int:
+        """The step's first input rows, whose answers are in kept parts of the output."""
+        return 0 if self.parts is None else self.parts.skip
+
+    @property
+    def done(self) -> tuple[int, int]:
+        """The step's output and input rows the kept parts of the output hold."""
+        return (0, 0) if self.parts is None else (self.parts.kept_output, self.parts.skip)
+
+    def mark(self, output: int, input: int) -> None:
+        """The step's output and input rows up to the end of an answer it hands on next."""
+        if self.parts is not None:
+            self.parts.marks.add(output, input)
 
     def answers_kept(self) -> int:
         """How many of the step's answers a run kept (under any key)."""
@@ -260,6 +313,15 @@ class Checkpoint:
         """Keep ``outcome``, the answer to ``rows`` input rows in calls beginning at ``starts``
         (a unit of several, or one), each call's under its batch's digest, as if it had been
         sent alone: a rerun cuts its units otherwise, and finds each call's answer."""
+        if self.parts is None:
+            self._put_calls(digests, starts, outcome, rows)
+        elif self._cost.worth(outcome.seconds / max(1, len(digests))):
+            with self._cost.timing(len(digests)):
+                self._put_calls(digests, starts, outcome, rows)
+
+    def _put_calls(
+        self, digests: list[str], starts: list[int], outcome: BatchOutcome, rows: int
+    ) -> None:
         if outcome.failure is not None:
             # A unit whose call failed part-way: the calls before it answered in whole (each
             # began a piece of the answer), and are kept; the failed one and those after not.

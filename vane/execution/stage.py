@@ -109,9 +109,13 @@ class UdfStage:
         self._pool_started = False
         self._over_budget: BudgetExceededError | None = None  # set once the budget is passed
         self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
+        # The step's output and input rows handed on so far (a resumable write's marks), the
+        # rows the kept parts of its output hold included.
+        self._answered = (0, 0) if checkpoint is None else checkpoint.done
 
     def _chunks(self) -> Iterator[pa.Table]:
-        rechunker = Rechunker(iter(self.source))
+        skip = 0 if self.checkpoint is None else self.checkpoint.skip
+        rechunker = Rechunker(_after(iter(self.source), skip) if skip else iter(self.source))
         # A step that answers each row with one needs only as many input rows as the `limit`
         # above it keeps: no row past them is sent (as the Ray runner limits the step's input),
         # and the stage reads exactly the total its StageStarted said.
@@ -172,6 +176,7 @@ class UdfStage:
             self.events.emit(
                 StageStarted(self.step, self.step_id, len(pool.actors), self.total_rows)
             )
+            self._count_kept_parts()
             saturated_since: float | None = None
             offset = 0
             for seq, (chunk, shipped, digests) in enumerate(self._inputs(reads)):
@@ -241,7 +246,7 @@ class UdfStage:
         crash once every answer was kept pays for no model load."""
         if self.checkpoint is None or self.total_rows is None:
             return False
-        calls = -(-self.total_rows // self.batch_size)
+        calls = -(-(self.total_rows - self.checkpoint.skip) // self.batch_size)
         return self.checkpoint.answers_kept() < calls
 
     def _requests(self, servers: tuple[ServerCount, ...]) -> None:
@@ -269,7 +274,7 @@ class UdfStage:
 
         identity = self.checkpoint.position
         if identity is not None:
-            first = 0
+            first = self.checkpoint.skip
             for chunk in self._chunks():
                 keys: Future[list[str]] = Future()
                 keys.set_result(
@@ -310,8 +315,15 @@ class UdfStage:
             return [(self._run(pool, task), task)]
         checkpoint = self.checkpoint
         digests = digested.result()
-        calls = task.split_calls()
         saved = [checkpoint.get(digest) for digest in digests]
+        if all(outcome is None for outcome in saved):  # (none kept: the batch as it is)
+            running = self._run(pool, task)
+            starts = [start for start, _ in _calls(task.table.num_rows, self.batch_size)]
+            self._keeping[running] = self._keep_when_done(
+                running, digests, starts, task.table.num_rows
+            )
+            return [(running, task)]
+        calls = task.split_calls()
         runs: list[tuple[Future[BatchOutcome], Task]] = []
         start = 0
         while start < len(calls):  # each stretch of calls that were all kept, or all not
@@ -412,6 +424,10 @@ class UdfStage:
             )
         )
         table = self._carry(chunk, outcome) if self.spec.passthrough else outcome.table
+        if self.checkpoint is not None and outcome.failure is None:
+            # (a unit that failed part-way is no place to cut the output: its error follows)
+            self._answered = (self._answered[0] + table.num_rows, self._answered[1] + rows_in)
+            self.checkpoint.mark(*self._answered)
         batches = [batch for batch in table.to_batches() if batch.num_rows]
         for i, batch in enumerate(batches):
             # The rest of this unit's answers are here; after them, the next finished unit.
@@ -421,6 +437,14 @@ class UdfStage:
             yield batch
         if outcome.failure is not None:  # a unit's call failed after the answers above
             raise outcome.failure
+
+    def _count_kept_parts(self) -> None:
+        """The input rows whose answers are in a resumable write's kept parts, as resumed."""
+        if self._answered[1]:
+            output, input = self._answered
+            kept = StepCounts(rows_in=input, rows_out=output, resumed=input)
+            self.counts.add(kept)
+            self.events.emit(kept.progress(self.step, self.step_id, busy=0, actors=0))
 
     def _units_in_flight(self, pool: ActorPool) -> int:
         """The pool's capacity counts batches sent one by one; units of several count as
@@ -475,6 +499,16 @@ def _first_rows(batches: Generator[pa.RecordBatch, None, None], n: int) -> Itera
             yield batch
     finally:
         batches.close()
+
+
+def _after(batches: Iterator[pa.RecordBatch], skip: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` from row ``skip`` on (the rows before it read, and dropped)."""
+    for batch in batches:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        yield batch.slice(skip) if skip else batch
+        skip = 0
 
 
 def _calls(rows: int, call_rows: int) -> list[tuple[int, int]]:

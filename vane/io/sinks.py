@@ -531,17 +531,30 @@ def _write_file(
     return rows
 
 
-def write_to(sink: Sink, reader: pa.RecordBatchReader) -> Committed:
+def write_to(
+    sink: Sink,
+    reader: pa.RecordBatchReader,
+    parts: Callable[[PartWriter, pa.RecordBatchReader], list[Part]] | None = None,
+) -> Committed:
     """Start a write, write ``reader``'s batches, commit; on any failure abort, so the
-    destination is as it was."""
+    destination is as it was. ``parts``: a resumable write's writing of its rows, which takes
+    its kept parts and writes and keeps new ones after them (``parts.py``)."""
     write = sink.start()  # what it made is known by now (``commit.begun``), even if Ctrl-C
     begun(write)  # lands here, before the write itself is noted
-    return _write_and_commit(sink, write, reader)
+    return _write_and_commit(sink, write, reader, parts)
 
 
-def _write_and_commit(sink: Sink, write: Write, reader: pa.RecordBatchReader) -> Committed:
+def _write_and_commit(
+    sink: Sink,
+    write: Write,
+    reader: pa.RecordBatchReader,
+    kept: Callable[[PartWriter, pa.RecordBatchReader], list[Part]] | None = None,
+) -> Committed:
     try:
-        parts = write.writer.write(reader, reader.schema)
+        if kept is None:
+            parts = write.writer.write(reader, reader.schema)
+        else:
+            parts = kept(write.writer, reader)
         seen_through(write)  # its commit begins: from here its own protocol answers for it
         return write.commit(parts)
     except VaneError:

@@ -1,0 +1,314 @@
+"""A resumable write's output parts as its durable increments (``vane/io/parts.py``): a rerun
+takes the parts a killed run closed and recorded, skips their input rows (never sent to the
+function again), and the output holds every row once, in order, whatever instant the kill
+came at; a quick function's answers are not kept twice (in the answer log and the output).
+
+The jobs are real processes, killed with SIGKILL while their model hangs in a call (so a busy
+machine cannot move the kill), or held by the ``VANE_COMMIT_PAUSE`` hook at each step of a
+part's protocol and killed there. The model writes a line per call to a log that survives the
+kill, which counts what each run paid for."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import vane
+from vane.io import parts
+from vane.io.parts import JOURNAL, Marks, Parts, _line
+from vane.io.sinks import FileSink
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS, BATCH = 20_000, 200
+BATCHES = ROWS // BATCH
+
+JOB = (
+    textwrap.dedent(
+        """
+    import os, sys, threading
+    import pyarrow as pa, pyarrow.compute as pc
+    import vane
+    from vane.execution import stage
+    from vane.io import parts
+
+    stage.MAX_UNIT_CALLS = 1  # (each call its own unit: a hung call holds no answered one)
+    out, calls, backend, fmt, hang_at, part_bytes, keep_ratio, chain = sys.argv[1:9]
+    parts.PART_BYTES = int(part_bytes)
+    parts.KEEP_RATIO = float(keep_ratio)
+    vane.configure(progress=False, batch_size=100)  # (DuckDB's batches, above the step)
+    made = []
+
+    def model(batch):
+        # One line per call, on disk before the answer leaves: a kill cannot lose a count.
+        with open(calls, "a") as log:
+            log.write(f"{batch['id'][0].as_py()}\\n")
+            log.flush()
+            os.fsync(log.fileno())
+        made.append(1)
+        if len(made) == int(hang_at):  # this run's call that the kill will find running
+            threading.Event().wait()
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 3)})
+
+    rel = vane.range(ROWS).map_batches(
+        model, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=BATCH,
+        execution_backend=backend,
+    )
+    if chain == "sql":  # a step above it, run by DuckDB, that keeps each row as one
+        rel = rel.with_column("z", vane.sql_expr("y + 1"))
+    result = getattr(rel, "write_" + fmt)(out, resume=True)
+    print("resumed", result.steps[0].rows_resumed, "rows", result.rows)
+    """
+    )
+    .replace("ROWS", str(ROWS))
+    .replace("BATCH", str(BATCH))
+)
+
+
+def _job(
+    out: Path,
+    calls: Path,
+    *,
+    backend: str = "thread",
+    fmt: str = "parquet",
+    hang_at: int = 0,
+    part_bytes: int = 20_000,
+    keep_ratio: float = float("inf"),
+    chain: str = "none",
+    pause: str = "",
+) -> subprocess.Popen[str]:
+    """The job, whose model hangs at its ``hang_at``-th call of this run (0: never); with
+    ``keep_ratio`` inf, no answer after the first four is kept in the log (the parts alone
+    keep the work), with 0 every one is."""
+    args = [str(out), str(calls), backend, fmt, str(hang_at), str(part_bytes), str(keep_ratio)]
+    return subprocess.Popen(
+        [sys.executable, "-c", JOB, *args, chain],
+        cwd=ROOT,
+        env=dict(os.environ, VANE_COMMIT_PAUSE=pause),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its worker processes die with it
+    )
+
+
+def _calls(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def _kill_when(job: subprocess.Popen[str], ready: object) -> None:
+    """SIGKILL the job (and its workers) once ``ready()`` says so; the job cannot end first."""
+    while not ready():  # type: ignore[operator]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.wait(timeout=0.05)
+        assert job.poll() is None, job.communicate()[1]
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+
+
+def _recorded(out: Path) -> list[dict[str, object]]:
+    """The parts a run recorded (the journal's whole lines after its head)."""
+    return list(parts._records(out.parent / f".{out.name}.vane-resume" / JOURNAL))[1:]
+
+
+def _finish(out: Path, log: Path, **options: object) -> tuple[int, int]:
+    """Run the job to its end: (its model's calls, the rows it said it resumed)."""
+    before = _calls(log)
+    job = _job(out, log, **options)  # type: ignore[arg-type]
+    stdout, stderr = job.communicate(timeout=300)
+    assert job.returncode == 0, stderr
+    resumed = int(stdout.split("resumed ")[1].split()[0])
+    assert f"rows {ROWS}" in stdout
+    return _calls(log) - before, resumed
+
+
+def _check_output(out: Path, fmt: str = "parquet") -> None:
+    rows = getattr(vane, f"read_{fmt}")(str(out)).to_arrow()
+    assert rows["id"].to_pylist() == list(range(ROWS))  # every row once, in order
+    assert rows["y"].to_pylist() == [3 * i for i in range(ROWS)]
+    assert not (out.parent / f".{out.name}.vane-resume").exists()  # committed: work gone
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("backend", "chain", "seed"),
+    [("thread", "none", 1), ("subprocess_actor", "none", 2), ("thread", "sql", 3)],
+)
+def test_a_job_killed_again_and_again_skips_the_input_of_its_kept_parts(
+    tmp_path, backend, chain, seed
+):
+    draw = random.Random(seed)
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    skipped = 0
+    for _ in range(3):  # three kills, each at a random point of what is left
+        left = BATCHES - skipped // BATCH
+        hang_at = draw.randint(3, max(3, min(left - 1, BATCHES // 3)))
+        total = _calls(log) + hang_at
+        job = _job(out, log, backend=backend, hang_at=hang_at, chain=chain)
+        _kill_when(job, lambda total=total: _calls(log) >= total)
+        assert not out.exists()  # a killed job leaves no output
+        recorded = _recorded(out)
+        now = int(recorded[-1]["input_end"]) if recorded else 0  # type: ignore[call-overload]
+        assert now >= skipped  # a rerun's parts come after the ones it took
+        skipped = now
+    assert skipped > 0, "no part was closed: the test would not test the skip"
+    calls, resumed = _finish(out, log, backend=backend, chain=chain)
+    # The kept parts' input was never sent again; every other batch was, or came from the log.
+    assert resumed >= skipped
+    assert calls * BATCH + resumed == ROWS
+    _check_output(out)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("step", ["part-synced", "part-linked", "part-recorded"])
+def test_a_kill_at_each_step_of_a_parts_protocol_loses_no_row_and_repeats_none(tmp_path, step):
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    marker = tmp_path / "paused"
+    job = _job(out, log, pause=f"{step}:{marker}")
+    _kill_when(job, marker.exists)
+    recorded = _recorded(out)
+    # Only a part whose record is whole is taken; one linked without it is dropped.
+    assert len(recorded) == (1 if step == "part-recorded" else 0)
+    calls, resumed = _finish(out, log)
+    if recorded:
+        assert resumed >= int(recorded[0]["input_end"])  # type: ignore[call-overload]
+    assert calls * BATCH + resumed == ROWS
+    _check_output(out)
+
+
+@pytest.mark.timeout(300)
+def test_csv_parts_each_keep_their_header_and_read_back_once(tmp_path):
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    _kill_when(_job(out, log, fmt="csv", hang_at=40), lambda: _calls(log) >= 40)
+    assert _recorded(out)
+    calls, resumed = _finish(out, log, fmt="csv")
+    assert calls * BATCH + resumed == ROWS
+    _check_output(out, "csv")
+
+
+def test_with_every_answer_kept_a_rerun_pays_for_nothing_kept_either_way(tmp_path):
+    """The parts and the answer log together: what a part holds is skipped, and the answers
+    after it come from the log."""
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    job = _job(out, log, hang_at=40, keep_ratio=0)
+    _kill_when(job, lambda: _calls(log) >= 40)
+    assert _recorded(out)
+    calls, resumed = _finish(out, log, keep_ratio=0)
+    assert calls == BATCHES - 39  # the 39 answered calls were kept (parts or log); 40 hung
+    assert resumed == 39 * BATCH
+    _check_output(out)
+
+
+# ---- the journal, the marks and which writes keep parts ----------------------------------------
+
+
+def _folder_with(tmp_path: Path, records: list[dict[str, object]], sizes: list[int]) -> Path:
+    folder = tmp_path / ".out.vane-resume"
+    (folder / "parts").mkdir(parents=True)
+    head = _line({"sink": parts.describe(_sink(tmp_path)), "token": "t0"})
+    (folder / JOURNAL).write_bytes(head + b"".join(_line(r) for r in records))
+    for record, size in zip(records, sizes, strict=False):
+        (folder / "parts" / str(record["name"])).write_bytes(b"x" * size)
+    return folder
+
+
+def _sink(tmp_path: Path) -> FileSink:
+    return FileSink("parquet", str(tmp_path / "out"))
+
+
+def _part(n: int, end: int) -> dict[str, object]:
+    return {"name": f"p{n}", "rows": 10, "bytes": 5, "input_end": end, "output_end": end}
+
+
+def test_parts_are_taken_in_order_up_to_the_first_that_is_torn_missing_or_out_of_place(tmp_path):
+    folder = _folder_with(tmp_path, [_part(0, 10), _part(1, 20), _part(2, 30)], [5, 4, 5])
+    kept = Parts(folder, _sink(tmp_path))
+    assert [p.name for p in kept.kept] == ["p0"]  # p1's size is not its record's: p1, p2 go
+    assert (kept.skip, kept.kept_output, kept.token) == (10, 10, "t0")
+    assert sorted(p.name for p in (folder / "parts").iterdir()) == ["p0"]
+    assert len(list(parts._records(folder / JOURNAL))) == 2  # rewritten without them
+
+
+def test_a_torn_last_record_and_a_part_from_another_sink_are_not_taken(tmp_path):
+    folder = _folder_with(tmp_path, [_part(0, 10), _part(1, 20)], [5, 5])
+    journal = folder / JOURNAL
+    journal.write_bytes(journal.read_bytes()[:-7])  # the last line cut short
+    assert [p.name for p in Parts(folder, _sink(tmp_path)).kept] == ["p0"]
+    other = Parts(folder, FileSink("csv", str(tmp_path / "out")))
+    assert other.kept == [] and other.skip == 0
+    assert list((folder / "parts").iterdir()) == []
+
+
+def test_marks_give_the_latest_place_inside_the_part_and_forget_those_before():
+    marks = Marks(0, 0)
+    for end in (10, 20, 30, 40):
+        marks.add(end, end * 2)
+    assert marks.cut(0, 25) == (20, 40)
+    assert marks.cut(20, 25) is None  # none after 20 up to 25
+    assert marks.cut(20, 45) == (40, 80)
+
+
+def test_which_writes_keep_parts(tmp_path):
+    from vane.execution.resume import parts_step
+    from vane.plan.optimizer import optimize
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": list(range(10))}), path)
+
+    def step(rel: vane.Relation, sink: FileSink) -> bool:
+        return parts_step(optimize(rel._plan), sink) is not None
+
+    mapped = vane.read_parquet(str(path)).map_batches(lambda b: b, schema={"id": "BIGINT"})
+    folder = FileSink("parquet", str(tmp_path / "out"))
+    assert step(mapped, folder)
+    assert step(mapped.with_column("z", vane.col("id") + 1), folder)
+    assert not step(mapped.filter("id > 3"), folder)  # rows dropped above the step
+    assert not step(mapped, FileSink("parquet", str(tmp_path / "out.parquet")))  # one file
+    assert not step(mapped, FileSink("json", str(tmp_path / "out")))
+    assert not step(mapped, FileSink("parquet", str(tmp_path / "out"), partition_by=("id",)))
+    twice = mapped.map_batches(lambda b: b, schema={"id": "BIGINT"})
+    assert not step(twice, folder)  # two UDF steps
+    assert not step(
+        vane.read_parquet(str(path)).map_batches(
+            lambda b: b, schema={"id": "BIGINT"}, preserve_order=False
+        ),
+        folder,
+    )
+    assert json.loads(parts.describe(folder))[0] == "parquet"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(
+    not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat("/tmp").st_dev,
+    reason="needs a second filesystem (/dev/shm)",
+)
+def test_a_destination_linked_to_another_disk_keeps_its_parts_by_copies(tmp_path):
+    """The write stages beside the link's target, the saved work beside the link: parts cannot
+    be hard links between them, and are copied (``parts._link``)."""
+    import shutil
+    import tempfile
+
+    elsewhere = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        out, log = tmp_path / "out", tmp_path / "calls.log"
+        out.symlink_to(elsewhere / "out", target_is_directory=True)
+        _kill_when(_job(out, log, hang_at=40), lambda: _calls(log) >= 40)
+        assert _recorded(out)
+        kept = tmp_path / ".out.vane-resume" / "parts"
+        assert all(p.stat().st_nlink == 1 for p in kept.iterdir())  # copies, not links
+        calls, resumed = _finish(out, log)
+        assert calls * BATCH + resumed == ROWS
+        rows = vane.read_parquet(str(out)).to_arrow()
+        assert rows["id"].to_pylist() == list(range(ROWS))
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)

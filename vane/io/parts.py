@@ -1,0 +1,332 @@
+"""The output's own files as a resumable write's durable increments: a rerun skips the input
+whose rows are in them, and nothing is written twice.
+
+``write_*(folder, resume=True)`` to a local folder, from a plan whose one UDF step is known by
+its place in its input (``execution/resume.py``: files read as they were, row by row steps) and
+whose steps above it keep its rows one for one, in order, writes its files as parts of a
+bounded size (``PART_BYTES`` of rows, or ``PART_SECONDS`` of writing), each cut where an
+answer of the UDF step ends. A closed part is kept in the saved work's folder (``parts/``)
+with a record in ``parts.journal`` of the input rows it holds the answers to. A rerun links
+the kept parts into its own staging directory, skips their input rows (they are read, never
+sent to the function), and writes the rest as new parts after them: the output, committed all
+at once at the end as any write is (``commit.py``), holds every row once, in order.
+
+The answer log (``io/resume.py``) still keeps answers as they come, so a kill pays again only
+for what was in flight; but where the output's parts bound what a kill loses, an answer whose
+keeping would cost more than a small share of the call that made it is not kept
+(``KEEP_RATIO``): a quick function's answers were written twice, to the log and to the output,
+and the log's write cost as much as the function. A kill then computes again, at most, a
+part's worth of a quick function's answers.
+
+The protocol of a part, and why each step is safe under ``kill -9`` at any instant:
+
+1. Written: the part's rows are written to the staging directory and the file closed. A kill
+   leaves it in a dead staging directory, which the next write removes.
+2. Synced: ``fsync`` of the part, so that a part a record names is on disk before the record
+   (a power cut cannot leave a record naming a part whose data was lost).
+3. Linked: a hard link of the part into ``parts/`` (the staging directory goes with a dead
+   write). A kill leaves a link no record names: the next run removes it.
+4. Recorded: one append to ``parts.journal`` of a line ``<CRC-32> <JSON>`` (its name, rows,
+   bytes, and the input and output rows up to its end). A kill during it leaves a torn last
+   line, which fails its CRC and is ignored (its part with it). Once the line is whole, a
+   rerun takes the part: it checks each part's size against its record and takes the records
+   in order up to the first whose part is missing or whose input does not follow on.
+
+Tests hold a writer between steps with ``VANE_COMMIT_PAUSE`` (``commit._pause``).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from vane.io.commit import _pause
+
+if TYPE_CHECKING:
+    from vane.io.sinks import FileSink, Part, PartWriter
+
+# A part is closed, at the next answer's end, once this many bytes of rows or seconds of
+# writing went into it.
+PART_BYTES = 64 * 2**20
+PART_SECONDS = 60.0
+# Where parts are kept, an answer is kept in the log only if its call took at least this many
+# times what keeping an answer costs (so the log adds at most a twentieth to the calls).
+KEEP_RATIO = 20.0
+MEASURED = 4  # a step's first answers, always kept, on which keeping's cost is measured
+JOURNAL = "parts.journal"
+FOLDER = "parts"
+
+
+@dataclass(frozen=True)
+class KeptPart:
+    """A part a run closed and recorded: it holds the answers to the UDF step's input rows
+    from the previous part's ``input_end`` to its own, which are its step's output rows up to
+    ``output_end``."""
+
+    name: str
+    rows: int
+    bytes: int
+    input_end: int
+    output_end: int
+
+
+class Marks:
+    """Where the UDF step's output may be cut: after each answer, the step's output and input
+    rows up to its end. The stage adds one before the answer's rows go on, so the writer, which
+    counts the rows it has written, knows every place it has passed."""
+
+    def __init__(self, output: int, input: int) -> None:
+        self._lock = threading.Lock()
+        self._marks: deque[tuple[int, int]] = deque([(output, input)])
+
+    def add(self, output: int, input: int) -> None:
+        with self._lock:
+            self._marks.append((output, input))
+
+    def cut(self, start: int, end: int) -> tuple[int, int] | None:
+        """The latest place after output row ``start`` and at most ``end`` (its output and
+        input rows), forgetting those before it; None if there is none."""
+        with self._lock:
+            found = None
+            while self._marks and self._marks[0][0] <= end:
+                mark = self._marks.popleft()
+                if mark[0] > start:
+                    found = mark
+            if found is not None:
+                self._marks.appendleft(found)
+            return found
+
+
+def describe(sink: FileSink) -> str:
+    """What decides a part's bytes besides its rows: a part written for another sink is
+    never taken."""
+    return json.dumps([sink.format, sink.partition_by, sink.rows_per_file], default=str)
+
+
+def _line(record: dict[str, object]) -> bytes:
+    text = json.dumps(record, sort_keys=True).encode()
+    return b"%08x %s\n" % (zlib.crc32(text), text)
+
+
+def _records(journal: Path) -> Iterator[dict[str, object]]:
+    """The journal's whole lines, up to its first torn one."""
+    try:
+        data = journal.read_bytes()
+    except FileNotFoundError:
+        return
+    for line in data.split(b"\n")[:-1]:  # (the last piece: empty, or a torn line)
+        crc, _, text = line.partition(b" ")
+        try:
+            if int(crc, 16) != zlib.crc32(text):
+                return
+            record = json.loads(text)
+        except ValueError:
+            return
+        yield record
+
+
+class Parts:
+    """The kept parts of one resumable write to a local folder, and the writing of new ones."""
+
+    def __init__(self, folder: Path, sink: FileSink) -> None:
+        self.folder = folder  # the saved work's folder (``io/resume.py``)
+        self.journal = folder / JOURNAL
+        self.parts = folder / FOLDER
+        self.sink = sink
+        self.token, self.kept = self._load(describe(sink))
+        last = self.kept[-1] if self.kept else None
+        self.skip = last.input_end if last else 0  # the step's input rows the kept parts hold
+        self.kept_output = last.output_end if last else 0
+        self.marks = Marks(self.kept_output, self.skip)
+
+    def _load(self, sink: str) -> tuple[str, list[KeptPart]]:
+        """The run's part-name token and the parts kept in order; anything else in ``parts/``
+        (a part linked by a run killed before its record) is removed."""
+        records = list(_records(self.journal))
+        self.parts.mkdir(parents=True, exist_ok=True)
+        if not records or records[0].get("sink") != sink:
+            token = uuid.uuid4().hex[:12]
+            for left in self.parts.iterdir():
+                left.unlink()
+            temporary = self.journal.with_name(f"{JOURNAL}.tmp-{token}")
+            temporary.write_bytes(_line({"sink": sink, "token": token}))
+            os.replace(temporary, self.journal)
+            return token, []
+        token = str(records[0]["token"])
+        kept: list[KeptPart] = []
+        for record in records[1:]:
+            part = KeptPart(
+                str(record["name"]),
+                int(record["rows"]),  # type: ignore[call-overload]
+                int(record["bytes"]),  # type: ignore[call-overload]
+                int(record["input_end"]),  # type: ignore[call-overload]
+                int(record["output_end"]),  # type: ignore[call-overload]
+            )
+            previous = kept[-1].input_end if kept else 0
+            try:
+                size = (self.parts / part.name).stat().st_size
+            except FileNotFoundError:
+                break
+            if size != part.bytes or part.input_end <= previous:
+                break
+            kept.append(part)
+        names = {part.name for part in kept}
+        for left in self.parts.iterdir():
+            if left.name not in names:
+                left.unlink()
+        if len(kept) < len(records) - 1:  # (the journal is rewritten without the rest)
+            lines = [_line(records[0])] + [_line(part.__dict__) for part in kept]
+            temporary = self.journal.with_name(f"{JOURNAL}.tmp-{token}")
+            temporary.write_bytes(b"".join(lines))
+            os.replace(temporary, self.journal)
+        return token, kept
+
+    def write(self, writer: PartWriter, reader: pa.RecordBatchReader) -> list[Part]:
+        """The kept parts linked into the write's staging directory, then ``reader``'s rows
+        (the UDF step's output after the kept parts' rows) written as new parts after them."""
+        from vane.io.sinks import Part, _opener, _tables, _write_file
+
+        directory = Path(writer.directory)
+        written: list[Part] = []
+        for part in self.kept:
+            _link(self.parts / part.name, directory / part.name)
+            written.append(Part(str(directory / part.name), part.rows, part.bytes))
+        open_file = _opener(writer.format, None) if writer.format != "json" else None
+        assert open_file is not None  # (a JSON sink keeps the answer log only: ``parts_step``)
+        stream = _Cutting(iter(reader), self.marks, self.kept_output)
+        number = len(self.kept)
+        while True:
+            first = stream.next()
+            if first is None and number > 0:
+                break  # (nothing after the last cut: no empty part)
+            path = directory / f"part-{self.token}-{number:05d}{_suffix(writer)}"
+            rows = stream.part(first)
+            count = _write_file(path, _tables(writer.format, rows), reader.schema, open_file)
+            written.append(Part(str(path), count, path.stat().st_size))
+            if stream.cut is None:
+                break  # the stream's end: this part is committed with the rest
+            self._keep(path, count, stream.cut)
+            number += 1
+        return written
+
+    def _keep(self, path: Path, rows: int, cut: tuple[int, int]) -> None:
+        """Steps 2 to 4 of the protocol (the module's text) for a closed part."""
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        _pause("part-synced")
+        _link(path, self.parts / path.name)
+        _pause("part-linked")
+        record = KeptPart(path.name, rows, path.stat().st_size, cut[1], cut[0])
+        line = _line(record.__dict__)
+        descriptor = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
+        _pause("part-recorded")
+
+
+class _Cutting:
+    """The UDF step's output (``batches``) cut into parts, each ended where an answer ends
+    once it holds ``PART_BYTES`` of rows or took ``PART_SECONDS``."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch], marks: Marks, output: int) -> None:
+        self.batches = batches
+        self.marks = marks
+        self.output = output  # the step's output rows so far
+        self.carry: list[pa.RecordBatch] = []  # the rows after a cut, for the next part
+        self.cut: tuple[int, int] | None = None  # where the last part ended (output, input)
+
+    def next(self) -> pa.RecordBatch | None:
+        return self.carry.pop() if self.carry else next(self.batches, None)
+
+    def part(self, batch: pa.RecordBatch | None) -> Iterator[pa.RecordBatch]:
+        """The rows of one part, from ``batch`` on; ``cut`` says where it ended (None: at the
+        stream's end)."""
+        start, began, size, per_row = self.output, time.monotonic(), 0, 0.0
+        self.cut = None
+        while batch is not None:
+            if not per_row and batch.num_rows:  # (a batch's nbytes costs a walk of its buffers)
+                per_row = batch.nbytes / batch.num_rows
+            size += int(batch.num_rows * per_row)
+            before = self.output
+            self.output += batch.num_rows
+            if size >= PART_BYTES or time.monotonic() - began >= PART_SECONDS:
+                # (a place in this batch: the rows before it are in the part already)
+                self.cut = self.marks.cut(max(start, before - 1), self.output)
+                if self.cut is not None:
+                    head = self.cut[0] - before
+                    if head < batch.num_rows:
+                        self.carry.append(batch.slice(head))
+                    self.output = self.cut[0]
+                    if head:
+                        yield batch.slice(0, head)
+                    return
+            yield batch
+            batch = next(self.batches, None)
+
+
+def _link(source: Path, target: Path) -> None:
+    """``target`` made another name of ``source``; a copy, synced, where the two are on
+    different filesystems (a destination that is a link to another disk) or the filesystem
+    has no hard links."""
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        partial = target.with_name(f"{target.name}.tmp-{uuid.uuid4().hex[:8]}")
+        shutil.copyfile(source, partial)
+        descriptor = os.open(partial, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(partial, target)
+
+
+def _suffix(writer: PartWriter) -> str:
+    from vane.io.sinks import _SUFFIX
+
+    return _SUFFIX[writer.format]
+
+
+class KeepCost:
+    """Whether a step's answers are worth keeping in the log where parts are kept: a call's
+    time against what keeping its answer costs, measured on the first ``MEASURED`` keeps of
+    the step in this run, which are always made. The least of those measures is taken: a keep
+    the machine held up (another process on the core) only ever takes longer, and a call's
+    time is never less than its work, so an expensive call is never taken for a quick one."""
+
+    def __init__(self) -> None:
+        self.kept = 0
+        self.seconds = float("inf")  # the least a call's answer took to keep
+
+    def worth(self, call_seconds: float) -> bool:
+        """Whether to keep the answer of a call that took ``call_seconds``."""
+        return self.kept < MEASURED or call_seconds >= KEEP_RATIO * self.seconds
+
+    @contextmanager
+    def timing(self, calls: int) -> Iterator[None]:
+        """Time a keep of ``calls`` calls' answers (a unit's, or one)."""
+        began = time.perf_counter()
+        yield
+        self.seconds = min(self.seconds, (time.perf_counter() - began) / max(1, calls))
+        self.kept += 1
