@@ -42,8 +42,9 @@ JOB = (
     from vane.execution import stage
     from vane.io import parts
 
-    stage.MAX_UNIT_CALLS = 1  # (each call its own unit: a hung call holds no answered one)
-    out, calls, backend, fmt, hang_at, part_bytes, keep_ratio, chain = sys.argv[1:9]
+    out, calls, backend, fmt, hang_at, part_bytes, keep_ratio, chain, drop = sys.argv[1:10]
+    if drop == "no":  # (each call its own unit: a hung call holds no answered one)
+        stage.MAX_UNIT_CALLS = 1
     parts.PART_BYTES = int(part_bytes)
     parts.KEEP_RATIO = float(keep_ratio)
     vane.configure(progress=False, batch_size=100)  # (DuckDB's batches, above the step)
@@ -58,6 +59,8 @@ JOB = (
         made.append(1)
         if len(made) == int(hang_at):  # this run's call that the kill will find running
             threading.Event().wait()
+        if drop == "yes":  # fewer rows out than in: a part's input and output rows differ
+            batch = batch.filter(pc.not_equal(pc.bit_wise_and(batch["id"], 7), 0))
         return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 3)})
 
     rel = vane.range(ROWS).map_batches(
@@ -86,13 +89,14 @@ def _job(
     keep_ratio: float = float("inf"),
     chain: str = "none",
     pause: str = "",
+    drop: str = "no",
 ) -> subprocess.Popen[str]:
     """The job, whose model hangs at its ``hang_at``-th call of this run (0: never); with
     ``keep_ratio`` inf, no answer after the first four is kept in the log (the parts alone
     keep the work), with 0 every one is."""
     args = [str(out), str(calls), backend, fmt, str(hang_at), str(part_bytes), str(keep_ratio)]
     return subprocess.Popen(
-        [sys.executable, "-c", JOB, *args, chain],
+        [sys.executable, "-c", JOB, *args, chain, drop],
         cwd=ROOT,
         env=dict(os.environ, VANE_COMMIT_PAUSE=pause),
         stdout=subprocess.PIPE,
@@ -128,24 +132,33 @@ def _finish(out: Path, log: Path, **options: object) -> tuple[int, int]:
     stdout, stderr = job.communicate(timeout=300)
     assert job.returncode == 0, stderr
     resumed = int(stdout.split("resumed ")[1].split()[0])
-    assert f"rows {ROWS}" in stdout
+    assert f"rows {len(_ids(str(options.get('drop', 'no'))))}" in stdout
     return _calls(log) - before, resumed
 
 
-def _check_output(out: Path, fmt: str = "parquet") -> None:
+def _ids(drop: str) -> list[int]:
+    return [i for i in range(ROWS) if drop != "yes" or i & 7]
+
+
+def _check_output(out: Path, fmt: str = "parquet", drop: str = "no") -> None:
     rows = getattr(vane, f"read_{fmt}")(str(out)).to_arrow()
-    assert rows["id"].to_pylist() == list(range(ROWS))  # every row once, in order
-    assert rows["y"].to_pylist() == [3 * i for i in range(ROWS)]
+    assert rows["id"].to_pylist() == _ids(drop)  # every row once, in order
+    assert rows["y"].to_pylist() == [3 * i for i in _ids(drop)]
     assert not (out.parent / f".{out.name}.vane-resume").exists()  # committed: work gone
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
-    ("backend", "chain", "seed"),
-    [("thread", "none", 1), ("subprocess_actor", "none", 2), ("thread", "sql", 3)],
+    ("backend", "chain", "drop", "seed"),
+    [
+        ("thread", "none", "no", 1),
+        ("subprocess_actor", "none", "no", 2),
+        ("thread", "sql", "no", 3),
+        ("thread", "sql", "yes", 4),  # rows dropped by the function; units of several calls
+    ],
 )
 def test_a_job_killed_again_and_again_skips_the_input_of_its_kept_parts(
-    tmp_path, backend, chain, seed
+    tmp_path, backend, chain, drop, seed
 ):
     draw = random.Random(seed)
     out, log = tmp_path / "out", tmp_path / "calls.log"
@@ -154,7 +167,7 @@ def test_a_job_killed_again_and_again_skips_the_input_of_its_kept_parts(
         left = BATCHES - skipped // BATCH
         hang_at = draw.randint(3, max(3, min(left - 1, BATCHES // 3)))
         total = _calls(log) + hang_at
-        job = _job(out, log, backend=backend, hang_at=hang_at, chain=chain)
+        job = _job(out, log, backend=backend, hang_at=hang_at, chain=chain, drop=drop)
         _kill_when(job, lambda total=total: _calls(log) >= total)
         assert not out.exists()  # a killed job leaves no output
         recorded = _recorded(out)
@@ -162,11 +175,11 @@ def test_a_job_killed_again_and_again_skips_the_input_of_its_kept_parts(
         assert now >= skipped  # a rerun's parts come after the ones it took
         skipped = now
     assert skipped > 0, "no part was closed: the test would not test the skip"
-    calls, resumed = _finish(out, log, backend=backend, chain=chain)
+    calls, resumed = _finish(out, log, backend=backend, chain=chain, drop=drop)
     # The kept parts' input was never sent again; every other batch was, or came from the log.
     assert resumed >= skipped
     assert calls * BATCH + resumed == ROWS
-    _check_output(out)
+    _check_output(out, drop=drop)
 
 
 @pytest.mark.timeout(300)
@@ -215,7 +228,7 @@ def test_with_every_answer_kept_a_rerun_pays_for_nothing_kept_either_way(tmp_pat
 def _folder_with(tmp_path: Path, records: list[dict[str, object]], sizes: list[int]) -> Path:
     folder = tmp_path / ".out.vane-resume"
     (folder / "parts").mkdir(parents=True)
-    head = _line({"sink": parts.describe(_sink(tmp_path)), "token": "t0"})
+    head = _line({"sink": parts.describe(_sink(tmp_path)), "token": "t0", "input": None})
     (folder / JOURNAL).write_bytes(head + b"".join(_line(r) for r in records))
     for record, size in zip(records, sizes, strict=False):
         (folder / "parts" / str(record["name"])).write_bytes(b"x" * size)
@@ -249,6 +262,30 @@ def test_a_torn_last_record_and_a_part_from_another_sink_are_not_taken(tmp_path)
     assert list((folder / "parts").iterdir()) == []
 
 
+def test_a_torn_tail_is_cut_off_so_that_the_parts_recorded_after_it_count(tmp_path):
+    folder = _folder_with(tmp_path, [_part(0, 10)], [5])
+    journal = folder / JOURNAL
+    journal.write_bytes(journal.read_bytes() + b'0badc0de {"name": ')  # a torn append
+    kept = Parts(folder, _sink(tmp_path))
+    made = tmp_path / "p1"
+    made.write_bytes(b"y" * 7)
+    kept._keep(made, 10, (20, 20))  # the next part, recorded after the torn line
+    again = Parts(folder, _sink(tmp_path))
+    assert [p.name for p in again.kept] == ["p0", "p1"] and again.skip == 20
+
+
+def test_parts_of_an_input_known_otherwise_are_not_taken(tmp_path):
+    """An input whose identity changed (another DuckDB or time zone, a file rewritten with its
+    size and time) gives other rows at the same places: its parts are dropped."""
+    folder = _folder_with(tmp_path, [_part(0, 10)], [5])
+    assert Parts(folder, _sink(tmp_path), "input-1").kept == []  # (the folder's: no identity)
+    made = tmp_path / "p1"
+    made.write_bytes(b"y" * 7)
+    Parts(folder, _sink(tmp_path), "input-1")._keep(made, 10, (10, 10))
+    assert [p.name for p in Parts(folder, _sink(tmp_path), "input-1").kept] == ["p1"]
+    assert Parts(folder, _sink(tmp_path), "input-2").kept == []
+
+
 def test_marks_give_the_latest_place_inside_the_part_and_forget_those_before():
     marks = Marks(0, 0)
     for end in (10, 20, 30, 40):
@@ -273,6 +310,9 @@ def test_which_writes_keep_parts(tmp_path):
     assert step(mapped, folder)
     assert step(mapped.with_column("z", vane.col("id") + 1), folder)
     assert not step(mapped.filter("id > 3"), folder)  # rows dropped above the step
+    for more in ("unnest([id, id])", "generate_subscripts([1, 2], 1)"):  # rows made above it
+        assert not step(mapped.with_column("z", vane.sql_expr(more)), folder)
+    assert step(mapped.with_column("z", vane.sql_expr("length(id::VARCHAR) || 'x'")), folder)
     assert not step(mapped, FileSink("parquet", str(tmp_path / "out.parquet")))  # one file
     assert not step(mapped, FileSink("json", str(tmp_path / "out")))
     assert not step(mapped, FileSink("parquet", str(tmp_path / "out"), partition_by=("id",)))

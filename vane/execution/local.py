@@ -435,8 +435,9 @@ class LocalRunner:
                 execution.ledger = ledger
                 parts = None
                 if cut_after is not None and store is not None:
-                    parts = Parts(store.path, sink)  # type: ignore[arg-type]
-                    execution.parts = (*cut_after, parts)
+                    step, identity = cut_after
+                    parts = Parts(store.path, sink, identity)  # type: ignore[arg-type]
+                    execution.parts = (step, identity, parts)
                 reader = (
                     execution.reader(plan, get_config().batch_size)
                     if parts is None

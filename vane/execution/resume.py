@@ -41,7 +41,7 @@ from vane.io.parts import KeepCost, Parts
 from vane.io.resume import ResumeStore
 from vane.io.sinks import FileSink, Sink
 from vane.ir.expr import Column, Expr, FunctionCall, SqlText, UdfCall
-from vane.ir.parse import is_repeatable
+from vane.ir.parse import gives_one_row, is_repeatable
 from vane.plan.explain import explain
 from vane.plan.nodes import (
     Drop,
@@ -135,7 +135,7 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str] | None:
     if is_uri(sink.path) or sink.partition_by or sink.rows_per_file is not None:
         return None
     node = plan
-    while not isinstance(node, UdfStep) and one_for_one(node):
+    while not isinstance(node, UdfStep) and _one_row_each(node):
         node = node.inputs[0]
     if not isinstance(node, UdfStep) or sum(isinstance(n, UdfStep) for n in walk(plan)) != 1:
         return None
@@ -144,6 +144,23 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str] | None:
         return None
     identity = input_identity(node.input)
     return None if identity is None else (node, identity)
+
+
+def _one_row_each(node: PlanNode) -> bool:
+    """Whether the SQL step ``node`` surely gives one row for each row of its input, in order:
+    ``one_for_one``, and every function it calls one that DuckDB's catalog lists as scalar (a
+    macro, such as ``generate_subscripts``, may make several rows of one)."""
+    if not one_for_one(node):
+        return False
+    for expr in node.expressions() if isinstance(node, (Select, WithColumns)) else ():
+        for part in expr.walk():
+            if isinstance(part, FunctionCall) and not gives_one_row(part.name):
+                return False
+            if isinstance(part, SqlText) and not all(
+                gives_one_row(function) for function in part.parsed.functions
+            ):
+                return False
+    return True
 
 
 def position_key(identity: str, first: int, rows: int) -> str:
@@ -289,8 +306,16 @@ class Checkpoint:
             self.parts.marks.add(output, input)
 
     def answers_kept(self) -> int:
-        """How many of the step's answers a run kept (under any key)."""
-        return self.store.count(self.key)
+        """How many of the step's answers a run kept (under any key), but those of the input
+        rows that kept parts of the output hold (a rerun does not ask for them)."""
+        if not self.skip or self.position is None:
+            return self.store.count(self.key)
+        prefix = f"@{self.position}:"
+        return sum(
+            1
+            for key in self.store.keys(self.key)
+            if not key.startswith(prefix) or int(key[len(prefix) :].split("+")[0]) >= self.skip
+        )
 
     def get(self, digest: str) -> BatchOutcome | None:
         """The answer kept under ``digest`` (the batch's key: ``position_key`` or

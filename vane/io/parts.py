@@ -1,9 +1,10 @@
 """The output's own files as a resumable write's durable increments: a rerun skips the input
 whose rows are in them, and nothing is written twice.
 
-``write_*(folder, resume=True)`` to a local folder, from a plan whose one UDF step is known by
-its place in its input (``execution/resume.py``: files read as they were, row by row steps) and
-whose steps above it keep its rows one for one, in order, writes its files as parts of a
+``write_*(folder, resume=True)`` to a local folder on the local runner, without ``errors_to``,
+from a plan whose one UDF step is known by its place in its input (``execution/resume.py``:
+files read as they were, row by row steps) and whose steps above it keep its rows one for one,
+in order (``parts_step``), writes its files as parts of a
 bounded size (``PART_BYTES`` of rows, or ``PART_SECONDS`` of writing), each cut where an
 answer of the UDF step ends. A closed part is kept in the saved work's folder (``parts/``)
 with a record in ``parts.journal`` of the input rows it holds the answers to. A rerun links
@@ -142,56 +143,60 @@ def _records(journal: Path) -> Iterator[dict[str, object]]:
 class Parts:
     """The kept parts of one resumable write to a local folder, and the writing of new ones."""
 
-    def __init__(self, folder: Path, sink: FileSink) -> None:
+    def __init__(self, folder: Path, sink: FileSink, identity: str | None = None) -> None:
         self.folder = folder  # the saved work's folder (``io/resume.py``)
         self.journal = folder / JOURNAL
         self.parts = folder / FOLDER
         self.sink = sink
-        self.token, self.kept = self._load(describe(sink))
+        # What the parts hold answers to: the UDF step's input (``input_identity``), written
+        # for this sink; parts kept for another are not taken.
+        head: dict[str, object] = {"sink": describe(sink), "input": identity}
+        self.token, self.kept = self._load(head)
         last = self.kept[-1] if self.kept else None
         self.skip = last.input_end if last else 0  # the step's input rows the kept parts hold
         self.kept_output = last.output_end if last else 0
         self.marks = Marks(self.kept_output, self.skip)
 
-    def _load(self, sink: str) -> tuple[str, list[KeptPart]]:
-        """The run's part-name token and the parts kept in order; anything else in ``parts/``
-        (a part linked by a run killed before its record) is removed."""
+    def _load(self, head: dict[str, object]) -> tuple[str, list[KeptPart]]:
+        """The run's part-name token and the parts kept in order. Anything else in ``parts/``
+        (a part linked by a run killed before its record) is removed, and the journal is
+        rewritten to hold only what is taken: a torn last line left in it would join the
+        next record's line, which would then fail its CRC."""
         records = list(_records(self.journal))
         self.parts.mkdir(parents=True, exist_ok=True)
-        if not records or records[0].get("sink") != sink:
-            token = uuid.uuid4().hex[:12]
-            for left in self.parts.iterdir():
-                left.unlink()
-            temporary = self.journal.with_name(f"{JOURNAL}.tmp-{token}")
-            temporary.write_bytes(_line({"sink": sink, "token": token}))
-            os.replace(temporary, self.journal)
-            return token, []
-        token = str(records[0]["token"])
         kept: list[KeptPart] = []
-        for record in records[1:]:
-            part = KeptPart(
-                str(record["name"]),
-                int(record["rows"]),  # type: ignore[call-overload]
-                int(record["bytes"]),  # type: ignore[call-overload]
-                int(record["input_end"]),  # type: ignore[call-overload]
-                int(record["output_end"]),  # type: ignore[call-overload]
-            )
-            previous = kept[-1].input_end if kept else 0
-            try:
-                size = (self.parts / part.name).stat().st_size
-            except FileNotFoundError:
-                break
-            if size != part.bytes or part.input_end <= previous:
-                break
-            kept.append(part)
+        if records and all(records[0].get(k) == v for k, v in head.items()):
+            token = str(records[0]["token"])
+            for record in records[1:]:
+                part = KeptPart(
+                    str(record["name"]),
+                    int(record["rows"]),  # type: ignore[call-overload]
+                    int(record["bytes"]),  # type: ignore[call-overload]
+                    int(record["input_end"]),  # type: ignore[call-overload]
+                    int(record["output_end"]),  # type: ignore[call-overload]
+                )
+                previous = kept[-1].input_end if kept else 0
+                try:
+                    size = (self.parts / part.name).stat().st_size
+                except FileNotFoundError:
+                    break
+                if size != part.bytes or part.input_end <= previous:
+                    break
+                kept.append(part)
+        else:
+            token = uuid.uuid4().hex[:12]
         names = {part.name for part in kept}
         for left in self.parts.iterdir():
             if left.name not in names:
                 left.unlink()
-        if len(kept) < len(records) - 1:  # (the journal is rewritten without the rest)
-            lines = [_line(records[0])] + [_line(part.__dict__) for part in kept]
+        whole = _line({**head, "token": token}) + b"".join(_line(p.__dict__) for p in kept)
+        try:
+            same = self.journal.read_bytes() == whole
+        except FileNotFoundError:
+            same = False
+        if not same:
             temporary = self.journal.with_name(f"{JOURNAL}.tmp-{token}")
-            temporary.write_bytes(b"".join(lines))
+            temporary.write_bytes(whole)
             os.replace(temporary, self.journal)
         return token, kept
 

@@ -316,6 +316,10 @@ class ResumeStore:
         """How many answers of ``step`` the store holds (whole heads, as ``get`` finds them)."""
         return len(self._index(step))
 
+    def keys(self, step: str) -> Iterator[str]:
+        """The keys of ``step``'s answers the store holds (as ``count`` counts them)."""
+        return iter(self._index(step))
+
     def kept(self) -> Iterator[tuple[str, str]]:
         """Every (step, digest) whose answer has a whole head in the store (as a rerun finds
         them; a body that fails its CRC is found, and reads as missing)."""

@@ -292,6 +292,17 @@ def _catalog() -> dict[str, list[tuple[str, str | None, list[str], list[str], st
 
 
 @functools.lru_cache(maxsize=1024)
+def gives_one_row(function: str) -> bool:
+    """Whether a call of ``function`` in a select list gives one value for each row: DuckDB's
+    catalog lists a scalar overload of it. Not ``unnest``, nor a macro (which may expand to
+    one: ``generate_subscripts``), nor a name the catalog does not know (a user's macro)."""
+    name = function.lower()
+    if name in _OPERATORS:
+        return True
+    return name != "unnest" and any(kind == "scalar" for kind, *_ in _catalog().get(name, ()))
+
+
+@functools.lru_cache(maxsize=1024)
 def is_repeatable(function: str) -> bool:
     """Whether DuckDB's catalog says ``function`` gives the same value for the same arguments
     in every query, given the session's time zone and calendar: not for a volatile function
