@@ -67,7 +67,7 @@ PART_SECONDS = 60.0
 # Where parts are kept, an answer is kept in the log only if its call took at least this many
 # times what keeping an answer costs (so the log adds at most a twentieth to the calls).
 KEEP_RATIO = 20.0
-MEASURED = 4  # a step's first answers, always kept, on which keeping's cost is measured
+MEASURED = 2  # a step's first keeps, always made, on which keeping's cost is measured
 JOURNAL = "parts.journal"
 FOLDER = "parts"
 
