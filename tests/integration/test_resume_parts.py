@@ -26,7 +26,7 @@ import pytest
 
 import vane
 from vane.io import parts
-from vane.io.parts import JOURNAL, Marks, Parts, _line
+from vane.io.parts import JOURNAL, Mark, Marks, Parts, _line
 from vane.io.sinks import FileSink
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ JOB = (
     from vane.execution import stage
     from vane.io import parts
 
-    out, calls, backend, fmt, hang_at, part_bytes, keep_ratio, chain, drop = sys.argv[1:10]
+    out, calls, backend, fmt, hang_at, part_bytes, keep_ratio, chain, drop, fail = sys.argv[1:11]
     if drop == "no":  # (each call its own unit: a hung call holds no answered one)
         stage.MAX_UNIT_CALLS = 1
     parts.PART_BYTES = int(part_bytes)
@@ -59,18 +59,21 @@ JOB = (
         made.append(1)
         if len(made) == int(hang_at):  # this run's call that the kill will find running
             threading.Event().wait()
+        if fail == "yes" and pc.any(pc.equal(pc.remainder(batch["id"], 97), 0)).as_py():
+            raise ValueError("a row the model cannot answer")  # (skipped: on_error below)
         if drop == "yes":  # fewer rows out than in: a part's input and output rows differ
             batch = batch.filter(pc.not_equal(pc.bit_wise_and(batch["id"], 7), 0))
         return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 3)})
 
     rel = vane.range(ROWS).map_batches(
         model, schema={"id": "BIGINT", "y": "BIGINT"}, batch_size=BATCH,
-        execution_backend=backend,
+        execution_backend=backend, on_error="skip" if fail == "yes" else "raise",
     )
     if chain == "sql":  # a step above it, run by DuckDB, that keeps each row as one
         rel = rel.with_column("z", vane.sql_expr("y + 1"))
     result = getattr(rel, "write_" + fmt)(out, resume=True)
-    print("resumed", result.steps[0].rows_resumed, "rows", result.rows)
+    step = result.steps[0]
+    print("resumed", step.rows_resumed, "rows", result.rows, "skipped", step.rows_skipped)
     """
     )
     .replace("ROWS", str(ROWS))
@@ -90,13 +93,14 @@ def _job(
     chain: str = "none",
     pause: str = "",
     drop: str = "no",
+    fail: str = "no",
 ) -> subprocess.Popen[str]:
     """The job, whose model hangs at its ``hang_at``-th call of this run (0: never); with
     ``keep_ratio`` inf, no answer after the first two is kept in the log (the parts alone
     keep the work), with 0 every one is."""
     args = [str(out), str(calls), backend, fmt, str(hang_at), str(part_bytes), str(keep_ratio)]
     return subprocess.Popen(
-        [sys.executable, "-c", JOB, *args, chain, drop],
+        [sys.executable, "-c", JOB, *args, chain, drop, fail],
         cwd=ROOT,
         env=dict(os.environ, VANE_COMMIT_PAUSE=pause),
         stdout=subprocess.PIPE,
@@ -132,7 +136,8 @@ def _finish(out: Path, log: Path, **options: object) -> tuple[int, int]:
     stdout, stderr = job.communicate(timeout=300)
     assert job.returncode == 0, stderr
     resumed = int(stdout.split("resumed ")[1].split()[0])
-    assert f"rows {len(_ids(str(options.get('drop', 'no'))))}" in stdout
+    if options.get("fail") != "yes":
+        assert f"rows {len(_ids(str(options.get('drop', 'no'))))}" in stdout
     return _calls(log) - before, resumed
 
 
@@ -222,6 +227,20 @@ def test_with_every_answer_kept_a_rerun_pays_for_nothing_kept_either_way(tmp_pat
     _check_output(out)
 
 
+@pytest.mark.timeout(300)
+def test_a_rerun_says_the_rows_on_error_skipped_in_the_parts_it_took(tmp_path):
+    out, log = tmp_path / "out", tmp_path / "calls.log"
+    _kill_when(_job(out, log, hang_at=200, fail="yes"), lambda: _calls(log) >= 200)
+    assert _recorded(out)
+    job = _job(out, log, fail="yes")
+    stdout, stderr = job.communicate(timeout=300)
+    assert job.returncode == 0, stderr
+    failing = [i for i in range(ROWS) if i % 97 == 0]
+    assert f"skipped {len(failing)}" in stdout  # those in the kept parts counted too
+    rows = vane.read_parquet(str(out)).to_arrow()
+    assert rows["id"].to_pylist() == [i for i in range(ROWS) if i % 97]
+
+
 # ---- the journal, the marks and which writes keep parts ----------------------------------------
 
 
@@ -269,7 +288,7 @@ def test_a_torn_tail_is_cut_off_so_that_the_parts_recorded_after_it_count(tmp_pa
     kept = Parts(folder, _sink(tmp_path))
     made = tmp_path / "p1"
     made.write_bytes(b"y" * 7)
-    kept._keep(made, 10, (20, 20))  # the next part, recorded after the torn line
+    kept._keep(made, 10, Mark(20, 20))  # the next part, recorded after the torn line
     again = Parts(folder, _sink(tmp_path))
     assert [p.name for p in again.kept] == ["p0", "p1"] and again.skip == 20
 
@@ -281,18 +300,18 @@ def test_parts_of_an_input_known_otherwise_are_not_taken(tmp_path):
     assert Parts(folder, _sink(tmp_path), "input-1").kept == []  # (the folder's: no identity)
     made = tmp_path / "p1"
     made.write_bytes(b"y" * 7)
-    Parts(folder, _sink(tmp_path), "input-1")._keep(made, 10, (10, 10))
+    Parts(folder, _sink(tmp_path), "input-1")._keep(made, 10, Mark(10, 10))
     assert [p.name for p in Parts(folder, _sink(tmp_path), "input-1").kept] == ["p1"]
     assert Parts(folder, _sink(tmp_path), "input-2").kept == []
 
 
 def test_marks_give_the_latest_place_inside_the_part_and_forget_those_before():
-    marks = Marks(0, 0)
+    marks = Marks(Mark(0, 0))
     for end in (10, 20, 30, 40):
-        marks.add(end, end * 2)
-    assert marks.cut(0, 25) == (20, 40)
+        marks.add(Mark(end, end * 2))
+    assert marks.cut(0, 25) == Mark(20, 40)
     assert marks.cut(20, 25) is None  # none after 20 up to 25
-    assert marks.cut(20, 45) == (40, 80)
+    assert marks.cut(20, 45) == Mark(40, 80)
 
 
 def test_which_writes_keep_parts(tmp_path):

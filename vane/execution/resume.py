@@ -37,7 +37,7 @@ import pyarrow as pa
 from vane.backend.connection import VERSION as DUCKDB_VERSION
 from vane.backend.connection import result_settings
 from vane.io.files import is_uri
-from vane.io.parts import KeepCost, Parts
+from vane.io.parts import KeepCost, Mark, Parts
 from vane.io.resume import ResumeStore
 from vane.io.sinks import FileSink, Sink
 from vane.ir.expr import Column, Expr, FunctionCall, SqlText, UdfCall
@@ -296,14 +296,14 @@ class Checkpoint:
         return 0 if self.parts is None else self.parts.skip
 
     @property
-    def done(self) -> tuple[int, int]:
-        """The step's output and input rows the kept parts of the output hold."""
-        return (0, 0) if self.parts is None else (self.parts.kept_output, self.parts.skip)
+    def done(self) -> Mark:
+        """Where the kept parts of the output end, in the step's rows and counts."""
+        return Mark(0, 0) if self.parts is None else self.parts.done
 
-    def mark(self, output: int, input: int) -> None:
-        """The step's output and input rows up to the end of an answer it hands on next."""
+    def mark(self, mark: Mark) -> None:
+        """Where the answer the step hands on next ends (``parts.Marks``)."""
         if self.parts is not None:
-            self.parts.marks.add(output, input)
+            self.parts.marks.add(mark)
 
     def answers_kept(self) -> int:
         """How many of the step's answers a run kept (under any key), but those of the input

@@ -33,6 +33,7 @@ from vane.execution.accounting import StepCounts
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
+from vane.io.parts import Mark
 from vane.observe.events import EventBus, ServerCount, ServerRequests, StageStarted
 from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
@@ -111,7 +112,7 @@ class UdfStage:
         self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
         # The step's output and input rows handed on so far (a resumable write's marks), the
         # rows the kept parts of its output hold included.
-        self._answered = (0, 0) if checkpoint is None else checkpoint.done
+        self._answered = (0, 0) if checkpoint is None else checkpoint.done[:2]
 
     def _chunks(self) -> Iterator[pa.Table]:
         skip = 0 if self.checkpoint is None else self.checkpoint.skip
@@ -427,7 +428,8 @@ class UdfStage:
         if self.checkpoint is not None and outcome.failure is None:
             # (a unit that failed part-way is no place to cut the output: its error follows)
             self._answered = (self._answered[0] + table.num_rows, self._answered[1] + rows_in)
-            self.checkpoint.mark(*self._answered)
+            counts = self.counts  # (the kept parts' counts included: ``_count_kept_parts``)
+            self.checkpoint.mark(Mark(*self._answered, counts.skipped, counts.nulled))
         batches = [batch for batch in table.to_batches() if batch.num_rows]
         for i, batch in enumerate(batches):
             # The rest of this unit's answers are here; after them, the next finished unit.
@@ -439,10 +441,17 @@ class UdfStage:
             raise outcome.failure
 
     def _count_kept_parts(self) -> None:
-        """The input rows whose answers are in a resumable write's kept parts, as resumed."""
-        if self._answered[1]:
-            output, input = self._answered
-            kept = StepCounts(rows_in=input, rows_out=output, resumed=input)
+        """The input rows whose answers are in a resumable write's kept parts, as resumed, with
+        what on_error did to them."""
+        done = Mark(0, 0) if self.checkpoint is None else self.checkpoint.done
+        if done.input:
+            kept = StepCounts(
+                rows_in=done.input,
+                rows_out=done.output,
+                resumed=done.input,
+                skipped=done.skipped,
+                nulled=done.nulled,
+            )
             self.counts.add(kept)
             self.events.emit(kept.progress(self.step, self.step_id, busy=0, actors=0))
 

@@ -51,7 +51,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
@@ -83,29 +83,42 @@ class KeptPart:
     bytes: int
     input_end: int
     output_end: int
+    skipped: int = 0  # the step's rows on_error skipped, and nulled, up to the part's end
+    nulled: int = 0
+
+
+class Mark(NamedTuple):
+    """A place where the UDF step's output may be cut: its output and input rows up to there,
+    and the rows ``on_error`` skipped and nulled up to there (the step's counts, which a rerun
+    that takes the parts before it says again)."""
+
+    output: int
+    input: int
+    skipped: int = 0
+    nulled: int = 0
 
 
 class Marks:
-    """Where the UDF step's output may be cut: after each answer, the step's output and input
-    rows up to its end. The stage adds one before the answer's rows go on, so the writer, which
-    counts the rows it has written, knows every place it has passed."""
+    """Where the UDF step's output may be cut: after each answer, a ``Mark``. The stage adds one
+    before the answer's rows go on, so the writer, which counts the rows it has written, knows
+    every place it has passed."""
 
-    def __init__(self, output: int, input: int) -> None:
+    def __init__(self, first: Mark) -> None:
         self._lock = threading.Lock()
-        self._marks: deque[tuple[int, int]] = deque([(output, input)])
+        self._marks: deque[Mark] = deque([first])
 
-    def add(self, output: int, input: int) -> None:
+    def add(self, mark: Mark) -> None:
         with self._lock:
-            self._marks.append((output, input))
+            self._marks.append(mark)
 
-    def cut(self, start: int, end: int) -> tuple[int, int] | None:
-        """The latest place after output row ``start`` and at most ``end`` (its output and
-        input rows), forgetting those before it; None if there is none."""
+    def cut(self, start: int, end: int) -> Mark | None:
+        """The latest place after output row ``start`` and at most ``end``, forgetting those
+        before it; None if there is none."""
         with self._lock:
             found = None
-            while self._marks and self._marks[0][0] <= end:
+            while self._marks and self._marks[0].output <= end:
                 mark = self._marks.popleft()
-                if mark[0] > start:
+                if mark.output > start:
                     found = mark
             if found is not None:
                 self._marks.appendleft(found)
@@ -152,10 +165,12 @@ class Parts:
         # for this sink; parts kept for another are not taken.
         head: dict[str, object] = {"sink": describe(sink), "input": identity}
         self.token, self.kept = self._load(head)
-        last = self.kept[-1] if self.kept else None
-        self.skip = last.input_end if last else 0  # the step's input rows the kept parts hold
-        self.kept_output = last.output_end if last else 0
-        self.marks = Marks(self.kept_output, self.skip)
+        last = self.kept[-1] if self.kept else KeptPart("", 0, 0, 0, 0)
+        self.skip = last.input_end  # the step's input rows the kept parts hold
+        self.kept_output = last.output_end
+        # Where the kept parts end, as the step's counts: where it begins.
+        self.done = Mark(last.output_end, last.input_end, last.skipped, last.nulled)
+        self.marks = Marks(self.done)
 
     def _load(self, head: dict[str, object]) -> tuple[str, list[KeptPart]]:
         """The run's part-name token and the parts kept in order. Anything else in ``parts/``
@@ -174,6 +189,8 @@ class Parts:
                     int(record["bytes"]),  # type: ignore[call-overload]
                     int(record["input_end"]),  # type: ignore[call-overload]
                     int(record["output_end"]),  # type: ignore[call-overload]
+                    int(record.get("skipped", 0)),  # type: ignore[call-overload]
+                    int(record.get("nulled", 0)),  # type: ignore[call-overload]
                 )
                 previous = kept[-1].input_end if kept else 0
                 try:
@@ -228,7 +245,7 @@ class Parts:
             number += 1
         return written
 
-    def _keep(self, path: Path, rows: int, cut: tuple[int, int]) -> None:
+    def _keep(self, path: Path, rows: int, cut: Mark) -> None:
         """Steps 2 to 4 of the protocol (the module's text) for a closed part."""
         descriptor = os.open(path, os.O_RDONLY)
         try:
@@ -238,7 +255,8 @@ class Parts:
         _pause("part-synced")
         _link(path, self.parts / path.name)
         _pause("part-linked")
-        record = KeptPart(path.name, rows, path.stat().st_size, cut[1], cut[0])
+        size = path.stat().st_size
+        record = KeptPart(path.name, rows, size, cut.input, cut.output, cut.skipped, cut.nulled)
         line = _line(record.__dict__)
         descriptor = os.open(self.journal, os.O_WRONLY | os.O_APPEND)
         try:
@@ -257,7 +275,7 @@ class _Cutting:
         self.marks = marks
         self.output = output  # the step's output rows so far
         self.carry: list[pa.RecordBatch] = []  # the rows after a cut, for the next part
-        self.cut: tuple[int, int] | None = None  # where the last part ended (output, input)
+        self.cut: Mark | None = None  # where the last part ended
 
     def next(self) -> pa.RecordBatch | None:
         return self.carry.pop() if self.carry else next(self.batches, None)
@@ -277,10 +295,10 @@ class _Cutting:
                 # (a place in this batch: the rows before it are in the part already)
                 self.cut = self.marks.cut(max(start, before - 1), self.output)
                 if self.cut is not None:
-                    head = self.cut[0] - before
+                    head = self.cut.output - before
                     if head < batch.num_rows:
                         self.carry.append(batch.slice(head))
-                    self.output = self.cut[0]
+                    self.output = self.cut.output
                     if head:
                         yield batch.slice(0, head)
                     return
