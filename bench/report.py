@@ -527,10 +527,9 @@ WHY = {
         "answers are not kept in the log (keeping one, about 60 us for a 64 KB batch, is more "
         "than a twentieth of its call). What remains, measured in one process over 24 "
         "alternating runs (0.193 against 0.187 s, medians): about 3 ms once (the job's "
-        "fingerprint and the input's identity, the saved work's folder made and removed, the "
-        "first two answers kept to measure what keeping costs) and a few microseconds a batch "
-        "(its key, a mark where the output may be cut), within the run-to-run spread of a "
-        "0.25 s job on two busy cores."
+        "fingerprint and the input's identity, the saved work's folder made and removed) and a "
+        "few microseconds a batch (its key, a mark where the output may be cut), within the "
+        "run-to-run spread of a 0.2 s job on two busy cores."
     ),
     "prompt_busy/vane": (
         "The bound here is the machine, not the server: the aiohttp loop, which does nothing "

@@ -11,7 +11,9 @@ running) or ``minilm`` (all-MiniLM-L6-v2 from the installed package, through
 sentence-transformers). Each call appends its batch's first id to ``CALLS`` and syncs it
 before it computes, so a kill cannot lose a count. ``prompt`` asks vane's OpenAI-compatible
 test server at ``BASE_URL`` about each row, which counts the requests itself. ``SINK`` is
-``parquet`` (a folder) or ``lance``.
+``parquet`` (a folder) or ``lance``. With ``KILL_JOB_PART_BYTES`` set, a folder's parts are
+closed (and kept for a rerun) every that many bytes of rows, so that kills land in their
+protocol too.
 """
 
 from __future__ import annotations
@@ -108,6 +110,10 @@ def write(rel: vane.Relation, out: str, sink: str) -> None:
 
 def main(argv: list[str]) -> None:
     vane.configure(progress=False)
+    if os.environ.get("KILL_JOB_PART_BYTES"):  # parts closed every few batches (io/parts.py)
+        from vane.io import parts
+
+        parts.PART_BYTES = int(os.environ["KILL_JOB_PART_BYTES"])
     job, out, sink = argv[:3]
     if job == "embed":
         calls, model, rows, batch, concurrency = argv[3:8]

@@ -96,6 +96,8 @@ class Matrix:
     seed: int
     in_flight: int  # rows a kill may find paid for and not kept
     history: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    parts_kept: int = 0  # the most output parts a killed run left kept (io/parts.py)
 
     def say(self) -> str:
         return (
@@ -116,7 +118,7 @@ class Matrix:
         return subprocess.Popen(
             self.command,
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env={**os.environ, "PYTHONPATH": str(ROOT), **self.env},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -156,6 +158,9 @@ class Matrix:
         if killed:
             os.killpg(job.pid, signal.SIGKILL)
         _, stderr = job.communicate()
+        journal = store_path(str(self.out)) / "parts.journal"
+        if journal.exists():
+            self.parts_kept = max(self.parts_kept, len(journal.read_bytes().splitlines()) - 1)
         ran = self.paid() - before
         if not killed:
             assert job.returncode == 0, f"the job failed: {stderr}\n{self.say()}"
@@ -195,6 +200,9 @@ def _output(sink: str, out: Path) -> vane.Relation:
 
 
 def _embed_case(tmp_path: Path, sink: str, model: str, size: Size) -> None:
+    # "parquet-parts": a folder whose parts close every few batches, kept for the rerun
+    env = {"KILL_JOB_PART_BYTES": str(3 * size.batch * 140)} if sink == "parquet-parts" else {}
+    sink = sink.removesuffix("-parts")
     if sink == "lance":
         pytest.importorskip("lance")
     out = tmp_path / ("out.lance" if sink == "lance" else "out")
@@ -204,7 +212,7 @@ def _embed_case(tmp_path: Path, sink: str, model: str, size: Size) -> None:
     def paid() -> int:  # each line is a call on a whole batch
         return len(log.read_text().splitlines()) * size.batch if log.exists() else 0
 
-    case = f"embed[{model}, {sink}, {size.rows} rows]"
+    case = f"embed[{model}, {sink}{' in parts' if env else ''}, {size.rows} rows]"
     rel = kill_jobs.embed_job(str(log), model, size.rows, size.batch, CONCURRENCY)
     matrix = Matrix(
         case,
@@ -215,9 +223,11 @@ def _embed_case(tmp_path: Path, sink: str, model: str, size: Size) -> None:
         sink,
         _seed(case),
         _in_flight_rows(rel),
+        env=env,
     )
     kills = matrix.run()
     print(matrix.say())  # with -s: where each kill landed
+    assert matrix.parts_kept > 0 or not env, "no kill found a part kept: parts went untested"
     # The bound, over every run: rows, plus what was in flight at each kill.
     assert paid() <= size.rows + kills * matrix.in_flight, matrix.say()
     calls = Counter(int(line) for line in log.read_text().splitlines())
@@ -233,7 +243,7 @@ def _embed_case(tmp_path: Path, sink: str, model: str, size: Size) -> None:
 
 
 @pytest.mark.timeout(1800 if FULL else 300)
-@pytest.mark.parametrize("sink", ["parquet", "lance"])
+@pytest.mark.parametrize("sink", ["parquet", "parquet-parts", "lance"])
 def test_an_embedding_job_killed_at_random_pays_once_per_row_plus_what_was_in_flight(
     tmp_path, sink
 ):

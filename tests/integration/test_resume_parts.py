@@ -96,7 +96,7 @@ def _job(
     fail: str = "no",
 ) -> subprocess.Popen[str]:
     """The job, whose model hangs at its ``hang_at``-th call of this run (0: never); with
-    ``keep_ratio`` inf, no answer after the first two is kept in the log (the parts alone
+    ``keep_ratio`` inf, no answer is kept in the log (the parts alone
     keep the work), with 0 every one is."""
     args = [str(out), str(calls), backend, fmt, str(hang_at), str(part_bytes), str(keep_ratio)]
     return subprocess.Popen(

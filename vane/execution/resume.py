@@ -37,7 +37,7 @@ import pyarrow as pa
 from vane.backend.connection import VERSION as DUCKDB_VERSION
 from vane.backend.connection import result_settings
 from vane.io.files import is_uri
-from vane.io.parts import KeepCost, Mark, Parts
+from vane.io.parts import Mark, Parts, worth_keeping
 from vane.io.resume import ResumeStore
 from vane.io.sinks import FileSink, Sink
 from vane.ir.expr import Column, Expr, FunctionCall, SqlText, UdfCall
@@ -288,7 +288,6 @@ class Checkpoint:
         # skips the input rows they hold, marks where its output may be cut, and keeps in the
         # log only the answers whose calls cost far more than keeping them.
         self.parts = parts
-        self._cost = KeepCost()
 
     @property
     def skip(self) -> int:
@@ -340,8 +339,9 @@ class Checkpoint:
         sent alone: a rerun cuts its units otherwise, and finds each call's answer."""
         if self.parts is None:
             self._put_calls(digests, starts, outcome, rows)
-        elif self._cost.worth(outcome.seconds / max(1, len(digests))):
-            with self._cost.timing(len(digests)):
+        else:
+            calls = max(1, len(digests))
+            if worth_keeping(outcome.seconds / calls, outcome.table.nbytes / calls):
                 self._put_calls(digests, starts, outcome, rows)
 
     def _put_calls(
