@@ -217,6 +217,8 @@ STEPS: dict[str, Callable[[vane.Relation], vane.Relation]] = {
     "order_by": lambda r: r.order_by("id", descending=True),
     "with_column(sql)": lambda r: r.with_column("x", "id + 1").drop("x"),
     "unnest": lambda r: r.select("id", "unnest([1, 2]) AS u").drop("u"),
+    "unlist": lambda r: r.select("id", "unlist([1, 2]) AS u").drop("u"),
+    "generate_subscripts": lambda r: r.select("id", "generate_subscripts([1, 2], 1) AS u"),
     "join": lambda r: r.join(vane.range(60).select("id"), on="id"),
     "join nothing": lambda r: r.join(vane.range(0), on="id"),
     "distinct": lambda r: r.distinct(),

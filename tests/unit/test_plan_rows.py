@@ -47,6 +47,13 @@ def _steps() -> st.SearchStrategy[Step]:
             Step("union itself", lambda r: r.union(r), True),
             Step("materialize", lambda r: r.materialize(), True),
             Step("unnest", lambda r: r.select("id", "unnest([1, 2]) AS u").drop("u"), False),
+            Step("unlist", lambda r: r.select("id", "unlist([1, 2]) AS u").drop("u"), False),
+            Step(  # a macro over unnest
+                "generate_subscripts",
+                lambda r: r.select("id", "generate_subscripts([1, 2], 1) AS u").drop("u"),
+                False,
+            ),
+            Step("nullif (a macro)", lambda r: r.with_column("x", "nullif(id, 3)").drop("x"), True),
             Step("window", lambda r: r.select("id", "row_number() OVER () AS n").drop("n"), False),
             Step("join", lambda r: r.join(vane.range(7), on="id"), False),
             Step("distinct", lambda r: r.distinct(), False),

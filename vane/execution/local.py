@@ -435,8 +435,8 @@ class LocalRunner:
                 execution.ledger = ledger
                 parts = None
                 if cut_after is not None and store is not None:
-                    step, identity = cut_after
-                    parts = Parts(store.path, sink, identity)  # type: ignore[arg-type]
+                    step, identity, held = cut_after
+                    parts = Parts(store.path, sink, held)  # type: ignore[arg-type]
                     execution.parts = (step, identity, parts)
                 reader = (
                     execution.reader(plan, get_config().batch_size)

@@ -41,7 +41,7 @@ from vane.io.parts import Mark, Parts, worth_keeping
 from vane.io.resume import ResumeStore
 from vane.io.sinks import FileSink, Sink
 from vane.ir.expr import Column, Expr, FunctionCall, SqlText, UdfCall
-from vane.ir.parse import gives_one_row, is_repeatable
+from vane.ir.parse import is_repeatable
 from vane.plan.explain import explain
 from vane.plan.nodes import (
     Drop,
@@ -123,13 +123,14 @@ def input_identity(node: PlanNode) -> str | None:
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=10).hexdigest()
 
 
-def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str] | None:
+def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str, str] | None:
     """The UDF step after whose answers a resumable write to ``sink`` may cut its output into
     kept parts (``io/parts.py``), if there is one: a local folder of Parquet or CSV files, not
     partitioned nor cut by rows, written from the plan's only UDF step, answering in order
     batches known by their place in the input, through steps that keep each of its rows as one
     row, in order (so the output's rows are the step's, counted alike); with its input's
-    identity (``input_identity``)."""
+    identity (``input_identity``), and an identity of what the parts hold (that input, and
+    the steps above, each whole), which the kept parts are recorded under."""
     if not isinstance(sink, FileSink) or sink.single_file or sink.format == "json":
         return None
     if is_uri(sink.path) or sink.partition_by or sink.rows_per_file is not None:
@@ -143,24 +144,35 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str] | None:
     if not spec.preserve_order or spec.batch_bytes is not None:
         return None
     identity = input_identity(node.input)
-    return None if identity is None else (node, identity)
+    if identity is None:
+        return None
+    # What the kept parts hold: the step's answers to this input, through these steps above.
+    held = hashlib.blake2b(f"{identity}\0{_above(plan, node)}".encode(), digest_size=10)
+    return node, identity, held.hexdigest()
 
 
 def _one_row_each(node: PlanNode) -> bool:
-    """Whether the SQL step ``node`` surely gives one row for each row of its input, in order:
-    ``one_for_one``, and every function it calls one that DuckDB's catalog lists as scalar (a
-    macro, such as ``generate_subscripts``, may make several rows of one)."""
+    """Whether the SQL step ``node`` surely gives one row for each row of its input, in order
+    (``one_for_one``), each the same on every run (``_repeatable``: a ``now()`` above the step
+    would differ from one part to the next, and from a kept part to the rerun's)."""
     if not one_for_one(node):
         return False
-    for expr in node.expressions() if isinstance(node, (Select, WithColumns)) else ():
-        for part in expr.walk():
-            if isinstance(part, FunctionCall) and not gives_one_row(part.name):
-                return False
-            if isinstance(part, SqlText) and not all(
-                gives_one_row(function) for function in part.parsed.functions
-            ):
-                return False
-    return True
+    if not isinstance(node, (Select, WithColumns)):
+        return True  # (a drop or a rename)
+    columns = {name.lower() for name in node.input.schema.names}
+    return all(_repeatable(expr, columns) for expr in node.expressions())
+
+
+def _above(plan: PlanNode, step: UdfStep) -> str:
+    """The steps from ``plan`` down to ``step``, each whole (every field, every literal: the
+    plan's explain() shortens long ones), which the kept parts' rows went through."""
+    parts: list[str] = []
+    node = plan
+    while node is not step:
+        fields = [f for f in dataclasses.fields(node) if f.name != "input"]  # type: ignore[arg-type]
+        parts.append(f"{type(node).__name__} {_text(tuple(getattr(node, f.name) for f in fields))}")
+        node = node.inputs[0]
+    return "\0".join(parts)
 
 
 def position_key(identity: str, first: int, rows: int) -> str:

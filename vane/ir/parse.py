@@ -294,12 +294,33 @@ def _catalog() -> dict[str, list[tuple[str, str | None, list[str], list[str], st
 @functools.lru_cache(maxsize=1024)
 def gives_one_row(function: str) -> bool:
     """Whether a call of ``function`` in a select list gives one value for each row: DuckDB's
-    catalog lists a scalar overload of it. Not ``unnest``, nor a macro (which may expand to
-    one: ``generate_subscripts``), nor a name the catalog does not know (a user's macro)."""
-    name = function.lower()
+    catalog lists a scalar overload of it, or it is a macro whose definition calls only such
+    functions (``nullif``, ``date_add``). Not ``unnest`` (nor its alias ``unlist``), nor a
+    macro over it (``generate_subscripts``), nor a name the catalog does not know."""
+    return _one_row(function.lower(), frozenset())
+
+
+_MANY_ROWS = frozenset({"unnest", "unlist"})
+
+
+def _one_row(name: str, seen: frozenset[str]) -> bool:
     if name in _OPERATORS:
         return True
-    return name != "unnest" and any(kind == "scalar" for kind, *_ in _catalog().get(name, ()))
+    overloads = _catalog().get(name)
+    if not overloads or name in _MANY_ROWS or name in seen:
+        return False
+    if any(kind == "scalar" for kind, *_ in overloads):
+        return True  # (in a select list the call is the scalar one: a table function is not)
+    macros = [definition for kind, *_, definition in overloads if kind == "macro"]
+    if not macros or None in macros:
+        return False
+    for definition in macros:
+        node = _parse_select(f"SELECT {definition}")
+        if node is None or any(p.get("class") == "SUBQUERY" for p in walk_tree(node)):
+            return False
+        if not all(_one_row(f, seen | {name}) for f in _functions_of(node)):
+            return False
+    return True
 
 
 @functools.lru_cache(maxsize=1024)

@@ -13,7 +13,8 @@ a ``flat_map``, a ``map_batches`` (which may return any number of rows), a step 
 
 from __future__ import annotations
 
-from vane.ir.expr import display
+from vane.ir.expr import Expr, FunctionCall, SqlText, display
+from vane.ir.parse import gives_one_row
 from vane.plan.nodes import (
     ArrowScan,
     Drop,
@@ -33,13 +34,24 @@ from vane.udf.spec import UdfSpec
 
 
 def one_for_one(node: PlanNode) -> bool:
-    """Whether the SQL step ``node`` gives exactly one row for each input row, in order."""
+    """Whether the SQL step ``node`` gives exactly one row for each input row, in order: a
+    ``drop`` or ``rename``, or a ``select`` or ``with_column`` of row-local expressions whose
+    every function gives one value a row (``gives_one_row``: not ``unnest``, ``unlist`` or a
+    macro over them, such as ``generate_subscripts``)."""
     if isinstance(node, (Drop, Rename)):
         return True
     if isinstance(node, (Select, WithColumns)):
-        exprs = node.expressions()
-        return node.row_local and not any("unnest" in display(e).lower() for e in exprs)
+        return node.row_local and all(_one_row_each(e) for e in node.expressions())
     return False
+
+
+def _one_row_each(expr: Expr) -> bool:
+    for part in expr.walk():
+        if isinstance(part, FunctionCall) and not gives_one_row(part.name):
+            return False
+        if isinstance(part, SqlText) and not all(map(gives_one_row, part.parsed.functions)):
+            return False
+    return "unnest" not in display(expr).lower()  # (however it is written)
 
 
 def answers_row_for_row(spec: UdfSpec) -> bool:
