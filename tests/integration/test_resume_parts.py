@@ -272,6 +272,39 @@ def test_parts_written_through_other_steps_above_are_not_taken(tmp_path, monkeyp
     assert set(vane.read_parquet(str(out)).to_arrow()["tag"].to_pylist()) == {"b" * 50}
 
 
+def test_an_async_or_counting_functions_answers_are_kept_however_quick(tmp_path, monkeypatch):
+    """A call that awaits a server, or counts requests or tokens, is paid for: kept in the log
+    even where parts are kept and the call took no time at all."""
+    from vane.io.resume import ResumeStore
+
+    monkeypatch.setattr(parts, "KEEP_RATIO", float("inf"))  # no quick answer is kept
+
+    async def asked(batch: pa.Table) -> pa.Table:
+        if batch["id"][0].as_py() >= 500:
+            raise RuntimeError("preempted")
+        return batch
+
+    class Counted:
+        def __init__(self) -> None:
+            self.requests = 0
+
+        def __call__(self, batch: pa.Table) -> pa.Table:
+            if batch["id"][0].as_py() >= 500:
+                raise RuntimeError("preempted")
+            self.requests += 1
+            return batch
+
+        def usage_counters(self) -> dict[str, int]:
+            return {"requests": self.requests}
+
+    for name, fn in (("async", asked), ("counted", Counted)):
+        out = tmp_path / name
+        rel = vane.range(1_000).map_batches(fn, schema={"id": "BIGINT"}, batch_size=100)
+        with pytest.raises(RuntimeError, match="preempted"):
+            rel.write_parquet(str(out), resume=True)
+        assert sum(1 for _ in ResumeStore(str(out), "test").kept()) == 5, name
+
+
 # ---- the journal, the marks and which writes keep parts ----------------------------------------
 
 

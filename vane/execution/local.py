@@ -238,7 +238,7 @@ class Execution:
     def _checkpoint(self, store: ResumeStore, node: UdfStep) -> Checkpoint:
         if self.parts is not None and self.parts[0] is node:
             _, identity, parts = self.parts
-            return Checkpoint(store, step_key(node), identity, parts)
+            return Checkpoint(store, step_key(node), identity, parts, paid=node.udf.is_async)
         return Checkpoint(store, step_key(node), input_identity(node.input))
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:

@@ -290,9 +290,14 @@ class Checkpoint:
         key: str,
         position: str | None = None,
         parts: Parts | None = None,
+        *,
+        paid: bool = False,
     ) -> None:
         self.store = store
         self.key = key
+        # The step's calls await something paid for (an async function: a server, an API):
+        # its answers are kept however quick the calls, parts or none.
+        self.paid = paid
         # The step's input's identity, where its batches are known by their place in it
         # (``input_identity``); None: by their values.
         self.position = position
@@ -352,8 +357,14 @@ class Checkpoint:
         if self.parts is None:
             self._put_calls(digests, starts, outcome, rows)
         else:
+            # (a call that counted requests or tokens, or an async one, awaiting a server: paid
+            # for, whatever its time, and never asked again)
             calls = max(1, len(digests))
-            if worth_keeping(outcome.seconds / calls, outcome.table.nbytes / calls):
+            if (
+                self.paid
+                or outcome.usage
+                or worth_keeping(outcome.seconds / calls, outcome.table.nbytes / calls)
+            ):
                 self._put_calls(digests, starts, outcome, rows)
 
     def _put_calls(

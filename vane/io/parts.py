@@ -334,7 +334,8 @@ def _suffix(writer: PartWriter) -> str:
 
 
 def worth_keeping(call_seconds: float, answer_bytes: float) -> bool:
-    """Whether, where parts are kept, a call's answer is worth keeping in the log too: the call
+    """Whether, where parts are kept, a quick call's answer is worth keeping in the log too (an
+    async call's, or one that counted requests or tokens, always is: ``Checkpoint.put``): the call
     took at least ``KEEP_RATIO`` times what keeping an answer of its size costs (``KEEP_SECONDS``
     and ``KEEP_BYTES_PER_SECOND``, measured: serializing, its CRC and the append). Only the
     call is timed, and a busy machine only makes a call take longer: an expensive call is never
