@@ -37,20 +37,17 @@ BATCHES = ROWS // BATCH
 JOB = (
     textwrap.dedent(
         """
-    import os, sys, threading
+    import sys, threading
     import pyarrow as pa, pyarrow.compute as pc
     import vane
+    from tests.integration.kill_jobs import log_call
 
     vane.configure(progress=False)
     out, calls, backend, fmt, hang_at = sys.argv[1:6]
     made = []
 
     def model(batch):
-        # One line per call, on disk before the answer leaves: a kill cannot lose a count.
-        with open(calls, "a") as log:
-            log.write(f"{batch['id'][0].as_py()}\\n")
-            log.flush()
-            os.fsync(log.fileno())
+        log_call(calls, batch)  # on disk before the answer leaves: a kill loses no count
         made.append(1)
         if len(made) == int(hang_at):  # this run's call that the kill will find running
             threading.Event().wait()

@@ -36,9 +36,10 @@ BATCHES = ROWS // BATCH
 JOB = (
     textwrap.dedent(
         """
-    import os, sys, threading
+    import sys, threading
     import pyarrow as pa, pyarrow.compute as pc
     import vane
+    from tests.integration.kill_jobs import log_call
     from vane.execution import stage
     from vane.io import parts
 
@@ -51,11 +52,7 @@ JOB = (
     made = []
 
     def model(batch):
-        # One line per call, on disk before the answer leaves: a kill cannot lose a count.
-        with open(calls, "a") as log:
-            log.write(f"{batch['id'][0].as_py()}\\n")
-            log.flush()
-            os.fsync(log.fileno())
+        log_call(calls, batch)  # on disk before the answer leaves: a kill loses no count
         made.append(1)
         if len(made) == int(hang_at):  # this run's call that the kill will find running
             threading.Event().wait()
@@ -126,7 +123,7 @@ def _kill_when(job: subprocess.Popen[str], ready: object) -> None:
 
 def _recorded(out: Path) -> list[dict[str, object]]:
     """The parts a run recorded (the journal's whole lines after its head)."""
-    return list(parts._records(out.parent / f".{out.name}.vane-resume" / JOURNAL))[1:]
+    return parts.journal_records(out.parent / f".{out.name}.vane-resume" / JOURNAL)[1:]
 
 
 def _finish(out: Path, log: Path, **options: object) -> tuple[int, int]:
@@ -330,9 +327,9 @@ def test_parts_are_taken_in_order_up_to_the_first_that_is_torn_missing_or_out_of
     folder = _folder_with(tmp_path, [_part(0, 10), _part(1, 20), _part(2, 30)], [5, 4, 5])
     kept = Parts(folder, _sink(tmp_path))
     assert [p.name for p in kept.kept] == ["p0"]  # p1's size is not its record's: p1, p2 go
-    assert (kept.skip, kept.kept_output, kept.token) == (10, 10, "t0")
+    assert (kept.done.input, kept.done.output, kept.token) == (10, 10, "t0")
     assert sorted(p.name for p in (folder / "parts").iterdir()) == ["p0"]
-    assert len(list(parts._records(folder / JOURNAL))) == 2  # rewritten without them
+    assert len(parts.journal_records(folder / JOURNAL)) == 2  # rewritten without them
 
 
 def test_a_torn_last_record_and_a_part_from_another_sink_are_not_taken(tmp_path):
@@ -341,7 +338,7 @@ def test_a_torn_last_record_and_a_part_from_another_sink_are_not_taken(tmp_path)
     journal.write_bytes(journal.read_bytes()[:-7])  # the last line cut short
     assert [p.name for p in Parts(folder, _sink(tmp_path)).kept] == ["p0"]
     other = Parts(folder, FileSink("csv", str(tmp_path / "out")))
-    assert other.kept == [] and other.skip == 0
+    assert other.kept == [] and other.done.input == 0
     assert list((folder / "parts").iterdir()) == []
 
 
@@ -354,7 +351,7 @@ def test_a_torn_tail_is_cut_off_so_that_the_parts_recorded_after_it_count(tmp_pa
     made.write_bytes(b"y" * 7)
     kept._keep(made, 10, Mark(20, 20))  # the next part, recorded after the torn line
     again = Parts(folder, _sink(tmp_path))
-    assert [p.name for p in again.kept] == ["p0", "p1"] and again.skip == 20
+    assert [p.name for p in again.kept] == ["p0", "p1"] and again.done.input == 20
 
 
 def test_parts_of_an_input_known_otherwise_are_not_taken(tmp_path):

@@ -144,21 +144,6 @@ class Execution:
         batches = (batch for table in tables for batch in table.to_batches() if batch.num_rows)
         return pa.RecordBatchReader.from_batches(node.schema, batches)
 
-    def blocks(self, node: PlanNode, batch_size: int) -> pa.RecordBatchReader:
-        """``node``'s rows, the row-local steps over its UDF step run on ``batch_size`` of the
-        step's rows at a time, as a streaming action's are (``reader``): so that its answers
-        reach a resumable write's parts as they come, not once DuckDB has read far ahead."""
-        found = self._streamed_chain(node)
-        if found is None or not found[0]:  # (none over it: the step's batches as they come)
-            return self.reader(node, batch_size)
-        batches = (
-            batch
-            for table in self._per_block(*found, batch_size, fill=True)
-            for batch in table.to_batches()
-            if batch.num_rows
-        )
-        return pa.RecordBatchReader.from_batches(node.schema, batches)
-
     def produced(self, node: PlanNode) -> Iterator[pa.RecordBatch]:
         """``node``'s rows as they are produced (a stream with no batch size asked): a UDF
         step's answers, and the steps above it run on them, are handed on as each comes, those
@@ -430,7 +415,10 @@ class LocalRunner:
         )
         cut_after = parts_step(plan, sink) if store is not None and ledger is None else None
         try:
-            with _action(plan) as execution:
+            # With parts, the steps over the UDF step run on its rows as they come (a streaming
+            # action's reader), so that its answers reach the parts as they come, not once
+            # DuckDB has read far ahead.
+            with _action(plan, streaming=cut_after is not None) as execution:
                 execution.resume = store
                 execution.ledger = ledger
                 parts = None
@@ -438,11 +426,7 @@ class LocalRunner:
                     step, identity, held = cut_after
                     parts = Parts(store.path, sink, held)  # type: ignore[arg-type]
                     execution.parts = (step, identity, parts)
-                reader = (
-                    execution.reader(plan, get_config().batch_size)
-                    if parts is None
-                    else execution.blocks(plan, get_config().batch_size)
-                )
+                reader = execution.reader(plan, get_config().batch_size, fill=True)
                 committed = write_to(sink, reader, None if parts is None else parts.write)
         finally:
             if store is not None:

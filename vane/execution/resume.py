@@ -136,7 +136,7 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str, str] | None:
     if is_uri(sink.path) or sink.partition_by or sink.rows_per_file is not None:
         return None
     node = plan
-    while not isinstance(node, UdfStep) and _one_row_each(node):
+    while not isinstance(node, UdfStep) and _passes_rows_through(node):
         node = node.inputs[0]
     if not isinstance(node, UdfStep) or sum(isinstance(n, UdfStep) for n in walk(plan)) != 1:
         return None
@@ -151,7 +151,7 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str, str] | None:
     return node, identity, held.hexdigest()
 
 
-def _one_row_each(node: PlanNode) -> bool:
+def _passes_rows_through(node: PlanNode) -> bool:
     """Whether the SQL step ``node`` surely gives one row for each row of its input, in order
     (``one_for_one``), each the same on every run (``_repeatable``: a ``now()`` above the step
     would differ from one part to the next, and from a kept part to the rerun's)."""
@@ -309,7 +309,7 @@ class Checkpoint:
     @property
     def skip(self) -> int:
         """The step's first input rows, whose answers are in kept parts of the output."""
-        return 0 if self.parts is None else self.parts.skip
+        return 0 if self.parts is None else self.parts.done.input
 
     @property
     def done(self) -> Mark:

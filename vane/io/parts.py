@@ -138,12 +138,8 @@ def _line(record: dict[str, object]) -> bytes:
     return b"%08x %s\n" % (zlib.crc32(text), text)
 
 
-def _records(journal: Path) -> Iterator[dict[str, object]]:
-    """The journal's whole lines, up to its first torn one."""
-    try:
-        data = journal.read_bytes()
-    except FileNotFoundError:
-        return
+def _records(data: bytes) -> Iterator[dict[str, object]]:
+    """A journal's whole lines, up to its first torn one."""
     for line in data.split(b"\n")[:-1]:  # (the last piece: empty, or a torn line)
         crc, _, text = line.partition(b" ")
         try:
@@ -155,22 +151,27 @@ def _records(journal: Path) -> Iterator[dict[str, object]]:
         yield record
 
 
+def journal_records(journal: Path) -> list[dict[str, object]]:
+    """The records of the journal at ``journal`` (none if it is absent), its head first."""
+    try:
+        return list(_records(journal.read_bytes()))
+    except FileNotFoundError:
+        return []
+
+
 class Parts:
     """The kept parts of one resumable write to a local folder, and the writing of new ones."""
 
     def __init__(self, folder: Path, sink: FileSink, identity: str | None = None) -> None:
-        self.folder = folder  # the saved work's folder (``io/resume.py``)
+        """``folder``: the saved work's (``io/resume.py``); ``identity``: what the parts hold
+        answers to (``execution.resume.parts_step``). Parts kept for another identity or sink
+        are not taken."""
         self.journal = folder / JOURNAL
         self.parts = folder / FOLDER
-        self.sink = sink
-        # What the parts hold answers to: the UDF step's input (``input_identity``), written
-        # for this sink; parts kept for another are not taken.
         head: dict[str, object] = {"sink": describe(sink), "input": identity}
         self.token, self.kept = self._load(head)
         last = self.kept[-1] if self.kept else KeptPart("", 0, 0, 0, 0)
-        self.skip = last.input_end  # the step's input rows the kept parts hold
-        self.kept_output = last.output_end
-        # Where the kept parts end, as the step's counts: where it begins.
+        # Where the kept parts end, in the step's rows and counts: where it begins.
         self.done = Mark(last.output_end, last.input_end, last.skipped, last.nulled)
         self.marks = Marks(self.done)
 
@@ -179,21 +180,20 @@ class Parts:
         (a part linked by a run killed before its record) is removed, and the journal is
         rewritten to hold only what is taken: a torn last line left in it would join the
         next record's line, which would then fail its CRC."""
-        records = list(_records(self.journal))
+        try:
+            data = self.journal.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        records = list(_records(data))
         self.parts.mkdir(parents=True, exist_ok=True)
         kept: list[KeptPart] = []
         if records and all(records[0].get(k) == v for k, v in head.items()):
             token = str(records[0]["token"])
             for record in records[1:]:
-                part = KeptPart(
-                    str(record["name"]),
-                    int(record["rows"]),  # type: ignore[call-overload]
-                    int(record["bytes"]),  # type: ignore[call-overload]
-                    int(record["input_end"]),  # type: ignore[call-overload]
-                    int(record["output_end"]),  # type: ignore[call-overload]
-                    int(record.get("skipped", 0)),  # type: ignore[call-overload]
-                    int(record.get("nulled", 0)),  # type: ignore[call-overload]
-                )
+                try:
+                    part = KeptPart(**record)  # type: ignore[arg-type]
+                except TypeError:
+                    break  # (a record of another vane)
                 previous = kept[-1].input_end if kept else 0
                 try:
                     size = (self.parts / part.name).stat().st_size
@@ -209,11 +209,7 @@ class Parts:
             if left.name not in names:
                 left.unlink()
         whole = _line({**head, "token": token}) + b"".join(_line(p.__dict__) for p in kept)
-        try:
-            same = self.journal.read_bytes() == whole
-        except FileNotFoundError:
-            same = False
-        if not same:
+        if data != whole:
             temporary = self.journal.with_name(f"{JOURNAL}.tmp-{token}")
             temporary.write_bytes(whole)
             os.replace(temporary, self.journal)
@@ -231,7 +227,7 @@ class Parts:
             written.append(Part(str(directory / part.name), part.rows, part.bytes))
         open_file = _opener(writer.format, None) if writer.format != "json" else None
         assert open_file is not None  # (a JSON sink keeps the answer log only: ``parts_step``)
-        stream = _Cutting(iter(reader), self.marks, self.kept_output)
+        stream = _Cutting(iter(reader), self.marks, self.done.output)
         number = len(self.kept)
         while True:
             first = stream.next()
