@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,15 @@ from vane.execution.inference import learn_schemas
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
-from vane.execution.resume import Checkpoint, input_identity, parts_step, step_key
+from vane.execution.resume import (
+    Checkpoint,
+    input_identity,
+    parts_held,
+    parts_step,
+    step_key,
+    what_decides_rows,
+    what_decides_rows_soon,
+)
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
@@ -41,7 +49,7 @@ from vane.execution.write_setup import prepare_write
 from vane.io.commit import abort_unfinished, writes_started
 from vane.io.parts import Parts
 from vane.io.resume import Resume, ResumeStore
-from vane.io.sinks import Sink, WriteResult, write_to
+from vane.io.sinks import FileSink, Sink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished
 from vane.plan.explain import explain
@@ -85,11 +93,16 @@ class Execution:
         self.caller = Caller()
         # A resumable write's saved work, which its UDF stages answer batches from.
         self.resume: ResumeStore | None = None
+        # Where a resumable write reads DuckDB's settings (``resume.input_identity``).
+        self.settings: Callable[[], Mapping[str, str]] = what_decides_rows
         # A write's error ledger (errors_to=), which its UDF stages record failed rows in.
         self.ledger: Ledger | None = None
-        # A resumable write's kept parts of its output, with the UDF step they are cut after
-        # and the identity of its input.
-        self.parts: tuple[UdfStep, str, Parts] | None = None
+        # A resumable write's output, which may be kept in parts cut after this UDF step's
+        # answers (``resume.parts_step``), and its sink; and those parts, made as the step's
+        # stage begins, where its batches are known by their place in its input (its input's
+        # identity is known then: DuckDB's settings are read while its input is opened).
+        self.parts_after: tuple[UdfStep, FileSink] | None = None
+        self.parts: Parts | None = None
 
     def _summary(self, event: object) -> None:
         if isinstance(event, StageFinished):
@@ -221,10 +234,12 @@ class Execution:
         return stage, stream
 
     def _checkpoint(self, store: ResumeStore, node: UdfStep) -> Checkpoint:
-        if self.parts is not None and self.parts[0] is node:
-            _, identity, parts = self.parts
-            return Checkpoint(store, step_key(node), identity, parts, paid=node.udf.is_async)
-        return Checkpoint(store, step_key(node), input_identity(node.input))
+        identity = input_identity(node.input, self.settings)
+        if identity is not None and self.parts_after is not None and self.parts_after[0] is node:
+            held = parts_held(self.plan, node, identity)
+            self.parts = Parts(store.path, self.parts_after[1], held)
+        parts = self.parts if identity is not None else None
+        return Checkpoint(store, step_key(node), identity, parts, paid=node.udf.is_async)
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:
         try:
@@ -406,6 +421,8 @@ class LocalRunner:
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
         started = time.perf_counter()
+        # (asked now, read where a step's input's identity is computed: planning meanwhile)
+        settings = what_decides_rows_soon() if resume else what_decides_rows
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
@@ -420,13 +437,11 @@ class LocalRunner:
             # DuckDB has read far ahead.
             with _action(plan, streaming=cut_after is not None) as execution:
                 execution.resume = store
+                execution.settings = settings
                 execution.ledger = ledger
-                parts = None
-                if cut_after is not None and store is not None:
-                    step, identity, held = cut_after
-                    parts = Parts(store.path, sink, held)  # type: ignore[arg-type]
-                    execution.parts = (step, identity, parts)
+                execution.parts_after = cut_after
                 reader = execution.reader(plan, get_config().batch_size, fill=True)
+                parts = execution.parts  # (made as the reader began)
                 committed = write_to(sink, reader, None if parts is None else parts.write)
         finally:
             if store is not None:

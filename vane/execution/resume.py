@@ -29,7 +29,8 @@ import hashlib
 import inspect
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -105,32 +106,52 @@ def fingerprint(plan: PlanNode) -> dict[str, Any]:
     return {"plan": explain(plan), "steps": steps, "inputs": inputs}
 
 
-def input_identity(node: PlanNode) -> str | None:
+def what_decides_rows() -> dict[str, str]:
+    """What besides a plan decides the rows DuckDB gives for it, in their order: its settings
+    that decide values and order (``result_settings``), and the versions of DuckDB, Arrow and
+    vane."""
+    versions = f"duckdb {DUCKDB_VERSION} pyarrow {pa.__version__} vane {_vane_version()}"
+    return {**result_settings(), "versions": versions}
+
+
+def what_decides_rows_soon() -> Callable[[], Mapping[str, str]]:
+    """``what_decides_rows()`` asked now on a thread of its own; the callable returned waits
+    for it. It takes 3-7 ms, most of it a query (DuckDB lets go of the GIL): a resumable write
+    asks as it begins, and plans and opens its input meanwhile."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="vane-settings")
+    try:
+        return pool.submit(what_decides_rows).result
+    finally:
+        pool.shutdown(wait=False)
+
+
+def input_identity(
+    node: PlanNode, settings: Callable[[], Mapping[str, str]] = what_decides_rows
+) -> str | None:
     """An identity of the rows ``node`` gives, in their order, if every run of it gives the
     same ones (``node`` is a UDF step's input; see the module's text), else None: then a batch
     is known by its values (``batch_digest``). It covers each node's every field (the files'
     stamps: ``_same_files``; each expression whole), DuckDB's settings that decide
     values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
-    answer by its place only where the same rows come there."""
+    answer by its place only where the same rows come there. ``settings``: where those settings
+    and versions are read from (``what_decides_rows_soon``'s, asked earlier)."""
     parts: list[str] = []
     if not _same_rows(node, parts):
         return None
-    settings = result_settings()
-    if settings.get("preserve_insertion_order") != "true":
+    values = settings()
+    if values.get("preserve_insertion_order") != "true":
         return None  # (DuckDB may then give the rows in another order on each run)
-    parts.append(repr(sorted(settings.items())))
-    parts.append(f"duckdb {DUCKDB_VERSION} pyarrow {pa.__version__} vane {_vane_version()}")
+    parts.append(repr(sorted(values.items())))
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=10).hexdigest()
 
 
-def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str, str] | None:
+def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, FileSink] | None:
     """The UDF step after whose answers a resumable write to ``sink`` may cut its output into
-    kept parts (``io/parts.py``), if there is one: a local folder of Parquet or CSV files, not
-    partitioned nor cut by rows, written from the plan's only UDF step, answering in order
-    batches known by their place in the input, through steps that keep each of its rows as one
-    row, in order (so the output's rows are the step's, counted alike); with its input's
-    identity (``input_identity``), and an identity of what the parts hold (that input, and
-    the steps above, each whole), which the kept parts are recorded under."""
+    kept parts (``io/parts.py``), if there is one, with the sink: a local folder of Parquet or
+    CSV files, not partitioned nor cut by rows, written from the plan's only UDF step,
+    answering in order, through steps that keep each of its rows as one row, in order (so the
+    output's rows are the step's, counted alike). Its batches must also be known by their place
+    in the input (``input_identity``), which the write learns as the step's stage begins."""
     if not isinstance(sink, FileSink) or sink.single_file or sink.format == "json":
         return None
     if is_uri(sink.path) or sink.partition_by or sink.rows_per_file is not None:
@@ -143,12 +164,14 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, str, str] | None:
     spec = node.udf
     if not spec.preserve_order or spec.batch_bytes is not None:
         return None
-    identity = input_identity(node.input)
-    if identity is None:
-        return None
-    # What the kept parts hold: the step's answers to this input, through these steps above.
-    held = hashlib.blake2b(f"{identity}\0{_above(plan, node)}".encode(), digest_size=10)
-    return node, identity, held.hexdigest()
+    return node, sink
+
+
+def parts_held(plan: PlanNode, step: UdfStep, identity: str) -> str:
+    """An identity of what kept parts of ``plan``'s output hold, which they are recorded under:
+    ``step``'s answers to the input of that identity, through the steps above it, each whole."""
+    held = hashlib.blake2b(f"{identity}\0{_above(plan, step)}".encode(), digest_size=10)
+    return held.hexdigest()
 
 
 def _passes_rows_through(node: PlanNode) -> bool:
@@ -305,6 +328,9 @@ class Checkpoint:
         # skips the input rows they hold, marks where its output may be cut, and keeps in the
         # log only the answers whose calls cost far more than keeping them.
         self.parts = parts
+        # No answer of the step was kept when it began, and its batches are known by their
+        # places, each asked once a run: none is found, and none is looked for.
+        self.none_kept = position is not None and store.count(key) == 0
 
     @property
     def skip(self) -> int:
@@ -320,6 +346,10 @@ class Checkpoint:
         """Where the answer the step hands on next ends (``parts.Marks``)."""
         if self.parts is not None:
             self.parts.marks.add(mark)
+
+    def nothing_saved(self) -> bool:
+        """Whether the write saved nothing of the step: no kept part, no kept answer."""
+        return not self.skip and self.store.count(self.key) == 0
 
     def answers_kept(self) -> int:
         """How many of the step's answers a run kept (under any key), but those of the input
@@ -354,18 +384,21 @@ class Checkpoint:
         """Keep ``outcome``, the answer to ``rows`` input rows in calls beginning at ``starts``
         (a unit of several, or one), each call's under its batch's digest, as if it had been
         sent alone: a rerun cuts its units otherwise, and finds each call's answer."""
-        if self.parts is None:
+        if self.keeps(outcome, len(digests)):
             self._put_calls(digests, starts, outcome, rows)
-        else:
-            # (a call that counted requests or tokens, or an async one, awaiting a server: paid
-            # for, whatever its time, and never asked again)
-            calls = max(1, len(digests))
-            if (
-                self.paid
-                or outcome.usage
-                or worth_keeping(outcome.seconds / calls, outcome.table.nbytes / calls)
-            ):
-                self._put_calls(digests, starts, outcome, rows)
+
+    def keeps(self, outcome: BatchOutcome, calls: int) -> bool:
+        """Whether ``put`` keeps ``outcome``, the answer to ``calls`` calls: always, unless the
+        output is kept in parts; then only a call that counted requests or tokens, or an async
+        one (awaiting a server: paid for, whatever its time, and never asked again), or one
+        that cost far more than keeping its answer (``worth_keeping``)."""
+        if self.parts is None or self.paid or outcome.usage:
+            return True
+        # (the answer's size as its buffers', which a slice of a larger table overstates: the
+        # call is then less likely kept; ``nbytes`` walks them and lets go of the GIL, which a
+        # busy thread then waits to take back: about 0.1 ms a unit, measured)
+        calls = max(1, calls)
+        return worth_keeping(outcome.seconds / calls, outcome.table.get_total_buffer_size() / calls)
 
     def _put_calls(
         self, digests: list[str], starts: list[int], outcome: BatchOutcome, rows: int

@@ -105,9 +105,11 @@ class UdfStage:
         self._in_hand = False
         self.checkpoint = checkpoint
         self.ledger = ledger
-        # A resumable write's answers being kept, by the batch's future (see ``_keep_when_done``)
-        self._keeping: dict[Future[BatchOutcome], Future[None]] = {}
+        # A resumable write's answers being kept, by the batch's future: what the stage calls
+        # with the answer before its rows go on (see ``_keep_when_done``).
+        self._keeping: dict[Future[BatchOutcome], Callable[[BatchOutcome], None]] = {}
         self._pool_started = False
+        self._starting: Future[None] | None = None  # a pool start begun beside the stage
         self._over_budget: BudgetExceededError | None = None  # set once the budget is passed
         self._saved: set[Future[BatchOutcome]] = set()  # outcomes the saved work gave
         # The step's output and input rows handed on so far (a resumable write's marks), the
@@ -222,10 +224,9 @@ class UdfStage:
                 self._finish()
 
     def _start(self, pool: ActorPool) -> None:
-        """Start the pool now; or for a resumable write, at the first batch the saved work
-        lacks (``_run``), loading beside the stage where one is surely lacking."""
-        self._pool_started = self.checkpoint is None
-        self._starting: Future[None] | None = None
+        """Start the pool now; or for a resumable write that saved some work, at the first batch
+        the saved work lacks (``_run``), loading beside the stage where one is surely lacking."""
+        self._pool_started = self.checkpoint is None or self.checkpoint.nothing_saved()
         if self._pool_started:
             pool.start()
         elif self._lacks_some():
@@ -316,7 +317,7 @@ class UdfStage:
             return [(self._run(pool, task), task)]
         checkpoint = self.checkpoint
         digests = digested.result()
-        saved = [checkpoint.get(digest) for digest in digests]
+        saved = [] if checkpoint.none_kept else [checkpoint.get(digest) for digest in digests]
         if all(outcome is None for outcome in saved):  # (none kept: the batch as it is)
             running = self._run(pool, task)
             starts = [start for start, _ in _calls(task.table.num_rows, self.batch_size)]
@@ -362,16 +363,21 @@ class UdfStage:
 
     def _keep_when_done(
         self, future: Future[BatchOutcome], digests: list[str], starts: list[int], rows: int
-    ) -> Future[None]:
-        """The batch's answer kept as soon as it comes, by the thread that hands it over (an
+    ) -> Callable[[BatchOutcome], None]:
+        """What keeps the batch's answer, which the stage calls with it before the answer's
+        rows go on (``_next_outputs``), so that an answer is kept before its rows can reach the
+        output. Every answer is kept as soon as it comes, by the thread that hands it over (an
         actor's thread, or the one reading a worker process's replies) rather than by this
-        stage's thread, which meanwhile goes on digesting and submitting batches; the stage
-        waits for it before the answer's rows go on (``_next_outputs``), so an answer is still
-        kept before its rows can reach the output. (Keeping costs a serialization, a CRC and
-        a write: on this thread it was a third of what resume=True added to a quick step.)"""
-        kept: Future[None] = Future()
+        stage's thread, which meanwhile goes on digesting and submitting batches (keeping costs
+        a serialization, a CRC and a write: on this thread it was a third of what resume=True
+        added to a quick step), and whatever answers come before it in the order of the rows
+        (a rerun after a kill pays for none that came). The stage waits for it only where the
+        answer is kept (``Checkpoint.keeps``, which both threads ask): where the output is kept
+        in parts, a quick call's is not, and waiting on the other thread for each unit of a
+        quick step (two hand-overs of the GIL) cost more than its decision."""
         checkpoint = self.checkpoint
         assert checkpoint is not None
+        kept: Future[None] = Future()
 
         def keep(done: Future[BatchOutcome]) -> None:
             try:
@@ -382,7 +388,8 @@ class UdfStage:
                 kept.set_exception(exc)
 
         future.add_done_callback(keep)
-        return kept
+        calls = len(digests)
+        return lambda outcome: kept.result() if checkpoint.keeps(outcome, calls) else None
 
     def _next_is_ready(self, inflight: dict[Future[BatchOutcome], pa.Table]) -> bool:
         if self.spec.preserve_order:
@@ -399,10 +406,10 @@ class UdfStage:
             future = next(f for f in inflight if f in done)
         chunk = inflight.pop(future)
         rows_in = chunk.num_rows
-        kept = self._keeping.pop(future, None)
+        keep = self._keeping.pop(future, None)
         outcome = future.result()  # a UDF error raises here, with its cause
-        if kept is not None:
-            kept.result()  # kept before its rows go on
+        if keep is not None:
+            keep(outcome)  # kept before its rows go on
         if self.ledger is not None and outcome.errors:
             self.ledger(chunk, outcome.errors)
         resumed = rows_in if future in self._saved else 0
