@@ -393,6 +393,9 @@ def test_which_writes_keep_parts(tmp_path):
     for more in ("unnest([id, id])", "unlist([id])", "generate_subscripts([1, 2], 1)"):
         assert not step(mapped.with_column("z", vane.sql_expr(more)), folder)  # rows made
     assert not step(mapped.with_column("z", vane.sql_expr("now()")), folder)  # one a block
+    drawn = vane.read_parquet(str(path)).with_column("r", vane.sql_expr("random()"))
+    unlike = drawn.map_batches(lambda b: b, schema={"id": "BIGINT", "r": "DOUBLE"})
+    assert not step(unlike, folder)  # an input no two runs give alike: no place to resume from
     for one in ("length(id::VARCHAR) || 'x'", "nullif(id, 3)", "CASE WHEN id > 1 THEN 2 END"):
         assert step(mapped.with_column("z", vane.sql_expr(one)), folder)
     assert not step(mapped, FileSink("parquet", str(tmp_path / "out.parquet")))  # one file

@@ -235,10 +235,10 @@ class Execution:
 
     def _checkpoint(self, store: ResumeStore, node: UdfStep) -> Checkpoint:
         identity = input_identity(node.input, self.settings)
+        parts = None
         if identity is not None and self.parts_after is not None and self.parts_after[0] is node:
             held = parts_held(self.plan, node, identity)
-            self.parts = Parts(store.path, self.parts_after[1], held)
-        parts = self.parts if identity is not None else None
+            parts = self.parts = Parts(store.path, self.parts_after[1], held)
         return Checkpoint(store, step_key(node), identity, parts, paid=node.udf.is_async)
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:

@@ -111,13 +111,18 @@ def what_decides_rows() -> dict[str, str]:
     that decide values and order (``result_settings``), and the versions of DuckDB, Arrow and
     vane."""
     versions = f"duckdb {DUCKDB_VERSION} pyarrow {pa.__version__} vane {_vane_version()}"
-    return {**result_settings(), "versions": versions}
+    return {**result_settings(), _VERSIONS: versions}
+
+
+_VERSIONS = "(versions)"  # (no setting's name: DuckDB's have no parentheses)
 
 
 def what_decides_rows_soon() -> Callable[[], Mapping[str, str]]:
     """``what_decides_rows()`` asked now on a thread of its own; the callable returned waits
-    for it. It takes 3-7 ms, most of it a query (DuckDB lets go of the GIL): a resumable write
-    asks as it begins, and plans and opens its input meanwhile."""
+    for it. It took 2.6 ms, and 4.4 ms as a process's first (measured on a machine on which
+    opening the overhead workload's input took 14 ms), most of it a query, in which DuckDB lets
+    go of the GIL: a resumable write asks as it begins, and plans and opens its input
+    meanwhile."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="vane-settings")
     try:
         return pool.submit(what_decides_rows).result
@@ -138,10 +143,12 @@ def input_identity(
     parts: list[str] = []
     if not _same_rows(node, parts):
         return None
-    values = settings()
+    values = dict(settings())
     if values.get("preserve_insertion_order") != "true":
         return None  # (DuckDB may then give the rows in another order on each run)
+    versions = values.pop(_VERSIONS, "")
     parts.append(repr(sorted(values.items())))
+    parts.append(versions)  # (apart, as before 3692dad: the same identity as a run of then)
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=10).hexdigest()
 
 
@@ -150,8 +157,9 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, FileSink] | None:
     kept parts (``io/parts.py``), if there is one, with the sink: a local folder of Parquet or
     CSV files, not partitioned nor cut by rows, written from the plan's only UDF step,
     answering in order, through steps that keep each of its rows as one row, in order (so the
-    output's rows are the step's, counted alike). Its batches must also be known by their place
-    in the input (``input_identity``), which the write learns as the step's stage begins."""
+    output's rows are the step's, counted alike), from an input every run gives alike. Its
+    batches must also be known by their place in the input (``input_identity``, which also
+    asks DuckDB's settings), which the write learns as the step's stage begins."""
     if not isinstance(sink, FileSink) or sink.single_file or sink.format == "json":
         return None
     if is_uri(sink.path) or sink.partition_by or sink.rows_per_file is not None:
@@ -163,6 +171,8 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, FileSink] | None:
         return None
     spec = node.udf
     if not spec.preserve_order or spec.batch_bytes is not None:
+        return None
+    if not _same_rows(node.input, []):  # (known by their values: DuckDB's settings not asked)
         return None
     return node, sink
 

@@ -366,7 +366,7 @@ class UdfStage:
     ) -> Callable[[BatchOutcome], None]:
         """What keeps the batch's answer, which the stage calls with it before the answer's
         rows go on (``_next_outputs``), so that an answer is kept before its rows can reach the
-        output. Every answer is kept as soon as it comes, by the thread that hands it over (an
+        output. An answer is kept as soon as it comes, by the thread that hands it over (an
         actor's thread, or the one reading a worker process's replies) rather than by this
         stage's thread, which meanwhile goes on digesting and submitting batches (keeping costs
         a serialization, a CRC and a write: on this thread it was a third of what resume=True
