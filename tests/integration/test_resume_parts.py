@@ -121,6 +121,13 @@ def _kill_when(job: subprocess.Popen[str], ready: object) -> None:
     job.wait()
 
 
+def _hung_with_a_part(out: Path, log: Path, hang_at: int) -> bool:
+    """The job's model hangs at its ``hang_at``-th call and a part of its output is recorded:
+    the answers before the hung one reach the writer however busy the machine (a kill at the
+    hang alone may find them still on their way, and no part yet)."""
+    return _calls(log) >= hang_at and bool(_recorded(out))
+
+
 def _recorded(out: Path) -> list[dict[str, object]]:
     """The parts a run recorded (the journal's whole lines after its head)."""
     return parts.journal_records(out.parent / f".{out.name}.vane-resume" / JOURNAL)[1:]
@@ -204,7 +211,7 @@ def test_a_kill_at_each_step_of_a_parts_protocol_loses_no_row_and_repeats_none(t
 @pytest.mark.timeout(300)
 def test_csv_parts_each_keep_their_header_and_read_back_once(tmp_path):
     out, log = tmp_path / "out", tmp_path / "calls.log"
-    _kill_when(_job(out, log, fmt="csv", hang_at=40), lambda: _calls(log) >= 40)
+    _kill_when(_job(out, log, fmt="csv", hang_at=40), lambda: _hung_with_a_part(out, log, 40))
     assert _recorded(out)
     calls, resumed = _finish(out, log, fmt="csv")
     assert calls * BATCH + resumed == ROWS
@@ -216,7 +223,7 @@ def test_with_every_answer_kept_a_rerun_pays_for_nothing_kept_either_way(tmp_pat
     after it come from the log."""
     out, log = tmp_path / "out", tmp_path / "calls.log"
     job = _job(out, log, hang_at=40, keep_ratio=0)
-    _kill_when(job, lambda: _calls(log) >= 40)
+    _kill_when(job, lambda: _hung_with_a_part(out, log, 40))
     assert _recorded(out)
     calls, resumed = _finish(out, log, keep_ratio=0)
     assert calls == BATCHES - 39  # the 39 answered calls were kept (parts or log); 40 hung
@@ -227,7 +234,7 @@ def test_with_every_answer_kept_a_rerun_pays_for_nothing_kept_either_way(tmp_pat
 @pytest.mark.timeout(300)
 def test_a_rerun_says_the_rows_on_error_skipped_in_the_parts_it_took(tmp_path):
     out, log = tmp_path / "out", tmp_path / "calls.log"
-    _kill_when(_job(out, log, hang_at=200, fail="yes"), lambda: _calls(log) >= 200)
+    _kill_when(_job(out, log, hang_at=200, fail="yes"), lambda: _hung_with_a_part(out, log, 200))
     assert _recorded(out)
     job = _job(out, log, fail="yes")
     stdout, stderr = job.communicate(timeout=300)
@@ -427,7 +434,7 @@ def test_a_destination_linked_to_another_disk_keeps_its_parts_by_copies(tmp_path
     try:
         out, log = tmp_path / "out", tmp_path / "calls.log"
         out.symlink_to(elsewhere / "out", target_is_directory=True)
-        _kill_when(_job(out, log, hang_at=40), lambda: _calls(log) >= 40)
+        _kill_when(_job(out, log, hang_at=40), lambda: _hung_with_a_part(out, log, 40))
         assert _recorded(out)
         kept = tmp_path / ".out.vane-resume" / "parts"
         assert all(p.stat().st_nlink == 1 for p in kept.iterdir())  # copies, not links
