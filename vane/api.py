@@ -22,7 +22,6 @@ from vane.plan import nodes
 from vane.plan.sql_calls import sql_query
 from vane.relation import Relation
 from vane.types.storable import storable_reader, storable_table
-from vane.udf.attached import attached
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -268,6 +267,8 @@ def sql(query: str, **relations: Relation) -> Relation:
     for name, rel in relations.items():
         if not isinstance(rel, Relation):
             raise PlanError(f"sql(): {name}= must be a vane Relation, got {type(rel).__name__}")
+    from vane.udf.attached import attached  # (the UDFs' modules load with the first UDF)
+
     inputs = tuple((n, r.plan) for n, r in relations.items())
     return Relation(sql_query(query, inputs, attached()))
 

@@ -33,23 +33,10 @@ from vane.execution.inference import learn_schemas
 from vane.execution.interrupt import Cancellation, cancelled_by_sigint
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
-from vane.execution.resume import (
-    Checkpoint,
-    input_identity,
-    parts_held,
-    parts_step,
-    step_key,
-    what_decides_rows,
-    what_decides_rows_soon,
-)
 from vane.execution.row_steps import streamed
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
-from vane.execution.write_setup import prepare_write
 from vane.io.commit import abort_unfinished, writes_started
-from vane.io.parts import Parts
-from vane.io.resume import Resume, ResumeStore
-from vane.io.sinks import FileSink, Sink, WriteResult, write_to
 from vane.io.spool import Spool
 from vane.observe.events import StageFinished
 from vane.plan.explain import explain
@@ -59,7 +46,11 @@ from vane.plan.traverse import shared_subplans, walk
 from vane.udf.spec import UdfSpec, output_schema
 
 if TYPE_CHECKING:
+    from vane.execution.resume import Checkpoint
     from vane.execution.stage import UdfStage
+    from vane.io.parts import Parts
+    from vane.io.resume import Resume, ResumeStore
+    from vane.io.sinks import FileSink, Sink, WriteResult
 
 
 class Execution:
@@ -93,8 +84,9 @@ class Execution:
         self.caller = Caller()
         # A resumable write's saved work, which its UDF stages answer batches from.
         self.resume: ResumeStore | None = None
-        # Where a resumable write reads DuckDB's settings (``resume.input_identity``).
-        self.settings: Callable[[], Mapping[str, str]] = what_decides_rows
+        # Where a resumable write reads DuckDB's settings (``resume.input_identity``), set
+        # with ``resume``.
+        self.settings: Callable[[], Mapping[str, str]] | None = None
         # A write's error ledger (errors_to=), which its UDF stages record failed rows in.
         self.ledger: Ledger | None = None
         # A resumable write's output, which may be kept in parts cut after this UDF step's
@@ -234,6 +226,11 @@ class Execution:
         return stage, stream
 
     def _checkpoint(self, store: ResumeStore, node: UdfStep) -> Checkpoint:
+        # (a write's modules load with the write, not with every action: a first result's)
+        from vane.execution.resume import Checkpoint, input_identity, parts_held, step_key
+        from vane.io.parts import Parts
+
+        assert self.settings is not None  # (set with resume, by LocalRunner.write)
         identity = input_identity(node.input, self.settings)
         parts = None
         if identity is not None and self.parts_after is not None and self.parts_after[0] is node:
@@ -421,6 +418,10 @@ class LocalRunner:
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
         started = time.perf_counter()
+        from vane.execution.resume import parts_step, what_decides_rows, what_decides_rows_soon
+        from vane.execution.write_setup import prepare_write
+        from vane.io.sinks import write_to
+
         # (asked now, read where a step's input's identity is computed: planning meanwhile)
         settings = what_decides_rows_soon() if resume else what_decides_rows
         caller = f"write_{getattr(sink, 'format', 'table')}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import subprocess
 
 from vane._text import counted
 from vane.errors import ConfigurationError
@@ -27,6 +26,8 @@ def visible_gpus() -> list[str]:
         return valid
     if shutil.which("nvidia-smi") is None:
         return []
+    import subprocess  # (only where nvidia-smi is: not on a first result's path)
+
     try:
         out = subprocess.run(
             ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=True

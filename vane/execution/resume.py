@@ -352,10 +352,11 @@ class Checkpoint:
         """Where the kept parts of the output end, in the step's rows and counts."""
         return Mark(0, 0) if self.parts is None else self.parts.done
 
-    def mark(self, mark: Mark) -> None:
-        """Where the answer the step hands on next ends (``parts.Marks``)."""
+    def mark(self, output: int, input_rows: int, skipped: int, nulled: int) -> None:
+        """Where the answer the step hands on next ends, in the step's output and input rows
+        and the rows on_error skipped and nulled up to there (``parts.Marks``)."""
         if self.parts is not None:
-            self.parts.marks.add(mark)
+            self.parts.marks.add(Mark(output, input_rows, skipped, nulled))
 
     def nothing_saved(self) -> bool:
         """Whether the write saved nothing of the step: no kept part, no kept answer."""

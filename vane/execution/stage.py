@@ -33,7 +33,6 @@ from vane.execution.accounting import StepCounts
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
 from vane.execution.interrupt import Cancellation, Interrupted
-from vane.io.parts import Mark
 from vane.observe.events import EventBus, ServerCount, ServerRequests, StageStarted
 from vane.plan.rows import answers_row_for_row
 from vane.udf.failures import catchable
@@ -436,7 +435,7 @@ class UdfStage:
             # (a unit that failed part-way is no place to cut the output: its error follows)
             self._answered = (self._answered[0] + table.num_rows, self._answered[1] + rows_in)
             counts = self.counts  # (the kept parts' counts included: ``_count_kept_parts``)
-            self.checkpoint.mark(Mark(*self._answered, counts.skipped, counts.nulled))
+            self.checkpoint.mark(*self._answered, counts.skipped, counts.nulled)
         batches = [batch for batch in table.to_batches() if batch.num_rows]
         for i, batch in enumerate(batches):
             # The rest of this unit's answers are here; after them, the next finished unit.
@@ -450,8 +449,8 @@ class UdfStage:
     def _count_kept_parts(self) -> None:
         """The input rows whose answers are in a resumable write's kept parts, as resumed, with
         what on_error did to them."""
-        done = Mark(0, 0) if self.checkpoint is None else self.checkpoint.done
-        if done.input:
+        done = None if self.checkpoint is None else self.checkpoint.done
+        if done is not None and done.input:
             kept = StepCounts(
                 rows_in=done.input,
                 rows_out=done.output,

@@ -46,8 +46,6 @@ Tests hold a writer between steps with ``VANE_COMMIT_PAUSE`` (see ``_pause``).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
 import json
@@ -58,7 +56,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Literal, Protocol, TypeVar
+from typing import IO, Any, Literal, Protocol, TypeVar
 
 from vane.errors import ConfigurationError, SinkError
 
@@ -78,12 +76,15 @@ _MAKING_TIMEOUT_SECONDS = 3600
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
-_libc: ctypes.CDLL | None = None
+_libc: Any = None  # (a ctypes.CDLL: ctypes loads with the first exchange, not with every read)
 
 
 def exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one atomic step (Linux ``renameat2``); False where the OS or the
     filesystem cannot, and the caller falls back."""
+    import ctypes
+    import ctypes.util
+
     global _libc
     if _libc is None:
         name = ctypes.util.find_library("c")

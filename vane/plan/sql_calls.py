@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vane import _engine
 from vane._sql import quote_ident
@@ -20,7 +20,9 @@ from vane.errors import PlanError
 from vane.ir.expr import Column, Expr, SqlText
 from vane.ir.parse import check_query, serialize_sql, source_span, walk_tree
 from vane.plan.nodes import PlanNode, SqlQuery, WithColumns
-from vane.udf.column import ColumnUdf
+
+if TYPE_CHECKING:
+    from vane.udf.column import ColumnUdf
 
 
 def sql_query(

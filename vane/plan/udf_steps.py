@@ -5,17 +5,21 @@ the steps from them, ``merge_shared_calls`` merges the steps that will share one
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from vane.errors import PlanError
 from vane.ir.expr import UdfCall, display
-from vane.udf.column import ColumnUdf
 from vane.udf.spec import Budget
+
+if TYPE_CHECKING:
+    from vane.udf.column import ColumnUdf
 
 
 def column_udf(call: UdfCall) -> ColumnUdf:
     """The column UDF ``call`` calls. An expression holds it as the plan's ``ColumnFunction``
     (its name and type); lifting the call into a step needs all of it."""
+    from vane.udf.column import ColumnUdf  # (loaded with the first column UDF, not before)
+
     if not isinstance(call.udf, ColumnUdf):
         raise PlanError(
             f"the UDF call {display(call)} holds a {type(call.udf).__name__}, not a column UDF; "

@@ -10,8 +10,6 @@ from vane._arguments import checked
 from vane.errors import ConfigurationError
 from vane.execution.runner import current_runner
 from vane.io.commit import WriteMode
-from vane.io.resume import Resume
-from vane.io.sinks import FileSink, Sink, WriteResult
 from vane.relation.base import RelationBase
 from vane.relation.verbs import _as_tuple
 
@@ -19,6 +17,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self from Python 3.11
 
     from vane.io.files import FileFormat
+    from vane.io.resume import Resume
+    from vane.io.sinks import Sink, WriteResult
 
 
 def _resume(resume: object, caller: str) -> Resume | None:
@@ -48,6 +48,8 @@ class Writes(RelationBase):
         errors_key: str | Sequence[str] | None = None,
         retry_failed: bool = False,
     ) -> WriteResult:
+        from vane.io.sinks import FileSink  # (with the first write, not with every relation)
+
         sink = FileSink(
             fmt,
             str(path),

@@ -23,6 +23,7 @@ names the input has, so ``explain(optimized=True)`` is deterministic.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -33,8 +34,10 @@ from vane.plan.nodes import Drop, Filter, OrderBy, PlanNode, Select, UdfStep, Wi
 from vane.plan.udf_steps import column_udf, step_key, step_options
 from vane.types import arrow_to_duckdb, to_arrow_schema
 from vane.udf.build import build_spec
-from vane.udf.column import ColumnUdf
-from vane.udf.column_calls import AsyncColumnCalls, CallPlan, ColumnCalls
+
+if TYPE_CHECKING:
+    from vane.udf.column import ColumnUdf
+    from vane.udf.column_calls import CallPlan
 
 
 class _Names:
@@ -91,6 +94,9 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
     ready = list({id(c): c for c in calls if not any(a.has_udf_calls() for a in c.args)}.values())
     if not ready:
         return None
+    # (loaded with the first column UDF call: a plan without one, as most are, needs none)
+    from vane.udf.column_calls import CallPlan
+
     _check_generators(node, calls)
     below = node.inputs[0]
     by_lower = {n.lower(): n for n in below.schema.names}
@@ -136,6 +142,8 @@ def lift_udf_calls(node: PlanNode) -> PlanNode | None:
 def _udf_step(below: PlanNode, group: list[tuple[UdfCall, CallPlan]], names: _Names) -> UdfStep:
     plans = tuple(plan for _, plan in group)
     first = plans[0].udf
+    from vane.udf.column_calls import AsyncColumnCalls, ColumnCalls
+
     runner = AsyncColumnCalls if any(plan.udf.is_async for plan in plans) else ColumnCalls
     reads = tuple(dict.fromkeys(c for plan in plans for c in plan.columns))
     label = ", ".join(f"{call.udf.name}({', '.join(plan.columns)})" for call, plan in group)
