@@ -29,14 +29,15 @@ import hashlib
 import inspect
 import re
 import types
+import weakref
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
 from vane.backend.connection import VERSION as DUCKDB_VERSION
 from vane.backend.connection import result_settings
+from vane.execution.background import in_background
 from vane.io.files import is_uri
 from vane.io.parts import Mark, Parts, worth_keeping
 from vane.io.resume import ResumeStore
@@ -123,11 +124,7 @@ def what_decides_rows_soon() -> Callable[[], Mapping[str, str]]:
     opening the overhead workload's input took 14 ms), most of it a query, in which DuckDB lets
     go of the GIL: a resumable write asks as it begins, and plans and opens its input
     meanwhile."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="vane-settings")
-    try:
-        return pool.submit(what_decides_rows).result
-    finally:
-        pool.shutdown(wait=False)
+    return in_background(what_decides_rows, "vane-settings").result
 
 
 def input_identity(
@@ -140,9 +137,10 @@ def input_identity(
     values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
     answer by its place only where the same rows come there. ``settings``: where those settings
     and versions are read from (``what_decides_rows_soon``'s, asked earlier)."""
-    parts: list[str] = []
-    if not _same_rows(node, parts):
+    rows = _rows_alike(node)
+    if rows is None:
         return None
+    parts = list(rows)
     values = dict(settings())
     if values.get("preserve_insertion_order") != "true":
         return None  # (DuckDB may then give the rows in another order on each run)
@@ -172,7 +170,7 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, FileSink] | None:
     spec = node.udf
     if not spec.preserve_order or spec.batch_bytes is not None:
         return None
-    if not _same_rows(node.input, []):  # (known by their values: DuckDB's settings not asked)
+    if _rows_alike(node.input) is None:  # (known by their values: DuckDB's settings not asked)
         return None
     return node, sink
 
@@ -216,6 +214,26 @@ def position_key(identity: str, first: int, rows: int) -> str:
 
 # Store options that say who is asking rather than where the objects are: never recorded.
 _SECRET = re.compile(r"key|secret|token|password|credential", re.IGNORECASE)
+
+
+# What ``_same_rows`` found of a node, kept as long as the node: a resumable write asks it of
+# its UDF step's input twice (``parts_step``, then ``input_identity``), and a plan's long
+# literal lists make it long to write out. (Plan nodes are immutable and hash by identity.)
+_ROWS_FOUND: weakref.WeakKeyDictionary[PlanNode, tuple[str, ...] | None] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _rows_alike(node: PlanNode) -> tuple[str, ...] | None:
+    """What says which rows ``node`` gives if every run of it gives the same ones, else None."""
+    try:
+        return _ROWS_FOUND[node]
+    except KeyError:
+        pass
+    parts: list[str] = []
+    found = tuple(parts) if _same_rows(node, parts) else None
+    _ROWS_FOUND[node] = found
+    return found
 
 
 def _same_rows(node: PlanNode, parts: list[str]) -> bool:
@@ -338,9 +356,13 @@ class Checkpoint:
         # skips the input rows they hold, marks where its output may be cut, and keeps in the
         # log only the answers whose calls cost far more than keeping them.
         self.parts = parts
+        # The step's answers the runs before this one kept, counted once as the step begins
+        # (before its stage has kept any).
+        kept = store.count(key)
         # No answer of the step was kept when it began, and its batches are known by their
         # places, each asked once a run: none is found, and none is looked for.
-        self.none_kept = position is not None and store.count(key) == 0
+        self.none_kept = position is not None and kept == 0
+        self._kept_before = kept
 
     @property
     def skip(self) -> int:
@@ -360,7 +382,7 @@ class Checkpoint:
 
     def nothing_saved(self) -> bool:
         """Whether the write saved nothing of the step: no kept part, no kept answer."""
-        return not self.skip and self.store.count(self.key) == 0
+        return not self.skip and self._kept_before == 0
 
     def answers_kept(self) -> int:
         """How many of the step's answers a run kept (under any key), but those of the input

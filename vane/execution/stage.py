@@ -14,7 +14,6 @@ an ``async`` function's, whose calls run side by side.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import warnings
 from collections import deque
@@ -32,6 +31,7 @@ from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
 from vane.execution.accounting import StepCounts
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
+from vane.execution.background import in_background
 from vane.execution.interrupt import Cancellation, Interrupted
 from vane.observe.events import EventBus, ServerCount, ServerRequests, StageStarted
 from vane.plan.rows import answers_row_for_row
@@ -229,7 +229,7 @@ class UdfStage:
         if self._pool_started:
             pool.start()
         elif self._lacks_some():
-            self._starting = _in_background(pool.start, f"vane-start-{self.step_id}")
+            self._starting = in_background(pool.start, f"vane-start-{self.step_id}")
 
     def _started(self) -> None:
         """A start begun beside the stage that no batch came to need: let it end, so that
@@ -530,19 +530,3 @@ def _calls(rows: int, call_rows: int) -> list[tuple[int, int]]:
     """Where each call of a chunk of ``rows`` rows begins, with the rows from there to the
     chunk's end: as ``Task.split_calls`` cuts it (an empty chunk is one call)."""
     return [(start, rows - start) for start in range(0, max(rows, 1), call_rows)]
-
-
-def _in_background(work: Callable[[], None], name: str) -> Future[None]:
-    """``work`` run on a thread of its own; its end, or its error, in the future."""
-    done: Future[None] = Future()
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:
-            done.set_exception(exc)
-        else:
-            done.set_result(None)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return done

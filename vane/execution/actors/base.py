@@ -36,6 +36,7 @@ import pyarrow as pa
 from vane.errors import ExecutionError, UDFError, VaneError
 from vane.execution.actors.body import Result, batches_in_flight
 from vane.execution.actors.recovery import GiveUp, Loss, PoisonRow, Recovery, Retry, Split
+from vane.execution.background import in_background
 from vane.observe.events import ServerCount, merge_servers
 from vane.observe.requests import report_safely
 from vane.udf.failures import describe_exception
@@ -182,13 +183,7 @@ class ActorPool(ABC):
     def start(self) -> None:
         """Start the minimum number of actors, side by side (each may take seconds to load a
         model); a UDF whose constructor raises fails here, and the others are stopped."""
-        starts: list[Future[None]] = []
-        for _ in range(self.spec.min_actors):
-            done: Future[None] = Future()
-            starts.append(done)
-            threading.Thread(
-                target=self._start_into, args=(done,), name="vane-start", daemon=True
-            ).start()
+        starts = [in_background(self._add_actor, "vane-start") for _ in range(self.spec.min_actors)]
         try:
             wait(starts)
         except BaseException:
@@ -207,14 +202,6 @@ class ActorPool(ABC):
                 "traceback, is this error's __cause__; the constructor runs once per actor, "
                 "inside the worker"
             ) from errors[0]
-
-    def _start_into(self, done: Future[None]) -> None:
-        try:
-            self._add_actor()
-        except BaseException as exc:
-            done.set_exception(exc)
-        else:
-            done.set_result(None)
 
     def _add_actor(self) -> None:
         """Start one more actor, unless the pool already has (or is starting) ``max`` actors:

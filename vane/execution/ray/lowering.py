@@ -17,9 +17,7 @@ runner gives.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
@@ -28,6 +26,7 @@ import pyarrow as pa
 from vane._arrow import one_batch
 from vane.backend import connection
 from vane.backend.connection import Cursor, Relation
+from vane.execution.background import in_background
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
@@ -279,15 +278,7 @@ class RayLowering:
         waits for it before any execution starts, where no callback can stop the wait. So
         it is built on a thread of its own and waited for here, as long as the resource
         watch allows; a build given up on ends when its task runs, its dataset unused."""
-        built: Future[T] = Future()
-
-        def build() -> None:
-            try:
-                built.set_result(make())
-            except BaseException as exc:
-                built.set_exception(exc)
-
-        threading.Thread(target=build, name="vane-ray-build", daemon=True).start()
+        built = in_background(make, "vane-ray-build")
         with self.watch.pulling():
             while True:
                 try:
