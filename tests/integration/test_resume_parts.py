@@ -192,7 +192,7 @@ def test_a_job_killed_again_and_again_skips_the_input_of_its_kept_parts(
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("step", ["part-synced", "part-linked", "part-recorded"])
+@pytest.mark.parametrize("step", ["parts-begun", "part-synced", "part-linked", "part-recorded"])
 def test_a_kill_at_each_step_of_a_parts_protocol_loses_no_row_and_repeats_none(tmp_path, step):
     out, log = tmp_path / "out", tmp_path / "calls.log"
     marker = tmp_path / "paused"

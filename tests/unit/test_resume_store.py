@@ -7,6 +7,7 @@ written whole before the cut, and a damaged record hides at most itself and thos
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import shutil
 import threading
 from pathlib import Path
@@ -16,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vane.errors import ResumeError
 from vane.execution.resume import Checkpoint
-from vane.io.resume import ResumeStore
+from vane.io.resume import PIPELINE, ResumeStore
 from vane.udf.runtime import BatchOutcome, RowError
 
 META = {"rows_skipped": 1, "errors": [[3, "ValueError: no", 2]]}
@@ -212,8 +214,37 @@ def test_processes_given_a_copy_of_the_store_keep_answers_a_rerun_finds(tmp_path
 def test_a_store_without_logs_answers_nothing(tmp_path):
     store = _store(tmp_path)
     assert store.get("step", "d1") is None and list(store.kept()) == []
+    store.make()  # (a folder with its pipeline.json, and no answer kept)
+    assert store.get("step", "d1") is None and list(store.kept()) == []
     shutil.rmtree(store.path)
     assert list(ResumeStore(str(tmp_path / "out"), "write_parquet").kept()) == []
+
+
+@pytest.mark.parametrize("where", ["here", "in a copy"])
+def test_the_folder_is_made_with_the_first_answer_kept_and_not_before(tmp_path, where):
+    """A job that keeps nothing makes and removes nothing; the first answer kept, here or by a
+    copy of the store (a Ray actor's), makes the folder with the job's pipeline.json first, so
+    that a rerun of another pipeline is refused."""
+    store = _store(tmp_path)
+    assert not store.path.exists()
+    keeper = store if where == "here" else pickle.loads(pickle.dumps(store))
+    keeper.put("step", "d0", pa.table({"x": [1]}), {})
+    assert (store.path / PIPELINE).exists()
+    assert _rerun(store).get("step", "d0") is not None
+    with pytest.raises(ResumeError, match="not the one whose work is saved"):
+        ResumeStore(str(tmp_path / "out"), "write_parquet").open(
+            {**FINGERPRINT, "plan": "another"}, restart=False
+        )
+    keeper.close()
+    store.finish()
+    assert not store.path.exists()
+
+
+def test_a_job_that_kept_nothing_leaves_nothing_to_refuse_a_changed_one(tmp_path):
+    store = _store(tmp_path)
+    store.close()  # (a job that failed, or was killed, before keeping an answer)
+    again = ResumeStore(str(tmp_path / "out"), "write_parquet")
+    assert not again.open({**FINGERPRINT, "plan": "another"}, restart=False)
 
 
 # ---- a unit of several calls, kept call by call ---------------------------------------------

@@ -235,7 +235,7 @@ class Execution:
         parts = None
         if identity is not None and self.parts_after is not None and self.parts_after[0] is node:
             held = parts_held(self.plan, node, identity)
-            parts = self.parts = Parts(store.path, self.parts_after[1], held)
+            parts = self.parts = Parts(store.path, self.parts_after[1], held, store.make)
         return Checkpoint(store, step_key(node), identity, parts, paid=node.udf.is_async)
 
     def _guard(self, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:

@@ -26,7 +26,10 @@ The protocol of a part, and why each step is safe under ``kill -9`` at any insta
 2. Synced: ``fsync`` of the part, so that a part a record names is on disk before the record
    (a power cut cannot leave a record naming a part whose data was lost).
 3. Linked: a hard link of the part into ``parts/`` (the staging directory goes with a dead
-   write). A kill leaves a link no record names: the next run removes it.
+   write). A kill leaves a link no record names: the next run removes it. Before the first
+   part's link, the saved work's folder is made (``ResumeStore.make``) and the journal begun
+   with its head (the sink and the input its parts hold answers to), written to a temporary
+   name and renamed: a write whose output is never cut makes neither.
 4. Recorded: one append to ``parts.journal`` of a line ``<CRC-32> <JSON>`` (its name, rows,
    bytes, and the input and output rows up to its end). A kill during it leaves a torn last
    line, which fails its CRC and is ignored (its part with it). Once the line is whole, a
@@ -47,7 +50,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -162,12 +165,22 @@ def journal_records(journal: Path) -> list[dict[str, object]]:
 class Parts:
     """The kept parts of one resumable write to a local folder, and the writing of new ones."""
 
-    def __init__(self, folder: Path, sink: FileSink, identity: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        sink: FileSink,
+        identity: str | None = None,
+        make: Callable[[], None] | None = None,
+    ) -> None:
         """``folder``: the saved work's (``io/resume.py``); ``identity``: what the parts hold
         answers to (``execution.resume.parts_step``). Parts kept for another identity or sink
-        are not taken."""
+        are not taken. ``make``: makes ``folder`` (``ResumeStore.make``), called before the
+        first part is kept: a write that keeps none (an output never cut) makes nothing."""
         self.journal = folder / JOURNAL
         self.parts = folder / FOLDER
+        self._make = make
+        # The journal's head, where there is no journal yet: written as the first part is kept.
+        self._unbegun: bytes | None = None
         head: dict[str, object] = {"sink": describe(sink), "input": identity}
         self.token, self.kept = self._load(head)
         last = self.kept[-1] if self.kept else KeptPart("", 0, 0, 0, 0)
@@ -183,7 +196,9 @@ class Parts:
         try:
             data = self.journal.read_bytes()
         except FileNotFoundError:
-            data = b""
+            token = uuid.uuid4().hex[:12]
+            self._unbegun = _line({**head, "token": token})  # (nothing kept: nothing to clear)
+            return token, []
         records = list(_records(data))
         self.parts.mkdir(parents=True, exist_ok=True)
         kept: list[KeptPart] = []
@@ -243,8 +258,23 @@ class Parts:
             number += 1
         return written
 
+    def _begin(self) -> None:
+        """The saved work's folder, ``parts/`` and the journal with its head, made before the
+        first part is linked (a kill before the head is whole leaves no part to take)."""
+        if self._unbegun is None:
+            return
+        if self._make is not None:
+            self._make()
+        self.parts.mkdir(parents=True, exist_ok=True)
+        temporary = self.journal.with_name(f"{JOURNAL}.tmp-{self.token}")
+        temporary.write_bytes(self._unbegun)
+        os.replace(temporary, self.journal)
+        self._unbegun = None
+        _pause("parts-begun")
+
     def _keep(self, path: Path, rows: int, cut: Mark) -> None:
         """Steps 2 to 4 of the protocol (the module's text) for a closed part."""
+        self._begin()
         descriptor = os.open(path, os.O_RDONLY)
         try:
             os.fsync(descriptor)

@@ -27,10 +27,14 @@ of records, each::
 
 The protocol, and why each step is safe under ``kill -9`` at any instant:
 
-1. ``open``: the folder and ``pipeline.json`` (what the job was: its plan, each UDF step's code
-   and options, its input files) are created if absent; if present, the job must be the same
-   one, or it is refused with what changed (``resume="restart"`` drops the saved work first).
-   ``pipeline.json`` is written to a temporary name and renamed, so it is whole or absent.
+1. ``open``: if the folder holds a ``pipeline.json`` (what the job was: its plan, each UDF
+   step's code and options, its input files), the job must be the same one, or it is refused
+   with what changed (``resume="restart"`` drops the saved work first). If not, the folder and
+   ``pipeline.json`` are made before the first answer (or the output's first part,
+   ``io/parts.py``) is kept, not before: a job that keeps nothing, as a quick one whose output
+   is never cut into parts, makes and removes nothing. ``pipeline.json`` is written to a
+   temporary name and renamed, so it is whole or absent; a folder without one holds nothing
+   kept (the answers' logs are begun after it).
 2. ``put``: the record is appended to the writer's own log with one ``write`` (repeated only
    if the kernel took part of it). A kill during it leaves a torn record at the log's end: a
    short one, or one whose head or body fails its CRC, which a reader skips (with nothing
@@ -237,6 +241,9 @@ class ResumeStore:
         self.caller = caller
         self.run = uuid.uuid4().hex[:12]  # this run's logs' prefix
         self.found = 0  # batches answered from saved work in this run
+        # The pipeline.json to write as the first answer or part is kept (``make``); None once
+        # the folder holds one.
+        self._unmade: str | None = None
         self._setup()
 
     def _setup(self) -> None:
@@ -246,7 +253,8 @@ class ResumeStore:
         self._writers: dict[tuple[str, int, int], _Writer] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "caller": self.caller, "run": self.run, "found": 0}
+        state = {"path": self.path, "caller": self.caller, "run": self.run, "found": 0}
+        return {**state, "_unmade": self._unmade}  # (a Ray actor may keep the first answer)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -273,11 +281,22 @@ class ResumeStore:
                     "resume it, or pass resume='restart' to drop the saved work and start over"
                 )
             return True
-        self.path.mkdir(parents=True, exist_ok=True)
-        partial = self.path / f"{PIPELINE}.tmp-{uuid.uuid4().hex}"
-        partial.write_text(json.dumps(fingerprint, indent=1, sort_keys=True))
-        os.replace(partial, existing)
+        self._unmade = json.dumps(fingerprint, indent=1, sort_keys=True)
         return False
+
+    def make(self) -> None:
+        """The folder and its ``pipeline.json``, made before the first answer or part is kept
+        (step 1 of the module's text); nothing if they are made."""
+        if self._unmade is None:
+            return
+        with self._lock:
+            if self._unmade is None:
+                return
+            self.path.mkdir(parents=True, exist_ok=True)
+            partial = self.path / f"{PIPELINE}.tmp-{uuid.uuid4().hex}"
+            partial.write_text(self._unmade)
+            os.replace(partial, self.path / PIPELINE)
+            self._unmade = None
 
     def get(self, step: str, digest: str) -> Saved | None:
         table = None
@@ -359,6 +378,7 @@ class ResumeStore:
 
     def _start_log(self, key: tuple[str, int, int]) -> _Writer:
         step, pid, thread = key
+        self.make()
         folder = self.path / step
         folder.mkdir(parents=True, exist_ok=True)
         name = f"{self.run}-{pid}-{thread}-{uuid.uuid4().hex[:8]}{_LOG}"
