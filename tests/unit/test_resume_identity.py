@@ -199,3 +199,24 @@ def test_rows_in_no_fixed_order_are_known_by_their_values():
     finally:
         opened.execute("RESET GLOBAL preserve_insertion_order")
         opened.close()
+
+
+def test_the_identity_is_written_as_before_so_a_job_killed_under_an_earlier_vane_resumes():
+    """The identity an answer is kept under is hashed from text: the steps below the UDF step,
+    each field whole, then DuckDB's settings and the versions (given here, as a rerun's process
+    would read them). A change to how that text is written, however harmless it looks, makes a
+    job killed under the earlier vane pay again for every batch it had answered: this value is
+    the one 4e0101d computes for the same plan and settings, and changes only on purpose."""
+    rel = (
+        vane.range(100)
+        .filter("id % 3 <> 1")
+        .with_column("t", "'row ' || id")
+        .with_column("u", vane.col("id") * 2)
+        .limit(50)
+    )
+    settings = {
+        "preserve_insertion_order": "true",
+        "TimeZone": "UTC",
+        "(versions)": "duckdb 2.0.1 pyarrow 26.0.1 vane 0.1.0",
+    }
+    assert input_identity(rel.plan, lambda: settings) == "363203740b972fcbf502"
