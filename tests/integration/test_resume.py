@@ -464,3 +464,31 @@ def test_a_rerun_loads_its_model_while_it_reads_the_kept_answers(tmp_path, monke
     assert result.steps[0].rows_resumed >= 300 and all(asked)
     rows = vane.read_parquet(out).to_arrow()
     assert rows["y"].to_pylist() == [2 * i for i in range(600)]
+
+
+@pytest.mark.parametrize("refused_by", ["the sink", "the saved work"])
+def test_a_resumable_write_refused_at_once_exits_with_its_error_not_an_abort(tmp_path, refused_by):
+    """A resumable write asks DuckDB's settings on a thread as it begins; refused before it
+    reads them (a type the sink cannot hold, another pipeline's saved work), it waits for that
+    query, so that a script whose error goes uncaught exits with it, not with an abort from a
+    thread the exiting interpreter stopped inside DuckDB."""
+    out = tmp_path / ("out.csv" if refused_by == "the sink" else "out")
+    if refused_by == "the saved work":
+        saved = ResumeStore(str(out), "write_parquet")
+        saved.open({"plan": "another pipeline", "steps": {}, "inputs": {}}, restart=False)
+        saved.make()
+    write = "write_csv" if refused_by == "the sink" else "write_parquet"
+    script = textwrap.dedent(
+        f"""
+        import vane
+        vane.configure(progress=False)
+        rel = vane.range(10).with_column("v", "[id, id]")
+        rel.{write}({str(out)!r}, resume=True)
+        """
+    )
+    for _ in range(3):  # (the abort came in 59 of 60 runs without the wait)
+        done = subprocess.run(
+            [sys.executable, "-c", script], check=False, capture_output=True, text=True
+        )
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert ("ConfigurationError" if refused_by == "the sink" else "ResumeError") in done.stderr

@@ -15,7 +15,9 @@ T = TypeVar("T")
 def in_background(work: Callable[[], T], name: str) -> Future[T]:
     """``work`` run on a daemon thread named ``name``; what it returns, or raises, in the
     future. (A thread per call, not a pool: each is begun once per step or per write, and a
-    pool would keep threads after its work is done.)"""
+    pool would keep threads after its work is done.) A daemon is not waited for as the
+    interpreter exits, and one stopped inside a C++ library (a DuckDB query) aborts the
+    process: a caller whose work runs there waits for the future on every way out."""
     done: Future[T] = Future()
 
     def run() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -418,12 +419,33 @@ class LocalRunner:
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
         started = time.perf_counter()
-        from vane.execution.resume import parts_step, what_decides_rows, what_decides_rows_soon
+        from vane.execution.resume import what_decides_rows_soon
+
+        # (asked now, read where a step's input's identity is computed: planning meanwhile)
+        asked = what_decides_rows_soon() if resume else None
+        try:
+            return self._write(plan, sink, started, asked, resume, errors_to, errors_key)
+        finally:
+            if asked is not None:
+                # The query runs on a daemon thread: one still inside DuckDB as the interpreter
+                # exits aborts the process (a write refused early, its error uncaught).
+                wait([asked])
+
+    def _write(  # noqa: PLR0917 - private; write() names every argument
+        self,
+        plan: PlanNode,
+        sink: Sink,
+        started: float,
+        asked: Future[dict[str, str]] | None,
+        resume: Resume | None,
+        errors_to: str | None,
+        errors_key: tuple[str, ...] | None,
+    ) -> WriteResult:
+        from vane.execution.resume import parts_step, what_decides_rows
         from vane.execution.write_setup import prepare_write
         from vane.io.sinks import write_to
 
-        # (asked now, read where a step's input's identity is computed: planning meanwhile)
-        settings = what_decides_rows_soon() if resume else what_decides_rows
+        settings = what_decides_rows if asked is None else asked.result
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
