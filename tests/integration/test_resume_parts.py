@@ -21,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -243,6 +244,36 @@ def test_a_rerun_says_the_rows_on_error_skipped_in_the_parts_it_took(tmp_path):
     assert f"skipped {len(failing)}" in stdout  # those in the kept parts counted too
     rows = vane.read_parquet(str(out)).to_arrow()
     assert rows["id"].to_pylist() == [i for i in range(ROWS) if i % 97]
+
+
+def test_parts_another_function_wrote_are_not_taken_even_without_the_pipelines_record(
+    tmp_path, monkeypatch
+):
+    """The parts' record names the UDF step's function too: a folder whose pipeline.json is
+    gone (a kill while a committed job's saved work was being removed) cannot hand one
+    function's rows to another's job."""
+    monkeypatch.setattr(parts, "PART_BYTES", 1)  # a part at every answer
+
+    def halve(batch: pa.Table) -> pa.Table:
+        if batch["id"][0].as_py() >= 500:
+            raise RuntimeError("preempted")
+        return pa.table({"id": batch["id"], "y": pc.divide(batch["id"], 2)})
+
+    def double(batch: pa.Table) -> pa.Table:
+        return pa.table({"id": batch["id"], "y": pc.multiply(batch["id"], 2)})
+
+    def job(model: object) -> vane.Relation:
+        schema = {"id": "BIGINT", "y": "BIGINT"}
+        return vane.range(1_000).map_batches(model, schema=schema, batch_size=100)
+
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="preempted"):
+        job(halve).write_parquet(str(out), resume=True)
+    assert _recorded(out)  # the first half is kept
+    (tmp_path / ".out.vane-resume" / "pipeline.json").unlink()
+    job(double).write_parquet(str(out), resume=True)
+    rows = vane.read_parquet(str(out)).order_by("id").to_pylist()
+    assert rows == [{"id": i, "y": 2 * i} for i in range(1_000)]
 
 
 def test_parts_written_through_other_steps_above_are_not_taken(tmp_path, monkeypatch):

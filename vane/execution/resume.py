@@ -178,9 +178,12 @@ def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, FileSink] | None:
 
 def parts_held(plan: PlanNode, step: UdfStep, identity: str) -> str:
     """An identity of what kept parts of ``plan``'s output hold, which they are recorded under:
-    ``step``'s answers to the input of that identity, through the steps above it, each whole."""
-    held = hashlib.blake2b(f"{identity}\0{_above(plan, step)}".encode(), digest_size=10)
-    return held.hexdigest()
+    ``step``'s answers (its function and options: ``step_key``) to the input of that identity,
+    through the steps above it, each whole. (The pipeline's record says the function too; a
+    folder whose record is gone, left by a kill as a committed job's saved work was removed,
+    must not hand another function's rows on.)"""
+    what = f"{identity}\0{step_key(step)}\0{_above(plan, step)}"
+    return hashlib.blake2b(what.encode(), digest_size=10).hexdigest()
 
 
 def _passes_rows_through(node: PlanNode) -> bool:
@@ -357,13 +360,9 @@ class Checkpoint:
         # skips the input rows they hold, marks where its output may be cut, and keeps in the
         # log only the answers whose calls cost far more than keeping them.
         self.parts = parts
-        # The step's answers the runs before this one kept, counted once as the step begins
-        # (before its stage has kept any).
-        kept = store.count(key)
         # No answer of the step was kept when it began, and its batches are known by their
         # places, each asked once a run: none is found, and none is looked for.
-        self.none_kept = position is not None and kept == 0
-        self._kept_before = kept
+        self.none_kept = position is not None and self._kept_before == 0
 
     @property
     def skip(self) -> int:
@@ -380,6 +379,12 @@ class Checkpoint:
         and the rows on_error skipped and nulled up to there (``parts.Marks``)."""
         if self.parts is not None:
             self.parts.marks.add(Mark(output, input_rows, skipped, nulled))
+
+    @functools.cached_property
+    def _kept_before(self) -> int:
+        """The step's answers the runs before this one kept, counted once, before its stage
+        keeps any (and only where asked: on Ray, whose driver does not, it reads every log)."""
+        return self.store.count(self.key)
 
     def nothing_saved(self) -> bool:
         """Whether the write saved nothing of the step: no kept part, no kept answer."""
