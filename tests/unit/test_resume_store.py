@@ -33,7 +33,9 @@ def _store(root: Path) -> ResumeStore:
 
 
 def _rerun(store: ResumeStore) -> ResumeStore:
-    """The store as a rerun opens it: a new process's view, built from the logs alone."""
+    """The store as a rerun opens it: a new process's view, built from the logs alone, once
+    the run before has ended (closed: its lock let go, as its process's end would)."""
+    store.close()
     again = ResumeStore(str(store.path.parent / "out"), "write_parquet")
     assert again.open(FINGERPRINT, restart=False)
     return again
@@ -154,10 +156,11 @@ def test_a_damaged_answer_reads_as_missing_and_is_kept_again(tmp_path, damage):
     rerun = _rerun(store)
     assert rerun.get("step", "d1") is None
     rerun.put("step", "d1", pa.table({"id": [7]}), {})  # computed again, and kept again
-    for reader in (rerun, _rerun(rerun)):
+    again = _rerun(rerun)
+    for reader in (rerun, again):
         saved = reader.get("step", "d1")
         assert saved is not None and saved.table["id"].to_pylist() == [7]
-    rerun.finish()
+    again.finish()
     assert not store.path.exists()
 
 
@@ -222,15 +225,17 @@ def test_a_store_without_logs_answers_nothing(tmp_path):
 
 @pytest.mark.parametrize("where", ["here", "in a copy"])
 def test_the_folder_is_made_with_the_first_answer_kept_and_not_before(tmp_path, where):
-    """A job that keeps nothing makes and removes nothing; the first answer kept, here or by a
-    copy of the store (a Ray actor's), makes the folder with the job's pipeline.json first, so
-    that a rerun of another pipeline is refused."""
+    """A job that keeps nothing writes nothing; the first answer kept, here or by a copy of
+    the store (a Ray actor's), writes the job's pipeline.json first, so that a rerun of another
+    pipeline is refused."""
     store = _store(tmp_path)
-    assert not store.path.exists()
+    assert list(store.path.iterdir()) == []  # (made empty, to hold the job's lock)
     keeper = store if where == "here" else pickle.loads(pickle.dumps(store))
     keeper.put("step", "d0", pa.table({"x": [1]}), {})
     assert (store.path / PIPELINE).exists()
-    assert _rerun(store).get("step", "d0") is not None
+    rerun = _rerun(store)
+    assert rerun.get("step", "d0") is not None
+    rerun.close()
     with pytest.raises(ResumeError, match="not the one whose work is saved"):
         ResumeStore(str(tmp_path / "out"), "write_parquet").open(
             {**FINGERPRINT, "plan": "another"}, restart=False
@@ -322,3 +327,40 @@ def test_a_unit_that_failed_part_way_keeps_the_calls_before_the_failure(tmp_path
     assert kept_a is not None and kept_a.table["x"].to_pylist() == [1, 2]
     assert kept_b is not None and kept_b.table["x"].to_pylist() == [3]
     assert again.get("c") is None
+
+
+@pytest.mark.parametrize("second", ["the same pipeline", "another pipeline"])
+def test_a_second_run_on_the_destination_is_refused_while_the_first_runs(tmp_path, second):
+    """Two resumable writes to one destination would write each other's answers and parts
+    (and the second's pipeline.json over the first's): the folder's lock refuses the second
+    while the first runs, whatever it has kept, and lets it start once the first has ended."""
+    first = _store(tmp_path)
+    fingerprint = FINGERPRINT if second == "the same pipeline" else {**FINGERPRINT, "plan": "b"}
+    other = ResumeStore(str(tmp_path / "out"), "write_parquet")
+    with pytest.raises(ResumeError, match="another resumable write to the same destination"):
+        other.open(fingerprint, restart=False)
+    with pytest.raises(ResumeError, match="another resumable write"):
+        other.open(fingerprint, restart=True)  # (nor may it drop the running job's work)
+    first.put("step", "d0", pa.table({"x": [1]}), {})
+    first.close()  # the first run ended (failed: its work kept)
+    if second == "the same pipeline":
+        assert other.open(fingerprint, restart=False)  # it resumes the first one's work
+        assert other.get("step", "d0") is not None
+    else:
+        with pytest.raises(ResumeError, match="not the one whose work is saved"):
+            other.open(fingerprint, restart=False)
+        assert not other.open(fingerprint, restart=True)
+    other.finish()
+    assert not other.path.exists()
+
+
+def test_a_run_that_took_the_folder_after_one_closed_keeps_it_when_that_one_finishes(tmp_path):
+    first = _store(tmp_path)
+    first.put("step", "d0", pa.table({"x": [1]}), {})
+    first.close()  # committed, not yet finished (its folder still there)
+    later = ResumeStore(str(tmp_path / "out"), "write_parquet")
+    assert later.open(FINGERPRINT, restart=False)
+    first.finish()  # the saved work is the later run's now: not removed under it
+    assert later.get("step", "d0") is not None
+    later.finish()
+    assert not later.path.exists()

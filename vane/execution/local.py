@@ -421,11 +421,14 @@ class LocalRunner:
         started = time.perf_counter()
         from vane.execution.resume import what_decides_rows_soon
 
+        # What a Ctrl-C in the write's start leaves begun (the resume store's lock), let go.
+        writes = writes_started()
         # (asked now, read where a step's input's identity is computed: planning meanwhile)
         asked = what_decides_rows_soon() if resume else None
         try:
             return self._write(plan, sink, started, asked, resume, errors_to, errors_key)
         finally:
+            abort_unfinished(writes)
             if asked is not None:
                 # The query runs on a daemon thread: one still inside DuckDB as the interpreter
                 # exits aborts the process (a write refused early, its error uncaught).

@@ -27,14 +27,17 @@ of records, each::
 
 The protocol, and why each step is safe under ``kill -9`` at any instant:
 
-1. ``open``: if the folder holds a ``pipeline.json`` (what the job was: its plan, each UDF
+1. ``open``: the folder is made if absent and locked (``flock``) until the job ends, so that a
+   second resumable write to the same destination, of this pipeline or another, is refused
+   while this one runs (two would write each other's parts and answers). If the folder holds
+   a ``pipeline.json`` (what the job was: its plan, each UDF
    step's code and options, its input files), the job must be the same one, or it is refused
    with what changed (``resume="restart"`` drops the saved work first). If not, the folder and
    ``pipeline.json`` are made before the first answer (or the output's first part,
    ``io/parts.py``) is kept, not before: a job that keeps nothing, as a quick one whose output
-   is never cut into parts, makes and removes nothing. ``pipeline.json`` is written to a
-   temporary name and renamed, so it is whole or absent; a folder without one holds nothing
-   kept (the answers' logs are begun after it).
+   is never cut into parts, leaves an empty folder, which ``close`` removes. ``pipeline.json``
+   is written to a temporary name and renamed, so it is whole or absent; the answers' logs
+   and parts are begun after it.
 2. ``put``: the record is appended to the writer's own log with one ``write`` (repeated only
    if the kernel took part of it). A kill during it leaves a torn record at the log's end: a
    short one, or one whose head or body fails its CRC, which a reader skips (with nothing
@@ -60,11 +63,13 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
    latest whole record. (A folder an earlier vane wrote, one ``.arrow`` file per answer, is
    not read: its batches are computed again.)
 4. ``close``: when the job ends, committed or failed, the runner closes the logs its process
-   wrote (their answers stay kept); a Ray actor's close with its process.
-5. ``finish``: after the sink has committed, the logs are closed and the folder removed. A
-   kill between the commit and the removal leaves a folder whose work is all in the output; a
-   later ``resume=True`` write to the same path with ``mode="error"`` fails on the existing
-   output as usual.
+   wrote (their answers stay kept), removes the folder if it holds nothing and lets go of
+   its lock; a Ray actor's close with its process.
+5. ``finish``: after the sink has committed, the folder is removed, under its lock taken
+   again (a run that took it between ``close`` and ``finish`` keeps it: the same pipeline's,
+   or one that is refused). A kill between the commit and the removal leaves a folder whose
+   work is all in the output; a later ``resume=True`` write to the same path with
+   ``mode="error"`` fails on the existing output as usual.
 
 Keys find the saved answers again only as long as the input is cut into batches the same
 way: the stage cuts its input into ``batch_size`` rows from a stream in a fixed order, so the
@@ -75,6 +80,8 @@ their digests, never by their places.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -251,6 +258,7 @@ class ResumeStore:
         # step -> digest -> its records, the latest last (one, but for an answer kept twice)
         self._indexes: dict[str, dict[str, list[Record]]] = {}
         self._writers: dict[tuple[str, int, int], _Writer] = {}
+        self._held: int | None = None  # the folder's descriptor, whose flock is the job's
 
     def __getstate__(self) -> dict[str, Any]:
         state = {"path": self.path, "caller": self.caller, "run": self.run, "found": 0}
@@ -261,28 +269,47 @@ class ResumeStore:
         self._setup()
 
     def open(self, fingerprint: Mapping[str, Any], *, restart: bool) -> bool:
-        """Start or continue the saved work; True if there was some to continue."""
-        if restart and self.path.exists():
-            shutil.rmtree(self.path)
-        existing = self.path / PIPELINE
-        if existing.exists():
-            try:
-                saved = json.loads(existing.read_text())
-            except (OSError, ValueError) as exc:
-                raise ResumeError(
-                    f"{self.caller}(): the saved work in {str(self.path)!r} cannot be read "
-                    f"({exc}); pass resume='restart' to start over"
-                ) from exc
-            changes = describe_changes(saved, fingerprint)
-            if changes:
-                raise ResumeError(
-                    f"{self.caller}(): the pipeline is not the one whose work is saved in "
-                    f"{str(self.path)!r}: {'; '.join(changes)}. Rerun the same pipeline to "
-                    "resume it, or pass resume='restart' to drop the saved work and start over"
-                )
-            return True
-        self._unmade = json.dumps(fingerprint, indent=1, sort_keys=True)
-        return False
+        """Start or continue the saved work; True if there was some to continue. The store is
+        noted as begun (``commit.begun``) before its lock is taken: a Ctrl-C anywhere from here
+        to the runner's ``close`` lets the lock go as the write unwinds (``abort``)."""
+        from vane.io.commit import begun
+
+        begun(self)
+        if not self._take():
+            raise ResumeError(
+                f"{self.caller}(): another resumable write to the same destination is running "
+                f"(its saved work is in {str(self.path)!r}): wait for it to end, or write to "
+                "another destination"
+            )
+        try:
+            if restart:
+                for child in self.path.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+            existing = self.path / PIPELINE
+            if existing.exists():
+                try:
+                    saved = json.loads(existing.read_text())
+                except (OSError, ValueError) as exc:
+                    raise ResumeError(
+                        f"{self.caller}(): the saved work in {str(self.path)!r} cannot be read "
+                        f"({exc}); pass resume='restart' to start over"
+                    ) from exc
+                changes = describe_changes(saved, fingerprint)
+                if changes:
+                    raise ResumeError(
+                        f"{self.caller}(): the pipeline is not the one whose work is saved in "
+                        f"{str(self.path)!r}: {'; '.join(changes)}. Rerun the same pipeline to "
+                        "resume it, or pass resume='restart' to drop the saved work and start over"
+                    )
+                return True
+            self._unmade = json.dumps(fingerprint, indent=1, sort_keys=True)
+            return False
+        except BaseException:
+            self.close()  # (its lock let go: a refused or failed open holds nothing)
+            raise
 
     def make(self) -> None:
         """The folder and its ``pipeline.json``, made before the first answer or part is kept
@@ -349,16 +376,65 @@ class ResumeStore:
                 yield folder.name, digest
 
     def close(self) -> None:
-        """Close this process's logs (the answers in them stay kept)."""
+        """Close this process's logs (the answers in them stay kept); the folder removed if
+        it holds nothing, and its lock let go."""
         with self._lock:
             writers, self._writers = self._writers, {}
         for writer in writers.values():
             writer.close()
+        if self._held is not None:
+            with contextlib.suppress(OSError):  # (not empty: kept work, or not there)
+                self.path.rmdir()
+        self._let_go()
+        from vane.io.commit import seen_through
+
+        seen_through(self)
+
+    def abort(self) -> None:
+        """A write interrupted between ``open`` and ``close``: closed (``commit.Abortable``)."""
+        self.close()
+
+    def _let_go(self) -> None:
+        held, self._held = self._held, None  # (one line: no Ctrl-C between the two)
+        if held is not None:
+            os.close(held)
 
     def finish(self) -> None:
-        """The output is committed: the saved work has served."""
+        """The output is committed: the saved work has served (and is removed, unless another
+        run has taken it since ``close``)."""
         self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
+        try:
+            if self._take(make=False):
+                shutil.rmtree(self.path, ignore_errors=True)
+        finally:
+            self._let_go()
+
+    def _take(self, *, make: bool = True) -> bool:
+        """Whether the folder's ``flock`` is taken, its descriptor in ``_held`` (the folder made
+        first if ``make``); False if another run holds it, or, not ``make``, if there is no
+        folder."""
+        for _ in range(3):  # (a folder removed as it was taken: a run finishing; take anew)
+            if make:
+                self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                self._held = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                if make:
+                    continue
+                return False
+            try:
+                fcntl.flock(self._held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self._let_go()
+                return False
+            try:
+                same = os.path.samestat(os.fstat(self._held), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                return True
+            self._let_go()
+        return False
 
     def _index(self, step: str) -> dict[str, list[Record]]:
         index = self._indexes.get(step)

@@ -153,9 +153,6 @@ class RayRunner:
         batch's ``on_error`` handled reach the driver through the action's tally with the
         batch's counts, and the driver records them in the same ``Ledger`` as the local
         runner, before the output (and the ledger with it) is committed."""
-        from vane.execution.write_setup import prepare_write
-        from vane.io.ledger import LedgeredWrite
-
         started = time.perf_counter()  # the whole write, as on the local runner
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
@@ -164,6 +161,25 @@ class RayRunner:
             return self._local.write(
                 plan, sink, resume=resume, errors_to=errors_to, errors_key=errors_key
             )
+        writes = writes_started()
+        try:
+            return self._write(plan, sink, caller, started, resume, errors_to, errors_key)
+        finally:
+            abort_unfinished(writes)  # what a Ctrl-C in the write's start left begun
+
+    def _write(  # noqa: PLR0917 - private; write() names every argument
+        self,
+        plan: PlanNode,
+        sink: Sink,
+        caller: str,
+        started: float,
+        resume: Resume | None,
+        errors_to: str | None,
+        errors_key: tuple[str, ...] | None,
+    ) -> WriteResult:
+        from vane.execution.write_setup import prepare_write
+        from vane.io.ledger import LedgeredWrite
+
         # The actors open the store from their own working directories: by its absolute path
         sink, ledger, store = prepare_write(
             plan,
@@ -174,11 +190,11 @@ class RayRunner:
             errors_key=errors_key,
             absolute_store=True,
         )
-        if store is not None:
-            _warn_unless_shared(store)
         from vane.io.sinks import write_to
 
         try:
+            if store is not None:
+                _warn_unless_shared(store)
             with _action(plan, resume=store, ledger=ledger) as lowering:
                 if sink.single_file or not lowering.runs_on_ray(plan):
                     rows = lowering.reader(plan, get_config().batch_size)
