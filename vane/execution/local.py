@@ -428,11 +428,13 @@ class LocalRunner:
         try:
             return self._write(plan, sink, started, asked, resume, errors_to, errors_key)
         finally:
-            abort_unfinished(writes)
-            if asked is not None:
-                # The query runs on a daemon thread: one still inside DuckDB as the interpreter
-                # exits aborts the process (a write refused early, its error uncaught).
-                wait([asked])
+            try:
+                abort_unfinished(writes)
+            finally:
+                if asked is not None:
+                    # The query runs on a daemon thread: one still inside DuckDB as the
+                    # interpreter exits aborts the process (a write refused early, uncaught).
+                    wait([asked])
 
     def _write(  # noqa: PLR0917 - private; write() names every argument
         self,

@@ -83,11 +83,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import struct
 import threading
 import uuid
+import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -101,6 +103,7 @@ from vane.errors import ResumeError
 # write_*(resume=...): keep and use saved work (True), or drop another pipeline's first.
 Resume = bool | Literal["restart"]
 PIPELINE = "pipeline.json"
+log = logging.getLogger("vane")
 _META = b"vane.resume"
 # A record's head (see the module's text): magic, key length, body length, then a CRC-32 of
 # these and the key.
@@ -275,13 +278,21 @@ class ResumeStore:
         from vane.io.commit import begun
 
         begun(self)
-        if not self._take():
-            raise ResumeError(
-                f"{self.caller}(): another resumable write to the same destination is running "
-                f"(its saved work is in {str(self.path)!r}): wait for it to end, or write to "
-                "another destination"
-            )
         try:
+            taken = self._take()
+            if taken is False:
+                raise ResumeError(
+                    f"{self.caller}(): another resumable write to the same destination is "
+                    f"running (its saved work is in {str(self.path)!r}): wait for it to end, or "
+                    "write to another destination"
+                )
+            if taken is None:
+                log.warning(
+                    "vane: %s(): the file system of %s takes no locks: a second resumable write "
+                    "to the same destination would not be refused while this one runs",
+                    self.caller,
+                    self.path,
+                )
             if restart:
                 for child in self.path.iterdir():
                     if child.is_dir() and not child.is_symlink():
@@ -397,6 +408,7 @@ class ResumeStore:
     def _let_go(self) -> None:
         held, self._held = self._held, None  # (one line: no Ctrl-C between the two)
         if held is not None:
+            _LOCKED.discard(self)
             os.close(held)
 
     def finish(self) -> None:
@@ -404,15 +416,15 @@ class ResumeStore:
         run has taken it since ``close``)."""
         self.close()
         try:
-            if self._take(make=False):
+            if self._take(make=False) is not False:  # (None: no locks here, as before them)
                 shutil.rmtree(self.path, ignore_errors=True)
         finally:
             self._let_go()
 
-    def _take(self, *, make: bool = True) -> bool:
+    def _take(self, *, make: bool = True) -> bool | None:
         """Whether the folder's ``flock`` is taken, its descriptor in ``_held`` (the folder made
         first if ``make``); False if another run holds it, or, not ``make``, if there is no
-        folder."""
+        folder; None if its file system takes no locks (a network file system may not)."""
         for _ in range(3):  # (a folder removed as it was taken: a run finishing; take anew)
             if make:
                 self.path.mkdir(parents=True, exist_ok=True)
@@ -427,6 +439,10 @@ class ResumeStore:
             except BlockingIOError:
                 self._let_go()
                 return False
+            except OSError:
+                self._let_go()
+                return None
+            _LOCKED.add(self)
             try:
                 same = os.path.samestat(os.fstat(self._held), os.stat(self.path))
             except FileNotFoundError:
@@ -462,6 +478,24 @@ class ResumeStore:
         with self._lock:
             self._writers[key] = writer
         return writer
+
+
+# The stores holding their folder's lock in this process. A process forked meanwhile (a UDF's
+# own multiprocessing pool, a DataLoader's workers) would hold each lock on after this one let
+# go of it, and refuse every rerun while it lives: the child closes them as it starts.
+_LOCKED: weakref.WeakSet[ResumeStore] = weakref.WeakSet()
+
+
+def _let_go_in_child() -> None:
+    for store in list(_LOCKED):
+        held, store._held = store._held, None
+        if held is not None:
+            with contextlib.suppress(OSError):
+                os.close(held)
+    _LOCKED.clear()
+
+
+os.register_at_fork(after_in_child=_let_go_in_child)
 
 
 def _age(log: Path) -> tuple[float, str]:
