@@ -30,8 +30,8 @@ The protocol, and why each step is safe under ``kill -9`` at any instant:
 1. ``open``: the folder is made if absent and locked (``flock``) until the job ends, so that a
    second resumable write to the same destination, of this pipeline or another, is refused
    while this one runs (two would write each other's parts and answers). If the folder holds
-   a ``pipeline.json`` (what the job was: its plan, each UDF
-   step's code and options, its input files), the job must be the same one, or it is refused
+   a ``pipeline.json`` (what the job was: its plan, each UDF step's code and options, its
+   input files), the job must be the same one, or it is refused
    with what changed (``resume="restart"`` drops the saved work first). If not, the folder and
    ``pipeline.json`` are made before the first answer (or the output's first part,
    ``io/parts.py``) is kept, not before: a job that keeps nothing, as a quick one whose output
@@ -488,11 +488,8 @@ _LOCKED: weakref.WeakSet[ResumeStore] = weakref.WeakSet()
 
 def _let_go_in_child() -> None:
     for store in list(_LOCKED):
-        held, store._held = store._held, None
-        if held is not None:
-            with contextlib.suppress(OSError):
-                os.close(held)
-    _LOCKED.clear()
+        with contextlib.suppress(OSError):
+            store._let_go()
 
 
 os.register_at_fork(after_in_child=_let_go_in_child)
