@@ -227,7 +227,7 @@ def test_a_store_without_logs_answers_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["here", "in a copy"])
-def test_the_folder_is_made_with_the_first_answer_kept_and_not_before(tmp_path, where):
+def test_the_pipeline_is_recorded_with_the_first_answer_kept_and_not_before(tmp_path, where):
     """A job that keeps nothing writes nothing; the first answer kept, here or by a copy of
     the store (a Ray actor's), writes the job's pipeline.json first, so that a rerun of another
     pipeline is refused."""
