@@ -165,6 +165,61 @@ def test_a_reader_finishes_an_append_its_writer_died_in(tmp_path):
     assert not list(out.glob(".vane-commit-*"))
 
 
+HELPER_FORKING_WRITER = """
+import os, sys, time
+import vane
+
+out, alive = sys.argv[1:3]
+
+
+def fork_a_helper(batch):
+    folder = os.path.dirname(out)
+    for _ in range(6000):  # (the write's staging exists before the helper is made)
+        if os.path.isdir(folder) and any(".vane-staging-" in n for n in os.listdir(folder)):
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("no staging directory while the UDF ran")
+    if os.fork() == 0:  # the UDF's own helper process, which outlives its writer
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)  # (its writer's pipes: a test reading them sees their end)
+        os.dup2(quiet, 2)
+        while os.path.exists(alive):
+            time.sleep(0.05)
+        os._exit(0)
+    return batch
+
+
+vane.configure(progress=False)
+vane.range(40).map_batches(fork_a_helper, schema={"id": "BIGINT"}).write_parquet(out)
+"""
+
+
+def test_a_killed_writers_staging_goes_even_while_a_process_it_forked_lives(tmp_path):
+    """A process the job forked (a UDF's multiprocessing pool, a DataLoader's workers) holds
+    no copy of the staging's lock: the next write knows the killed writer's staging for dead
+    while that process lives on, and removes it."""
+    out, alive, marker = tmp_path / "data" / "out", tmp_path / "alive", tmp_path / "paused"
+    alive.touch()
+    process = subprocess.Popen(
+        [sys.executable, "-c", HELPER_FORKING_WRITER, str(out), str(alive)],
+        cwd=tmp_path,
+        env=dict(os.environ, VANE_COMMIT_PAUSE=f"staged:{marker}"),
+        stderr=subprocess.PIPE,
+    )
+    try:
+        while not marker.exists():
+            assert process.poll() is None, process.stderr.read()
+            time.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+        assert [n for n in os.listdir(out.parent) if ".vane-staging-" in n]  # the dead one's
+        write(out, "parquet", "overwrite", start=0, rows=20, partitioned=False)
+        assert ids(out, "parquet") == OLD and leftovers(out) == []
+    finally:
+        alive.unlink()  # the helper ends
+
+
 def test_a_symlinked_destination_stays_a_symlink(tmp_path):
     target = tmp_path / "real"
     link = tmp_path / "link"

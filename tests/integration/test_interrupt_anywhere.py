@@ -29,6 +29,7 @@ import pyarrow as pa
 import pytest
 
 import vane
+from vane.io import commit
 
 IO = os.path.join(str(Path(vane.__file__).parent), "io", "")
 
@@ -55,6 +56,7 @@ def _run(write: Callable[[], object], at: int, files: tuple[str, ...] = ()) -> t
     """Run ``write`` with an interrupt at its ``at``-th place in vane/io; whether it finished
     and how many such places it passed."""
     profile = _InterruptAt(at, files)
+    before = _held(), len(commit._stack())
     sys.setprofile(profile)
     try:
         write()
@@ -63,6 +65,17 @@ def _run(write: Callable[[], object], at: int, files: tuple[str, ...] = ()) -> t
         return False, profile.places
     finally:
         sys.setprofile(None)
+        locks, actions = before
+        # However it ended, the write left no lock of vane's held in this process (the next
+        # write would wait for it forever) and no action of its own under way.
+        assert _held() <= locks, f"a Ctrl-C at place {at} left locks held"
+        assert len(commit._stack()) == actions, f"a Ctrl-C at place {at} left an action under way"
+
+
+def _held() -> set[object]:
+    """The locks this process holds (some, tests' own objects)."""
+    held: set[object] = {f for f in commit._FLOCKS if f.descriptor >= 0}
+    return held | {f for f in commit._LOCK_FILES if not f.closed}
 
 
 def rows(n: int = 10, start: int = 0) -> vane.Relation:
@@ -327,3 +340,57 @@ def test_a_ctrl_c_anywhere_in_a_write_to_a_store_leaves_before_or_after(s3_clien
         found = seen(at)
         assert found in (spec.before, spec.after), f"a Ctrl-C at place {at}: {found}"
         assert left(at) == [], f"a Ctrl-C at place {at} left these"
+
+
+def test_a_stream_abandoned_and_collected_later_aborts_only_what_it_began(tmp_path):
+    """A stream left unfinished inside a reference cycle ends when the garbage collector gets
+    to it, which may be in the middle of a later write on the same thread: its end aborts what
+    the stream began (nothing here), never what that write began since."""
+    import gc
+    import weakref
+
+    from vane.io.commit import Staging, abort_unfinished, writes_started
+
+    gc.disable()  # (the collection below is the one this test makes)
+    try:
+        stream = vane.range(50).iter_batches(10)
+        assert next(stream).num_rows == 10
+        ended = weakref.ref(stream)
+        cycle: list[Any] = [stream]
+        cycle.append(cycle)
+        del stream, cycle
+        write = writes_started()  # a later write begins, as the runners' writes do
+        try:
+            staging = Staging(tmp_path / "out", "error", single_file=False)
+            assert ended() is not None  # (still there: the cycle holds it)
+            gc.collect()  # the abandoned stream ends here, mid-write
+            assert ended() is None
+            assert staging.directory.is_dir(), "the stream's end aborted the write's staging"
+            (staging.directory / "part-0.parquet").write_bytes(b"")
+            staging.commit()
+        finally:
+            abort_unfinished(write)
+        assert (tmp_path / "out" / "part-0.parquet").exists()
+    finally:
+        gc.enable()
+
+
+def test_an_action_ends_the_actions_inside_it_that_a_ctrl_c_kept_from_ending(tmp_path):
+    """A second Ctrl-C can land as an action inside a write starts its cleanup: the write's
+    own end then aborts what that action began. A stream handed out meanwhile is left to its
+    reader."""
+    from vane.io.commit import Staging, _stack, abort_unfinished, writes_started
+
+    actions = len(_stack())
+    write = writes_started()
+    writes_started()  # an action inside the write, whose end a Ctrl-C cut short
+    kept_from_ending = Staging(tmp_path / "a", "error", single_file=False)
+    stream = writes_started(handed_out=True)
+    streams = Staging(tmp_path / "b", "error", single_file=False)
+    abort_unfinished(write)
+    assert not kept_from_ending.directory.exists()
+    assert streams.directory.is_dir()
+    assert len(_stack()) == actions + 1
+    abort_unfinished(stream)
+    assert not streams.directory.exists()
+    assert len(_stack()) == actions

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import multiprocessing
-import os
 import pickle
 import shutil
 import threading
@@ -367,34 +366,6 @@ def test_a_run_that_took_the_folder_after_one_closed_keeps_it_when_that_one_fini
     assert later.get("step", "d0") is not None
     later.finish()
     assert not later.path.exists()
-
-
-def test_a_process_forked_during_a_run_does_not_keep_its_lock(tmp_path):
-    """A UDF's own pool of forked workers (multiprocessing, a DataLoader's) inherits the
-    folder's descriptor: the child closes it, so a rerun after the job ended is let in while
-    the child still lives."""
-    first = _store(tmp_path)
-    first.put("step", "d0", pa.table({"x": [1]}), {})
-    child_read, parent_write = os.pipe()
-    parent_read, child_write = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: says it has started (its fork hooks run), lives until told
-        os.write(child_write, b"x")
-        os.read(child_read, 1)
-        os._exit(0)
-    os.close(child_read)
-    os.close(child_write)
-    os.read(parent_read, 1)
-    os.close(parent_read)
-    try:
-        first.close()  # the run ended; its forked child lives on
-        again = ResumeStore(str(tmp_path / "out"), "write_parquet")
-        assert again.open(FINGERPRINT, restart=False)
-        again.close()
-    finally:
-        os.write(parent_write, b"x")
-        os.close(parent_write)
-        os.waitpid(child, 0)
 
 
 def test_a_file_system_without_locks_runs_unlocked_as_before_and_says_so(

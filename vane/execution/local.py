@@ -291,7 +291,9 @@ _TRANSLATED = (connection.Error, pa.ArrowException, OSError, VaneError)
 
 
 @contextmanager
-def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
+def _action(
+    plan: PlanNode, *, streaming: bool = False, handed_out: bool = False
+) -> Iterator[Execution]:
     """One action's execution: the single door for its errors, which are translated (a Ctrl-C
     becomes ``KeyboardInterrupt``, whatever DuckDB or Arrow made of it), and its resources are
     always released."""
@@ -299,7 +301,7 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
     _prestart(plan)
     execution = Execution(plan, streaming=streaming)
     failed = True
-    writes = writes_started()
+    writes = writes_started(handed_out=handed_out)  # (a stream's reader may let go of it late)
     try:
         with cancelled_by_sigint(execution.cancellation):
             yield execution
@@ -319,8 +321,13 @@ def _action(plan: PlanNode, *, streaming: bool = False) -> Iterator[Execution]:
             raise
         raise error from error.__cause__
     finally:
-        abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
-        execution.close(failed=failed)
+        try:
+            abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
+        except KeyboardInterrupt:  # (a second Ctrl-C as it began: commit.abort_surely)
+            abort_unfinished(writes)
+            raise
+        finally:
+            execution.close(failed=failed)
 
 
 def _prestart(plan: PlanNode) -> None:
@@ -390,7 +397,7 @@ class LocalRunner:
         file's rows, a row group's), so they are cut with zero-copy slices and joined at the
         seams. Nothing is computed far ahead of the reader, who may stop at any batch."""
         plan = optimize(plan)
-        with _action(plan, streaming=True) as execution:
+        with _action(plan, streaming=True, handed_out=True) as execution:
             if batch_size is None:
                 yield from execution.produced(plan)
             else:
@@ -403,7 +410,9 @@ class LocalRunner:
     def _all_batches(self, plan: PlanNode) -> Iterator[pa.RecordBatch]:
         plan = optimize(plan)
         size = get_config().batch_size
-        with _action(plan) as execution:  # every row is read: DuckDB may run ahead
+        # Every row is read: DuckDB may run ahead. (A generator: dropped unfinished, it may end
+        # late, as a stream does.)
+        with _action(plan, handed_out=True) as execution:
             yield from exact_batches(execution.reader(plan, size), size)
 
     def write(
@@ -430,6 +439,9 @@ class LocalRunner:
         finally:
             try:
                 abort_unfinished(writes)
+            except KeyboardInterrupt:  # (a second Ctrl-C as it began: commit.abort_surely)
+                abort_unfinished(writes)
+                raise
             finally:
                 if asked is not None:
                     # The query runs on a daemon thread: one still inside DuckDB as the

@@ -3,10 +3,10 @@
 Every write stages its files in ``.<name>.vane-staging-<token>`` beside the destination (beside
 a symlink's target, so the link survives and the staging is on the target's filesystem), and
 holds an ``flock`` on that directory for its whole life: a staging directory nobody holds
-belongs to a dead writer. (It is made under another name, locked, then renamed into place, so
-no one ever sees it unlocked while its writer lives.) Then it commits, holding an exclusive
-``flock`` on the destination's lock ``.<name>.vane-lock``, which every commit to that
-destination takes in turn:
+belongs to a dead writer (a process the writer forked holds none of its locks: ``Flock``). (It
+is made under another name, locked, then renamed into place, so no one ever sees it unlocked
+while its writer lives.) Then it commits, holding an exclusive ``flock`` on the destination's
+lock ``.<name>.vane-lock``, which every commit to that destination takes in turn:
 
     mode       destination        commit step (one atomic step unless noted)
     error      absent or empty    rename(staging, destination)
@@ -48,15 +48,17 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import shutil
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from vane.errors import ConfigurationError, SinkError
 
@@ -103,21 +105,111 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
+# ---- locks ------------------------------------------------------------------------------------
+
+
+class Flock:
+    """An ``flock`` this process holds on a directory for a while (a write's staging, a
+    resumable write's saved work), through a descriptor of its own.
+
+    A process forked while a lock is held (a UDF's own multiprocessing pool, a DataLoader's
+    workers, from any thread) shares the descriptor's lock and would hold it on after this
+    process lets go, until the child exits: a staging directory would look alive to the next
+    write, a destination's lock would keep the next commit waiting, a resume folder would
+    refuse every rerun. So a forked child closes its copies of every vane lock as it starts
+    (only its copies: the parent's locks stay held); ``locked`` keeps its files for it too. A
+    descriptor is known to the child from its opening on (a fork waits while one is being
+    opened), before it is ever locked."""
+
+    __slots__ = ("descriptor",)
+
+    def __init__(self) -> None:
+        self.descriptor = -1  # (opened by ``open``: the caller holds it first, to release it)
+
+    def open(self, path: Path, flags: int) -> None:
+        """Open ``path`` with ``flags``, not yet locked (``lock``); ``release`` closes it."""
+        with _OPENING:  # (a fork waits: the child knows of the descriptor, and closes it)
+            _FLOCKS.add(self)
+            self.descriptor = os.open(path, flags)
+
+    def lock(self, operation: int) -> bool:
+        """Take the lock (``fcntl.LOCK_*``); False if ``LOCK_NB`` was asked and another holds
+        it. Raises what ``flock`` raises; the caller releases either way."""
+        try:
+            fcntl.flock(self.descriptor, operation)
+        except BlockingIOError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Let the lock go (once: a second call, or one in a forked child, does nothing; a
+        Ctrl-C that lands in it leaves it closed or, at its first line, for a second call)."""
+        with _OPENING:  # (a fork waits: no child gets the descriptor as it is being closed)
+            descriptor, self.descriptor = self.descriptor, -1  # (one line: no Ctrl-C between)
+            if descriptor >= 0:
+                os.close(descriptor)
+            _FLOCKS.discard(self)
+
+
+_FLOCKS: set[Flock] = set()  # the directory locks this process holds
+_LOCK_FILES: weakref.WeakSet[io.FileIO] = weakref.WeakSet()  # the lock files ``locked`` holds
+# Held while a lock's descriptor is opened and noted, or closed: a fork waits. (Re-entrant: a
+# signal handler that forks may run inside it.)
+_OPENING = threading.RLock()
+
+
+def _before_fork() -> None:
+    _OPENING.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    with contextlib.suppress(RuntimeError):  # (not taken: a Ctrl-C stopped the wait for it)
+        _OPENING.release()
+
+
+def _after_fork_in_child() -> None:
+    global _OPENING
+    _OPENING = threading.RLock()
+    for held in list(_FLOCKS):
+        descriptor, held.descriptor = held.descriptor, -1
+        if descriptor >= 0:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+    _FLOCKS.clear()
+    for handle in list(_LOCK_FILES):
+        with contextlib.suppress(OSError):
+            handle.close()  # (a closed file stays closed: the parent's thread's ``with`` is moot)
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
+
+
 @contextlib.contextmanager
 def locked(path: Path, *, shared: bool = False, create: bool = True) -> Iterator[bool]:
     """Hold an ``flock`` on ``path`` (created if missing and ``create``); yields False if
-    there is no lock file to take (a reader never creates one)."""
-    try:
-        handle: IO[bytes] = open(path, "ab" if create else "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError:
+    there is no lock file to take (a reader never creates one). The file object closes the
+    lock wherever a Ctrl-C lands (its close is one C call, and so is its collection)."""
+    handle: io.FileIO | None = None
+    with _OPENING:  # (a fork waits until the file is noted: the child closes it)
+        try:
+            handle = open(path, "ab" if create else "rb", buffering=0)  # noqa: SIM115 - below
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            pass  # a read-only destination: nobody commits there
+        else:
+            _LOCK_FILES.add(handle)
+    if handle is None:
         yield False
         return
-    except PermissionError:
-        yield False  # a read-only destination: nobody commits there
-        return
-    with handle:
+    try:
         fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield True
+    finally:
+        with _OPENING:  # (a fork waits: no child gets the file as it is being closed)
+            handle.close()
 
 
 def _held(path: Path) -> bool:
@@ -155,64 +247,111 @@ class Abortable(Protocol):
     def abort(self) -> None: ...
 
 
-# What this thread has begun and not yet seen through: a write, and inside it each staging, which
-# notes itself here *before* it makes anything (a directory, a marker), so that wherever a Ctrl-C
-# lands in a write's start, what the start made is known to ``abort_unfinished``.
+class Begun:
+    """What one action (``writes_started``) began on a thread and has not yet seen through: a
+    write, and inside it each staging, which notes itself *before* it makes anything (a
+    directory, a marker), so that wherever a Ctrl-C lands in a write's start, what the start
+    made is known to ``abort_unfinished``. Each action keeps its own: a stream abandoned
+    mid-way and collected later (during another write, say) aborts only what it began."""
+
+    __slots__ = ("handed_out", "items", "stack")
+
+    def __init__(self, stack: list[Begun], *, handed_out: bool) -> None:
+        self.items: list[Abortable] = []
+        self.stack = stack  # the thread's actions under way, this one among them
+        self.handed_out = handed_out
+
+
 _unfinished = threading.local()
 
 
-def _begun() -> list[Abortable]:
-    found: list[Abortable] | None = getattr(_unfinished, "items", None)
+def _stack() -> list[Begun]:
+    """This thread's actions under way, the latest last, above what no action began (a
+    staging a test makes by itself)."""
+    found: list[Begun] | None = getattr(_unfinished, "stack", None)
     if found is None:
-        found = _unfinished.items = []
+        found = []
+        found.append(Begun(found, handed_out=True))  # (never ended, nor swept)
+        _unfinished.stack = found
     return found
 
 
 def begun(item: Abortable) -> None:
-    """Note ``item`` as under way: until ``seen_through``, an interrupted action aborts it."""
-    _begun().append(item)
+    """Note ``item`` as under way in the latest action: until ``seen_through``, that action
+    aborts it if it is interrupted."""
+    _stack()[-1].items.append(item)
 
 
 def seen_through(item: Abortable) -> None:
     """``item`` was aborted, or began its commit (from there its own protocol answers for it)."""
-    with contextlib.suppress(ValueError):
-        _begun().remove(item)
+    for action in reversed(_stack()):
+        for at, held in enumerate(action.items):
+            if held is item:
+                del action.items[at]
+                return
 
 
-def writes_started() -> int:
-    """How many writes this thread has under way: an action notes it as it begins."""
-    return len(_begun())
+def writes_started(*, handed_out: bool = False) -> Begun:
+    """An action begins on this thread: what is begun from here until it ends is its own. One
+    ``handed_out`` (a stream of rows, a generator the caller holds) may end after later
+    actions began, or on another thread (collected by the garbage collector)."""
+    stack = _stack()
+    action = Begun(stack, handed_out=handed_out)
+    stack += [action]  # (no call: no Ctrl-C between its push and its return)
+    return action
 
 
-def abort_unfinished(since: int) -> None:
-    """Abort what this thread began (after the first ``since``) and neither began its commit nor
-    finished an abort: a Ctrl-C can land at the first line of a cleanup, before it has done
-    anything, or in a write's start before the write exists to be aborted; the action that ran
-    the write calls this as it unwinds, when that signal is spent. (A commit that began is left
-    to its own protocol, which the next write completes or undoes.)"""
-    items = _begun()
-    while len(items) > since:
-        abort_surely(items.pop().abort)
+def abort_unfinished(action: Begun) -> None:
+    """The action ends: abort what it began and neither began its commit nor finished an
+    abort. A Ctrl-C can land at the first line of a cleanup, before it has done anything, or
+    in a write's start before the write exists to be aborted; the action that ran the write
+    calls this as it unwinds, when that signal is spent. (A commit that began is left to its
+    own protocol, which the next write completes or undoes.) An action not handed out also
+    ends the actions begun inside it that a Ctrl-C kept from ending themselves: every one
+    above it but those handed out, which end when their holder lets go of them."""
+    stack = action.stack
+    ending = [action]
+    if not action.handed_out:
+        inside = False
+        for each in stack:
+            if inside and not each.handed_out:
+                ending.append(each)
+            inside = inside or each is action
+    try:
+        for each in reversed(ending):  # (the innermost first)
+            while each.items:
+                item = each.items[-1]  # (taken off by its abort: ``seen_through``)
+                abort_surely(item.abort)
+                if each.items and each.items[-1] is item:
+                    del each.items[-1]
+    finally:
+        remaining: list[Begun] = []
+        for each in stack:
+            for gone in ending:
+                if each is gone:
+                    break
+            else:
+                remaining += [each]
+        stack[:] = remaining  # (in one step)
 
 
-def _locked_directory(final: Path) -> int:
+def _locked_directory(final: Path) -> Flock:
     """Make the directory ``final`` already locked: made under another name, locked, renamed.
-    Returns the descriptor that holds the lock."""
+    Returns the lock, held."""
     making = final.with_name(final.name.replace(_STAGING, _MAKING, 1))
-    descriptor = -1
+    held = Flock()
     try:
         making.mkdir()
-        descriptor = os.open(making, os.O_RDONLY)
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        held.open(making, os.O_RDONLY)
+        held.lock(fcntl.LOCK_EX)
         os.rename(making, final)  # the lock is the inode's: it moves with it
     except BaseException:  # Ctrl-C on the way: leave neither directory behind
-        if descriptor >= 0:
-            os.close(descriptor)
+        held.release()
         for left in (making, final):
             with contextlib.suppress(OSError):
                 left.rmdir()
         raise
-    return descriptor
+    return held
 
 
 def _pause(step: str) -> None:
@@ -402,7 +541,7 @@ class Staging:
         name = f".{self.destination.name}{_STAGING}{self.token}"
         self.directory = self.destination.parent / name
         self._journal: Path | None = None
-        self._lock = -1
+        self._lock: Flock | None = None
         begun(self)  # before the directory exists: a Ctrl-C from here on finds it
         try:
             # Held for the write's whole life: while it is, nobody removes this staging.
@@ -549,8 +688,7 @@ class Staging:
         append whose journal is written keeps its files for the roll-forward."""
         if self._journal is None or not self._journal.exists():
             shutil.rmtree(self.directory, ignore_errors=True)
-        lock, self._lock = self._lock, -1  # closed once: a second abort must not close a reused fd
-        if lock >= 0:
+        if self._lock is not None:
             with contextlib.suppress(OSError):
-                os.close(lock)
+                self._lock.release()  # (once: a second abort does nothing)
         seen_through(self)

@@ -81,6 +81,7 @@ their digests, never by their places.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -89,7 +90,6 @@ import shutil
 import struct
 import threading
 import uuid
-import weakref
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -99,6 +99,7 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 
 from vane.errors import ResumeError
+from vane.io.commit import Flock
 
 # write_*(resume=...): keep and use saved work (True), or drop another pipeline's first.
 Resume = bool | Literal["restart"]
@@ -112,6 +113,8 @@ _HEAD = struct.Struct("<4sHQI")
 _MAGIC = b"VRL1"
 _TAIL = struct.Struct("<I")  # the body's CRC-32
 _LOG = ".log"
+# What ``flock`` says on a file system that takes no locks (some network ones).
+_NO_LOCKS = (errno.ENOLCK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
 _END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end
 
 
@@ -261,7 +264,7 @@ class ResumeStore:
         # step -> digest -> its records, the latest last (one, but for an answer kept twice)
         self._indexes: dict[str, dict[str, list[Record]]] = {}
         self._writers: dict[tuple[str, int, int], _Writer] = {}
-        self._held: int | None = None  # the folder's descriptor, whose flock is the job's
+        self._held: Flock | None = None  # the folder's lock: the job's
 
     def __getstate__(self) -> dict[str, Any]:
         state = {"path": self.path, "caller": self.caller, "run": self.run, "found": 0}
@@ -393,7 +396,7 @@ class ResumeStore:
             writers, self._writers = self._writers, {}
         for writer in writers.values():
             writer.close()
-        if self._held is not None:
+        if self._held is not None and self._held.descriptor >= 0:  # (under the lock alone)
             with contextlib.suppress(OSError):  # (not empty: kept work, or not there)
                 self.path.rmdir()
         self._let_go()
@@ -406,45 +409,51 @@ class ResumeStore:
         self.close()
 
     def _let_go(self) -> None:
-        held, self._held = self._held, None  # (one line: no Ctrl-C between the two)
-        if held is not None:
-            _LOCKED.discard(self)
-            os.close(held)
+        if self._held is not None:
+            self._held.release()  # (a Ctrl-C at its start: the abort's second run releases it)
+            self._held = None
 
     def finish(self) -> None:
         """The output is committed: the saved work has served (and is removed, unless another
-        run has taken it since ``close``)."""
+        run has taken it since ``close``). Noted as begun again until the lock taken again
+        is let go: a Ctrl-C in here leaves it to the write's end to let go (``abort``)."""
+        from vane.io.commit import begun
+
         self.close()
+        begun(self)
         try:
             if self._take(make=False) is not False:  # (None: no locks here, as before them)
                 shutil.rmtree(self.path, ignore_errors=True)
         finally:
-            self._let_go()
+            self.close()  # (the folder is gone: it lets go of the lock)
 
     def _take(self, *, make: bool = True) -> bool | None:
-        """Whether the folder's ``flock`` is taken, its descriptor in ``_held`` (the folder made
+        """Whether the folder's ``flock`` is taken, held in ``_held`` (the folder made
         first if ``make``); False if another run holds it, or, not ``make``, if there is no
         folder; None if its file system takes no locks (a network file system may not)."""
         for _ in range(3):  # (a folder removed as it was taken: a run finishing; take anew)
             if make:
                 self.path.mkdir(parents=True, exist_ok=True)
+            self._held = Flock()
             try:
-                self._held = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+                self._held.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:
+                self._let_go()
                 if make:
                     continue
                 return False
             try:
-                fcntl.flock(self._held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                taken = self._held.lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                self._let_go()
+                if exc.errno in _NO_LOCKS:
+                    return None
+                raise
+            if not taken:
                 self._let_go()
                 return False
-            except OSError:
-                self._let_go()
-                return None
-            _LOCKED.add(self)
             try:
-                same = os.path.samestat(os.fstat(self._held), os.stat(self.path))
+                same = os.path.samestat(os.fstat(self._held.descriptor), os.stat(self.path))
             except FileNotFoundError:
                 same = False
             if same:
@@ -478,21 +487,6 @@ class ResumeStore:
         with self._lock:
             self._writers[key] = writer
         return writer
-
-
-# The stores holding their folder's lock in this process. A process forked meanwhile (a UDF's
-# own multiprocessing pool, a DataLoader's workers) would hold each lock on after this one let
-# go of it, and refuse every rerun while it lives: the child closes them as it starts.
-_LOCKED: weakref.WeakSet[ResumeStore] = weakref.WeakSet()
-
-
-def _let_go_in_child() -> None:
-    for store in list(_LOCKED):
-        with contextlib.suppress(OSError):
-            store._let_go()
-
-
-os.register_at_fork(after_in_child=_let_go_in_child)
 
 
 def _age(log: Path) -> tuple[float, str]:

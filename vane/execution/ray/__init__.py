@@ -125,7 +125,7 @@ class RayRunner:
         if not holds_udf(plan):
             yield from self._local.stream(plan, batch_size)
             return
-        with _action(plan, streaming=streaming) as lowering:
+        with _action(plan, streaming=streaming, handed_out=True) as lowering:
             if batch_size is None:
                 yield from lowering.produced(plan, get_config().batch_size)
             else:
@@ -165,7 +165,11 @@ class RayRunner:
         try:
             return self._write(plan, sink, caller, started, resume, errors_to, errors_key)
         finally:
-            abort_unfinished(writes)  # what a Ctrl-C in the write's start left begun
+            try:
+                abort_unfinished(writes)  # what a Ctrl-C in the write's start left begun
+            except KeyboardInterrupt:  # (a second Ctrl-C as it began: commit.abort_surely)
+                abort_unfinished(writes)
+                raise
 
     def _write(  # noqa: PLR0917 - private; write() names every argument
         self,
@@ -335,6 +339,7 @@ def _action(
     plan: PlanNode,
     *,
     streaming: bool = False,
+    handed_out: bool = False,
     resume: ResumeStore | None = None,
     ledger: Ledger | None = None,
 ) -> Iterator[RayLowering]:
@@ -355,7 +360,7 @@ def _action(
     lowering = RayLowering(plan, tally, watch, streaming=streaming, resume=resume, ledger=ledger)
     totals = stage_totals(plan, row_caps(plan))
     progress = lowering.progress = _Progress(tally, lowering.steps, Caller(), watch, totals)
-    writes = writes_started()
+    writes = writes_started(handed_out=handed_out)  # (a stream's reader may let go of it late)
     try:
         yield lowering
         progress.finish()
@@ -373,11 +378,16 @@ def _action(
             raise
         raise error from error.__cause__
     finally:
-        abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
-        progress.stop()
-        progress.events.close()
-        lowering.close()
-        watch.close()
+        try:
+            abort_unfinished(writes)  # a write whose cleanup a Ctrl-C cut short
+        except KeyboardInterrupt:  # (a second Ctrl-C as it began: commit.abort_surely)
+            abort_unfinished(writes)
+            raise
+        finally:
+            progress.stop()
+            progress.events.close()
+            lowering.close()
+            watch.close()
         ray.kill(tally)
 
 
