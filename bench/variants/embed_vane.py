@@ -17,7 +17,7 @@ Embedder = benchlib.Embedder
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    vane = benchlib.import_vane()
+    vane = benchlib.import_vane(resume=bool(benchlib.resume_option(args)))
 
     record: dict[str, object] = {}
     if args.runner == "ray":

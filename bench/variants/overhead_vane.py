@@ -12,7 +12,7 @@ import benchlib
 
 
 def main(args: argparse.Namespace) -> dict[str, object]:
-    vane = benchlib.import_vane()
+    vane = benchlib.import_vane(resume=bool(benchlib.resume_option(args)))
 
     vane.configure(progress=False)
     benchlib.warm_overhead_udf()
