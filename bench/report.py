@@ -542,7 +542,9 @@ WHY = {
         "model on a GPU takes no CPU time and must be kept). In fresh processes, on a slower "
         "machine whose runs vary by a tenth (2026-11-29), A/B runs gave medians of pair "
         "ratios of 1.00-1.06x over 15-30 pairs; the processes' CPU time was 0.5-1.2% over the "
-        "plain write's."
+        "plain write's. Between 8661c4c and f1dddd6 this variant imported the saved work's "
+        "modules inside its clock (6-7 ms there, about 1% of the run), which every other "
+        "variant imports before it; it imports them before the clock since."
     ),
     "prompt_busy/vane": (
         "The bound here is the machine, not the server: the aiohttp loop, which does nothing "
