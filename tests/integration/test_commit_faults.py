@@ -174,7 +174,7 @@ out, alive = sys.argv[1:3]
 
 def fork_a_helper(batch):
     folder = os.path.dirname(out)
-    for _ in range(6000):  # (the write's staging exists before the helper is made)
+    for _ in range(60000):  # (the write's staging exists before the helper is made)
         if os.path.isdir(folder) and any(".vane-staging-" in n for n in os.listdir(folder)):
             break
         time.sleep(0.01)

@@ -29,7 +29,7 @@ def _staging(tmp_path: Path) -> Iterator[tuple[Path, int]]:
 def _commit_lock(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     path = tmp_path / ".out.vane-lock"
     with commit.locked(path):
-        (handle,) = [h for h in commit._LOCK_FILES if not h.closed]
+        (handle,) = [h for h in commit._LOCK_FILES if h.name == str(path) and not h.closed]
         yield path, handle.fileno()
 
 
