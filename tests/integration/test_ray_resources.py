@@ -143,7 +143,7 @@ def _no_parts() -> list:
 def test_a_write_task_that_cannot_start_ends_with_the_watch(on_ray):
     # Part files are written by Ray tasks of vane's own, outside Ray Data's executions: their
     # wait ends when the watch gives up on the action
-    from vane.execution.ray import _written
+    from vane.execution.ray.runner import _written
     from vane.execution.ray.waits import ResourceWatch
 
     watch = ResourceWatch([], timeout_s=1)

@@ -1,14 +1,19 @@
-"""The tally of a Ray action's UDF steps (``vane.execution.ray.actor.Tally``), a plain class
-that runs as a Ray actor: what the progress line shows on Ray is what it decides."""
+"""The tally of a Ray action's UDF steps (``vane.execution.ray.tally.Tally``), plain classes
+that run in a Ray actor of the driver's (``Tallies``): what the progress line shows on Ray is
+what it decides."""
 
 from __future__ import annotations
 
+import pickle
+from types import SimpleNamespace
+
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vane.execution.accounting import StepCounts
-from vane.execution.ray.actor import Tally
+from vane.execution.ray.tally import ActionEnded, Tallies, Tally, TallyRef
 from vane.observe.events import ServerCount
 from vane.udf.runtime import RowError
 from vane.udf.spec import Budget
@@ -111,3 +116,71 @@ def test_the_tally_keeps_each_batchs_failed_rows_and_the_rows_resumed():
     tally.done(1, "a", StepCounts(rows_in=8, rows_out=8, resumed=8))
     assert tally.failed_rows() == {1: [(rows, errors)]}
     assert tally.totals()[1].counts.resumed == 8 and tally.totals()[1].counts.rows_in == 16
+
+
+class _Handle:
+    """Stands in for the Ray actor handle that a ``TallyRef`` carries (the real one is used
+    on Ray in tests/integration/test_ray_actions.py)."""
+
+    def __init__(self) -> None:
+        self.tallies = Tallies()
+        self.call = SimpleNamespace(remote=self.tallies.call)
+        self.close = SimpleNamespace(remote=self.tallies.close)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_drivers_tallies_keep_each_action_apart_and_only_those_under_way(data):
+    # One actor per driver holds every action's tally (tally.py). The driver opens actions in
+    # the order it numbers them and closes each at its end; an action's actors call any time,
+    # before its open reaches the tally (their calls and the driver's are not ordered), or after
+    # its close (Ray Data lets go of them late). An action's counts are its own; an ended one is
+    # forgotten, what its actors say goes nowhere, and what they ask raises ActionEnded.
+    tallies = Tallies()
+    actions = 4
+    opened = closed = 0  # actions 0 .. opened-1 are opened, 0 .. closed-1 of them closed
+    rows = [0] * actions
+    for _ in range(data.draw(st.integers(0, 30))):
+        moves = (
+            ["call"]
+            + (["open"] if opened < actions else [])
+            + (["close"] if closed < opened else [])
+        )
+        move = data.draw(st.sampled_from(moves))
+        if move == "open":
+            tallies.open(opened)
+            opened += 1
+        elif move == "close":  # (in order here; any order in a driver with several threads)
+            tallies.close(closed)
+            closed += 1
+        else:
+            action = data.draw(st.integers(0, actions - 1))
+            n = data.draw(st.integers(1, 9))
+            tallies.call(action, "done", 7, "a", StepCounts(rows_in=n, rows_out=n))
+            if action >= closed:
+                rows[action] += n
+    under_way = [a for a in range(actions) if a >= closed and (a < opened or rows[a])]
+    assert tallies.open_actions() == under_way
+    for action in range(actions):
+        if action < closed:
+            with pytest.raises(ActionEnded):
+                tallies.call(action, "totals")
+            with pytest.raises(ActionEnded):
+                tallies.call(action, "admit", 7, Budget(max_total_tokens=1))
+            assert tallies.call(action, "left", 7, "a") is None
+        elif action in under_way:
+            totals = tallies.call(action, "totals")
+            assert (totals[7].counts.rows_in if 7 in totals else 0) == rows[action]
+
+
+def test_an_actions_tally_reference_names_its_action_and_travels_as_itself():
+    # What an action's actors are given: pickled to them by Ray, called as an actor handle.
+    ref = pickle.loads(pickle.dumps(TallyRef(_Handle(), 3)))
+    tallies = ref.tallies.tallies  # (the stand-in travels as a copy; Ray's handle as itself)
+    ref.starting.remote(1, "a")
+    assert ref.totals.remote()[1].starting == 1
+    assert tallies.open_actions() == [3]
+    ref.close()
+    assert tallies.open_actions() == []
+    with pytest.raises(AttributeError):
+        ref.no_such_method  # noqa: B018 - the lookup is what is tested

@@ -4,7 +4,7 @@ killed their actor, the UDF's usage counters, and the step's time.
 
 A batch's counts are made from its outcome (``StepCounts.of_batch``) where the batch was
 answered, and added to the step's: the local stage adds them as its batches come back; on Ray
-each actor sends them to the action's tally, which adds them (``ray/actor.py``). What the step
+each actor sends them to the action's tally, which adds them (``ray/tally.py``). What the step
 then says (its ``BatchDone`` and ``StageFinished`` events, whose ``summary()`` is the line of
 ``explain(analyze=True)`` and whose usage is ``WriteResult.usage``; the warning about the rows
 ``on_error`` handled; the error of a budget passed) is built here from the counts alone, so

@@ -47,7 +47,7 @@ class Runner(Protocol):
 # name -> (module, class); imported the first time the runner is used.
 _REGISTRY = {
     "local": ("vane.execution.local", "LocalRunner"),
-    "ray": ("vane.execution.ray", "RayRunner"),
+    "ray": ("vane.execution.ray.runner", "RayRunner"),
 }
 _instances: dict[str, Runner] = {}
 

@@ -96,8 +96,8 @@ class ServerLoad:
 
 
 def report_safely(report: Report, servers: tuple[ServerCount, ...]) -> None:
-    """Hand ``servers`` to ``report``, which may fail (the Ray action's tally gone as the
-    action ends, say) without failing the requests, or the batch whose result comes next: the
+    """Hand ``servers`` to ``report``, which may fail (the Ray driver's tally actor gone,
+    say) without failing the requests, or the batch whose result comes next: the
     counts are watched, never part of the work."""
     try:
         report(servers)

@@ -13,8 +13,8 @@ Ray Data calls the actor from Ray's threads with two batches at a time (an async
 ``max_concurrency_per_actor``); each call hands its batch to the pool and waits for its
 outcome, so the worker has the next batch queued while it runs one (``lowering.py`` says what
 that saves). A plain function still runs on one batch at a time: the worker's body does that.
-Rows that ``on_error`` handled are counted by the action's ``Tally`` actor, so the driver can
-warn as the local runner does. When Ray Data lets go of the
+Rows that ``on_error`` handled are counted by the action's tally (``tally.py``), so the driver
+can warn as the local runner does. When Ray Data lets go of the
 actor at the end of the dataset, or kills it (Ray Data does once the input is consumed), the
 worker finishes and runs the UDF's ``teardown()``.
 """
@@ -26,8 +26,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,12 +39,12 @@ from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
 from vane.execution.actors.subprocess import SubprocessPool
 from vane.io.file_stores import FileStores
 from vane.io.file_stores import install as install_file_stores
-from vane.observe.events import ServerCount, merge_servers
 from vane.udf.failures import catchable
-from vane.udf.runtime import BatchOutcome, RowError, Task
-from vane.udf.spec import Budget, UdfSpec
+from vane.udf.runtime import BatchOutcome, Task
+from vane.udf.spec import UdfSpec
 
 if TYPE_CHECKING:
+    from vane.execution.ray.tally import StepState
     from vane.execution.resume import Checkpoint
 
 NODE_ID_ENV = "VANE_RAY_NODE_ID"
@@ -250,121 +249,3 @@ class RemoteFailure(Exception):
         if isinstance(error, UDFError):
             return catchable(error)
         return error
-
-
-class Tally:
-    """One per action (a Ray actor on the driver's node): per UDF step, the actors starting
-    and up, the actors busy, rows in and out, and rows that on_error skipped or nulled. The
-    driver reads it for progress events and its resource watch while the action runs, and
-    for the warning at its end.
-
-    An actor's calls overlap (two at once, or an async UDF's many), so an actor is busy while
-    any call of its own runs: the tally keeps each actor's running calls, by the actor's name.
-
-    A step's seconds run from its first actor's start to its last answered batch (as a local
-    stage's run from its pool's start to its end), by the tally's clock: each step its own
-    time, as locally, rather than the action's. (An actor's leaving is not counted: Ray Data
-    lets go of actors when it likes, maybe while a later step runs.)
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.steps: dict[int, StepState] = {}
-        self._calls: dict[tuple[int, str], int] = {}  # (step, actor) -> calls running
-        # (step, actor) -> its requests per server, as it last said
-        self._servers: dict[tuple[int, str], tuple[ServerCount, ...]] = {}
-        self._clock = clock
-        # A budgeted step's calls admitted and not yet answered (``admit``), by step.
-        self._admitted: dict[int, int] = {}
-        # A write's error ledger: per step, each batch's failed input rows and their errors.
-        self.failed: dict[int, list[tuple[pa.Table, list[RowError]]]] = {}
-
-    def _step(self, key: int) -> StepState:
-        return self.steps.setdefault(key, StepState())
-
-    def _stamp(self, key: int) -> None:
-        self._step(key).counts.stamp(self._clock())
-
-    def _running(self, key: int, actor: str, change: int) -> None:
-        calls = self._calls.get((key, actor), 0)
-        self._calls[(key, actor)] = calls + change
-        self._step(key).busy += (calls + change > 0) - (calls > 0)
-
-    def starting(self, key: int, actor: str) -> None:
-        self._stamp(key)
-        self._step(key).starting += 1
-
-    def gave_up(self, key: int, actor: str) -> None:
-        self._step(key).starting -= 1
-
-    def joined(self, key: int, actor: str) -> None:
-        self._stamp(key)
-        counts = self._step(key)
-        counts.starting -= 1
-        counts.actors += 1
-
-    def left(self, key: int, actor: str) -> None:
-        self._step(key).actors -= 1
-        if self._calls.pop((key, actor), 0) > 0:
-            self._step(key).busy -= 1
-        servers = self._servers.get((key, actor), ())
-        if any(c.in_flight for c in servers):  # what it had in flight is gone with it
-            self.requests(key, actor, tuple(replace(c, in_flight=0) for c in servers))
-
-    def requests(self, key: int, actor: str, servers: tuple[ServerCount, ...]) -> None:
-        """An actor's requests per server now (``vane.observe.requests``)."""
-        self._servers[(key, actor)] = servers
-        mine = [counts for (step, _), counts in self._servers.items() if step == key]
-        self._step(key).servers = merge_servers(mine)
-
-    def begin(self, key: int, actor: str) -> None:
-        self._stamp(key)
-        self._running(key, actor, +1)
-
-    def admit(self, key: int, budget: Budget) -> bool:
-        """Whether a batch of step ``key`` may be sent: its actors' usage so far is within
-        ``budget``. The tally answers one call at a time, so an admitted call is counted
-        before any later call is refused, and a refused one waits for it (``admitted``)."""
-        if budget.exceeded(self._step(key).counts.usage):
-            return False
-        self._admitted[key] = self._admitted.get(key, 0) + 1
-        return True
-
-    def release(self, key: int) -> None:
-        self._admitted[key] = self._admitted.get(key, 0) - 1
-
-    def admitted(self, key: int) -> int:
-        return self._admitted.get(key, 0)
-
-    def done(
-        self,
-        key: int,
-        actor: str,
-        counts: StepCounts,
-        *,
-        failed: tuple[pa.Table, list[RowError]] | None = None,
-    ) -> None:
-        """A batch answered (a failed one: no counts), and for an error ledger its failed
-        rows."""
-        self._stamp(key)
-        self._running(key, actor, -1)
-        self._step(key).counts.add(counts)
-        if failed is not None:
-            self.failed.setdefault(key, []).append(failed)
-
-    def failed_rows(self) -> dict[int, list[tuple[pa.Table, list[RowError]]]]:
-        return self.failed
-
-    def totals(self) -> dict[int, StepState]:
-        return self.steps
-
-
-@dataclass
-class StepState:
-    """A step of a Ray action as its tally sees it: its counts (as a local stage keeps them)
-    and its actors."""
-
-    counts: StepCounts = field(default_factory=StepCounts)
-    actors: int = 0
-    starting: int = 0  # constructing (their resources held, their worker not yet up)
-    busy: int = 0
-    servers: tuple[ServerCount, ...] = ()  # its actors' requests per server, summed
