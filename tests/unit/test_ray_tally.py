@@ -184,3 +184,67 @@ def test_an_actions_tally_reference_names_its_action_and_travels_as_itself():
     assert tallies.open_actions() == []
     with pytest.raises(AttributeError):
         ref.no_such_method  # noqa: B018 - the lookup is what is tested
+
+
+class _Ray:
+    """The calls ``action_tally`` makes of Ray, answered in this process: each "actor" is a real
+    ``Tallies``. It stands in for Ray because the case it tests, a driver that reconnects to a
+    cluster restarted on the same port (the same GCS address and job id: checked by hand with
+    ``ray start --port``), cannot be made beside the session's cluster without stopping it."""
+
+    class _Refused(Exception):  # what Ray raises for an actor of a cluster it is not on
+        pass
+
+    def __init__(self) -> None:
+        self.worker = "driver-1"
+        self.actors: list[Tallies] = []
+        self.gone: set[int] = set()  # the actors that no longer answer
+
+    def get_runtime_context(self) -> SimpleNamespace:
+        return SimpleNamespace(
+            gcs_address="10.0.0.1:6379",
+            get_job_id=lambda: "01000000",
+            get_worker_id=lambda: self.worker,
+            get_node_id=lambda: "a" * 56,
+        )
+
+    def remote(self, **options: object):
+        def started(cls: type) -> SimpleNamespace:
+            def make() -> SimpleNamespace:
+                index = len(self.actors)
+                self.actors.append(cls())
+
+                def call(*args: object) -> object:
+                    if index in self.gone:
+                        return self._Refused(f"actor {index} is gone")
+                    return self.actors[index].open(*args)
+
+                return SimpleNamespace(open=SimpleNamespace(remote=call), index=index)
+
+            return SimpleNamespace(remote=make)
+
+        return started
+
+    def get(self, answer: object) -> object:
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_an_action_finds_the_drivers_tallies_until_they_stop_answering_or_it_reconnects(
+    monkeypatch,
+):
+    from vane.execution.ray import tally
+
+    monkeypatch.setattr(tally, "_driver_tallies", {})
+    ray = _Ray()
+    first, second = tally.action_tally(ray), tally.action_tally(ray)
+    assert first.tallies is second.tallies and len(ray.actors) == 1
+    assert ray.actors[0].open_actions() == [first.action, second.action]
+    ray.gone.add(0)  # killed, or left on a cluster that was stopped: not a RayActorError
+    third = tally.action_tally(ray)
+    assert third.tallies.index == 1 and ray.actors[1].open_actions() == [third.action]
+    ray.worker = "driver-2"  # the driver disconnected and connected again: same address, job
+    fourth = tally.action_tally(ray)
+    assert fourth.tallies.index == 2 and ray.actors[2].open_actions() == [fourth.action]
+    assert tally._driver_tallies == {("10.0.0.1:6379", "01000000", "driver-2"): fourth.tallies}
