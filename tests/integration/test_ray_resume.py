@@ -108,8 +108,10 @@ def server() -> Iterator[OpenAIServer]:
 
 
 def test_a_budget_stops_a_ray_prompt_job_keeping_every_answer_it_paid_for(on_ray, server, tmp_path):
-    total = 60
-    # Read by Ray in several blocks, so that both actors answer and the tally sums them
+    # 60 batches of five: more than the two actors hold at once (16 calls each, as the local
+    # runner's actors), so the budget stops the job with batches still unsent; both actors
+    # answer, and the tally sums them
+    total = 300
     questions = vane.range(total).select("id", "'question number ' || id AS q")
     out = tmp_path / "out"
 

@@ -9,14 +9,13 @@ own restarts are left to what Ray is for: a Ray actor lost with its node is rest
 batches sent again, as often as it takes. (Counting a batch's restarts from Ray's side cannot
 tell a retry from another batch that holds the same values, and fails a healthy job.)
 
-Ray Data calls the actor from Ray's threads with two batches at a time (an async UDF: up to
-``max_concurrency_per_actor``); each call hands its batch to the pool and waits for its
-outcome, so the worker has the next batch queued while it runs one (``lowering.py`` says what
-that saves). A plain function still runs on one batch at a time: the worker's body does that.
-Rows that ``on_error`` handled are counted by the action's tally (``tally.py``), so the driver
-can warn as the local runner does. When Ray Data lets go of the
-actor at the end of the dataset, or kills it (Ray Data does once the input is consumed), the
-worker finishes and runs the UDF's ``teardown()``.
+The step's driver side (``hosts.py``) calls the actor from Ray's threads with two batches at
+a time (an async UDF: up to ``max_concurrency_per_actor``); each call hands its batch to the
+pool and waits for its outcome, so the worker has the next batch queued while it runs one
+(``lowering.py`` says what that saves). A plain function still runs on one batch at a time:
+the worker's body does that. Rows that ``on_error`` handled are counted by the action's tally
+(``tally.py``), so the driver can warn as the local runner does. At the end of the action the
+driver asks the actor to ``close``: the worker finishes and runs the UDF's ``teardown()``.
 """
 
 from __future__ import annotations
@@ -53,8 +52,9 @@ _ADMITTED_POLL_SECONDS = 0.05  # read by vane.ai.node_server, which may not impo
 
 
 class RayUdf:
-    """Constructed by Ray Data once per actor, inside the actor's process: starts the worker
-    that constructs the UDF (its errors and ``actor_start_timeout_s`` as locally)."""
+    """Constructed once per actor, inside the actor's process (``hosts.RayHost``): starts
+    the worker that constructs the UDF (its errors and ``actor_start_timeout_s`` as
+    locally)."""
 
     def __init__(
         self,
@@ -121,11 +121,11 @@ class RayUdf:
     def __call__(self, batch: pa.Table) -> pa.Table:
         """The batch's answer: a resumable write's saved one (the function is not called),
         else the function's, saved before its rows go on. The actor writes the saved answers
-        itself, into the store the driver opened: Ray Data gives the driver no hook between
-        an actor's answer and the block it becomes, and the answer must be kept before its
-        rows can reach the output (so the store must be on a path every node shares; on one
-        machine it is). A batch is found again by its contents (``batch_digest``), which Ray
-        Data cuts the same way on every run of the same input (``preserve_order``)."""
+        itself, into the store the driver opened: the answer is kept before it leaves the
+        actor, whatever becomes of the driver (so the store must be on a path every node
+        shares; on one machine it is). A batch is found again by its contents
+        (``batch_digest``), which the driver cuts the same way on every run of the same
+        input (``hosts.batches``)."""
         reads = self.spec.reads
         shipped = batch.select(list(reads)) if reads is not None else batch
         self.tally.begin.remote(self.key, self.name)  # (a caller's calls run in order)
@@ -163,7 +163,7 @@ class RayUdf:
         """Whether the step may spend more (a step with a budget asks the tally, which sums
         every actor's usage). Once it may not, the batch waits for the step's admitted calls
         (paid for, answered and kept) to end, and then fails the job with what was spent;
-        Ray Data ends the dataset at the first failure, killing what still runs."""
+        the driver kills the step's actors at the first failure."""
         import ray
 
         budget = self.spec.budget
@@ -200,14 +200,18 @@ class RayUdf:
         assert outcome is not None
         return outcome
 
-    def __del__(self) -> None:
-        # Ray Data drops its last reference when the dataset is done: a graceful end, so the
-        # worker finishes its batches and runs teardown(). (A killed actor's worker sees its
-        # parent gone and exits on its own.)
+    def close(self, *, early: bool = False) -> None:
+        """The worker finishes its batches (``early``: those it has started) and runs the
+        UDF's teardown(); once. (A killed actor's worker sees its parent gone and exits on its
+        own.)"""
         pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.teardown(graceful=True)
+        if pool is not None and not getattr(self, "_closed", False):
+            self._closed = True
+            pool.teardown(graceful=True, early=early)
             self.tally.left.remote(self.key, self.name)
+
+    def __del__(self) -> None:
+        self.close()
 
     def _output(self, batch: pa.Table, outcome: BatchOutcome, resumed: int) -> pa.Table:
         import ray

@@ -1,14 +1,14 @@
 """Whether a plan's UDF steps fit the Ray cluster: checked when a step is built and again when
 an action starts, so that a plan the cluster cannot run fails at once with the numbers.
 
-Ray Data starts each actor pool's minimum number of actors when the dataset starts, every
-pool of the plan at once, and an actor holds its CPUs, GPUs and memory until its step ends.
+Each UDF step starts its minimum number of actors as the action starts (``hosts.py``), every
+step of the plan at once, and an actor holds its CPUs, GPUs and memory until its step ends.
 The tasks that feed the actors (reading, row-local SQL, writing part files) need a CPU each:
 if the actors hold every CPU, those tasks wait forever, and so do the actors (plain Ray Data
 hangs the same way). So a plan fits when the actors' minimum, summed over its UDF steps, plus
-one CPU for the tasks fits the cluster, and each actor fits on one node. A pool's maximum is a
-bound, not a need: Ray Data adds actors only while its budget leaves the tasks room, and
-removes idle ones down to the minimum.
+one CPU for the tasks fits the cluster, and each actor fits on one node. A step's maximum is a
+bound, not a need: a step adds an actor only while the cluster has room for it and a CPU for
+the tasks besides.
 """
 
 from __future__ import annotations

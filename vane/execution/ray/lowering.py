@@ -5,14 +5,16 @@
   ``ray.data.read_lance`` (other table formats are read on the driver).
 - A chain of row-local SQL steps becomes one ``map_batches`` task per block, running the
   steps with the worker's DuckDB.
-- A UDF step becomes ``map_batches`` on an actor pool hosting vane's actor body, with the
-  step's concurrency, GPUs, CPUs and memory.
+- A UDF step runs on Ray actors of vane's own that host vane's actor body (``hosts.py``), with
+  the step's concurrency, GPUs, CPUs and memory, fed the blocks of what it reads. Its answers,
+  and what runs on Ray above it, are a stream of blocks in the object store (``stream.py``):
+  a chain of row-local SQL steps over them is a Ray task per block.
 - A step that needs all rows (join, aggregate, sort, limit, union, distinct, SQL) runs in
   DuckDB on the driver, over its inputs streamed back from Ray; what reads its result on Ray
   gets it through the object store.
 
-Ray Data keeps blocks in order (``preserve_order``), so rows come back in the order the local
-runner gives.
+Ray Data keeps blocks in order (``preserve_order``), and so do the streams above UDF steps, so
+rows come back in the order the local runner gives.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from vane.execution.background import in_background
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
-from vane.execution.ray.actor import RayUdf
 from vane.execution.ray.blocks import FIRST_ROWS, file_datasource, largest_block
-from vane.execution.ray.fit import actor_resources
+from vane.execution.ray.cluster import ray_module
+from vane.execution.ray.fit import TASK_CPUS, actor_resources
+from vane.execution.ray.hosts import StepHosts
+from vane.execution.ray.stream import Block, Blocks, mapped, of_dataset
+from vane.execution.ray.stream import tables as stream_tables
 from vane.execution.ray.waits import ResourceWatch
 from vane.execution.resume import Checkpoint, step_key
 from vane.execution.row_steps import BlockSql, reroot, streamed
@@ -71,16 +76,6 @@ _MIN_BLOCKS = 8
 # 0.4 ms with two (Ray Data's own actors: 0.25 ms; bench/ray_per_batch.py). Each actor then
 # holds one batch more; a third call bought nothing.
 PLAIN_CALLS_PER_ACTOR = 2
-
-# Ray Data kills its actors once their input is consumed, and Ray then kills their children:
-# an actor's worker process must outlive it long enough to run the UDF's teardown().
-_ACTOR_ENV = {"RAY_kill_child_processes_on_worker_exit": "false"}
-
-
-def actor_environment() -> dict[str, Any]:
-    """An actor's runtime environment: the variables above, and whether model libraries draw
-    their bars in its worker (``vane.configure(model_progress=...)`` is the driver's setting)."""
-    return {"env_vars": {**_ACTOR_ENV, **worker_environment()}}
 
 
 def _placement(spec: UdfSpec) -> dict[str, Any]:
@@ -165,12 +160,23 @@ class RayLowering:
             return self._datasets[key]
         from vane.execution.ray.watching import watched
 
-        ds = watched(self._build(node), self.watch)
+        built = self._build(node)
+        if isinstance(built, Blocks):
+            if key in self._shared:  # read by two steps: computed once, kept in the store
+                built = built.materialized()
+            self._datasets[key] = built
+            return built
+        ds = watched(built, self.watch)
         if key in self._shared:
             with self.watch.pulling():  # read by two steps: computed once, kept in the store
                 ds = watched(ds.materialize(), self.watch)
         self._datasets[key] = ds
         return ds
+
+    def blocks(self, node: PlanNode) -> Blocks:
+        """``node``'s rows on Ray as blocks in the object store, in order (``stream.py``)."""
+        built = self.dataset(node)
+        return built if isinstance(built, Blocks) else of_dataset(built, self.pulled)
 
     def pulled(self, items: Iterable[T]) -> Iterator[T]:
         """``items`` from Ray, the driver known to wait on Ray while it waits for each."""
@@ -197,7 +203,10 @@ class RayLowering:
                 chain.append(below)
                 below = below.inputs[0]
             top, bottom = reroot(list(reversed(chain)), below.schema)
-            return self.dataset(below).map_batches(
+            under = self.dataset(below)
+            if isinstance(under, Blocks):  # above a UDF step: a task of vane's per block
+                return mapped(under, _run_block_sql, (top, bottom), self.watch, TASK_CPUS)
+            return under.map_batches(
                 _run_block_sql,
                 fn_args=(top, bottom),
                 batch_size=None,
@@ -220,7 +229,9 @@ class RayLowering:
             return node.table.ray_dataset(self.ray_data)  # a table format Ray reads itself
         return self._from_driver(node)
 
-    def _udf(self, node: UdfStep) -> Any:
+    def _udf(self, node: UdfStep) -> Blocks:
+        """The step's answers from its hosts (``hosts.py``), started when the blocks are read
+        and ended when they have all been read (or the reader lets go)."""
         spec = node.udf
         udf_schema = output_schema(spec, node.declared_schema)
         source = self.dataset(node.input)
@@ -228,20 +239,11 @@ class RayLowering:
         if cap is not None and answers_row_for_row(spec):
             # Each input row gives one output row: the step reads only the rows it must answer
             # (as Ray Data pushes a limit below a `map`), and no row past them runs or raises.
-            source = source.limit(cap)
-        calls = spec.max_concurrency_per_actor if spec.is_async else PLAIN_CALLS_PER_ACTOR
-        compute = self.ray_data.ActorPoolStrategy(
-            min_size=spec.min_actors,
-            max_size=spec.max_actors,
-            max_concurrent_calls_per_actor=calls,
-            enable_true_multi_threading=True,  # RayUdf's calls only wait on the worker
-        )
-        # Ray restarts a dead actor and retries its batches without limit (a lost node must not
-        # fail the job); a batch that kills the UDF's process is the actor's own pool's affair.
-        answered = source.map_batches(
-            RayUdf,
-            fn_constructor_args=(spec, udf_schema, node.schema, spec.name),
-            fn_constructor_kwargs={
+            source = source.limited(cap) if isinstance(source, Blocks) else source.limit(cap)
+        inputs = source if isinstance(source, Blocks) else of_dataset(source, self.pulled)
+        arguments = (
+            (spec, udf_schema, node.schema, spec.name),
+            {
                 "tally": self.tally,
                 "key": node.step_id,
                 "file_stores": file_stores.snapshot(),
@@ -250,15 +252,30 @@ class RayLowering:
                 ),
                 "failed_rows": (self.ledger is not None and self.ledger.recorder(node) is not None),
             },
-            batch_size=spec.rows_per_batch,
-            batch_format="pyarrow",
-            zero_copy_batch=True,
-            compute=compute,
-            runtime_env=actor_environment(),
-            **actor_resources(spec),
-            **_placement(spec),
         )
-        return answered if cap is None else answered.limit(cap)
+        # No runtime environment of its own: an actor with one cannot use the worker
+        # processes Ray keeps started (0.7 s more per action); the model libraries' switch
+        # travels with the arguments instead.
+        options = {**actor_resources(spec), **_placement(spec)}
+
+        def answers() -> Iterator[Block]:
+            hosts = StepHosts(
+                ray=ray_module(),
+                arguments=(*arguments, worker_environment()),
+                options=options,
+                rows_per_batch=spec.rows_per_batch,
+                calls_per_host=(
+                    spec.max_concurrency_per_actor if spec.is_async else PLAIN_CALLS_PER_ACTOR
+                ),
+                min_hosts=spec.min_actors,
+                max_hosts=spec.max_actors,
+                watch=self.watch,
+                key=node.step_id,
+            )
+            return hosts.answers(inputs)
+
+        answered = Blocks(answers)
+        return answered if cap is None else answered.limited(cap)
 
     def _from_driver(self, node: PlanNode) -> Any:
         """A step computed on the driver, put into the object store for Ray steps to read."""
@@ -320,7 +337,11 @@ class RayLowering:
         are (``None``), in ``node``'s schema. A stream does not prefetch: Ray Data's prefetch
         waits for the next block before it hands on the one in hand, so a slow model's first
         rows would wait for its second block."""
-        tables = self.dataset(node).iter_batches(
+        built = self.dataset(node)
+        if isinstance(built, Blocks):
+            tables = stream_tables(built, self.watch, batch_size)
+            return self._guard(_conformed(tables, node.schema))
+        tables = built.iter_batches(
             batch_size=batch_size,
             batch_format="pyarrow",
             prefetch_batches=0 if self.streaming else 1,

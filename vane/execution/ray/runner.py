@@ -31,6 +31,8 @@ from vane.execution.ray.lowering import (
     describe_actor,
     holds_udf,
 )
+from vane.execution.ray.stream import closing, table_of
+from vane.execution.ray.stream import count as count_rows
 from vane.execution.ray.tally import StepState, action_tally
 from vane.execution.ray.waits import Load, ResourceWatch, Sample
 from vane.execution.runner import action_events
@@ -108,9 +110,7 @@ class RayRunner:
             return self._local.count(plan)
         with _action(plan) as lowering:
             if lowering.runs_on_ray(plan):
-                dataset = lowering.dataset(plan)
-                with lowering.watch.pulling():
-                    return int(dataset.count())
+                return count_rows(lowering.blocks(plan))
             rows = lowering.relation(plan).aggregate("count(*)").fetchall()
             return int(rows[0][0])
 
@@ -296,26 +296,26 @@ def _write_parts(lowering: RayLowering, plan: PlanNode, writer: Any) -> list[Par
     ray = ray_module()
     schema = plan.schema
 
-    def write_block(block: pa.Table, index: int) -> list[Part]:
-        parts: list[Part] = writer.write(block.to_batches(), schema, worker=f"{index:06d}")
+    def write_block(block: Any, start: int, rows: int, index: int) -> list[Part]:
+        rows_there = table_of(block).slice(start, rows)
+        parts: list[Part] = writer.write(rows_there.to_batches(), schema, worker=f"{index:06d}")
         return parts
 
     remote = ray.remote(num_cpus=1, max_retries=2)(write_block)
 
     parts: list[Part] = []
     pending: list[Any] = []
-    bundles = lowering.pulled(lowering.dataset(plan).iter_internal_ref_bundles())
-    blocks = (ref for bundle in bundles for ref in bundle.block_refs)
     done = itertools.count(1)
 
     def collect(ref: Any) -> None:
         parts.extend(_written(ref, lowering.watch))
         lowering.watch.moved("write tasks", next(done))
 
-    for index, ref in enumerate(blocks):
-        pending.append(remote.remote(ref, index))
-        while len(pending) > _WRITES_IN_FLIGHT:
-            collect(pending.pop(0))
+    with closing(iter(lowering.blocks(plan))) as blocks:
+        for index, (ref, start, rows) in enumerate(blocks):
+            pending.append(remote.remote(ref, start, rows, index))
+            while len(pending) > _WRITES_IN_FLIGHT:
+                collect(pending.pop(0))
     for ref in pending:
         collect(ref)
     return parts
@@ -390,12 +390,11 @@ def _action(
 
 
 def _stop_executions(watch: ResourceWatch) -> None:
-    """A failed action's actors, killed now: Ray Data lets go of them when its execution fails
-    but they live on, holding their CPUs and GPUs, until Python collects what refers to them
-    (the failure's traceback, for one), and the next action (a rerun with a larger budget)
-    would wait for them."""
+    """A failed action's actors, killed now (a UDF step's own stream kills its actors when it
+    fails, but one that has not failed itself may still be held by the failure's traceback),
+    so that the next action (a rerun with a larger budget) does not wait for them."""
     ray = ray_module()
-    for actor in list(watch.actors):
+    for actor in watch.started_actors():
         with contextlib.suppress(Exception):  # best effort: the failure is what is raised
             ray.kill(actor)
 

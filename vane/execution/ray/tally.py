@@ -15,6 +15,7 @@ import itertools
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,8 +40,8 @@ class Tally:
 
     A step's seconds run from its first actor's start to its last answered batch (as a local
     stage's run from its pool's start to its end), by the tally's clock: each step its own
-    time, as locally, rather than the action's. (An actor's leaving is not counted: Ray Data
-    lets go of actors when it likes, maybe while a later step runs.)
+    time, as locally, rather than the action's. (An actor's leaving is not counted: its
+    teardown is not the step's work.)
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -147,9 +148,10 @@ class StepState:
 
 
 class ActionEnded(VaneError):
-    """What an ended action's leftover actors are told when they ask its tally (Ray Data lets
-    go of an execution's actors without waiting for them): a constructor does not go on to
-    load its model, a batch is not admitted. Nobody waits for those actors any more."""
+    """What an ended action's leftover actors are told when they ask its tally (a failed
+    action kills its actors without waiting for them, and a kill takes a moment): a
+    constructor does not go on to load its model, a batch is not admitted. Nobody waits for
+    those actors any more."""
 
 
 class Tallies:
@@ -202,13 +204,26 @@ _ASKED = frozenset({"starting", "admit", "admitted", "totals", "failed_rows"})
 
 class TallyRef:
     """One action's tally in the driver's ``Tallies``, called as an actor handle is:
-    ``ref.done.remote(key, actor, counts)`` gives an object ref."""
+    ``ref.done.remote(key, actor, counts)`` gives an object ref.
 
-    __slots__ = ("action", "tallies")
+    It travels to the steps' actors by the ``Tallies`` actor's name, which each process looks
+    up once: an actor handle among an actor's constructor arguments makes Ray log an error
+    (its arguments "in the object store") for every actor that may be restarted, as a UDF
+    step's are."""
 
-    def __init__(self, tallies: Any, action: int) -> None:
-        self.tallies = tallies
+    __slots__ = ("_tallies", "action", "name")
+
+    def __init__(self, tallies: Any, action: int, name: str | None = None) -> None:
+        self._tallies = tallies
         self.action = action
+        self.name = name
+
+    @property
+    def tallies(self) -> Any:
+        if self._tallies is None:
+            assert self.name is not None
+            self._tallies = _named(self.name)
+        return self._tallies
 
     def __getattr__(self, name: str) -> _Method:
         if name not in _METHODS:  # (pickle looks for methods that are not there)
@@ -216,7 +231,9 @@ class TallyRef:
         return _Method(self, name)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TallyRef, (self.tallies, self.action))
+        if self.name is None:  # (an unnamed one travels with what it holds)
+            return (TallyRef, (self._tallies, self.action))
+        return (TallyRef, (None, self.action, self.name))
 
     def close(self) -> None:
         """End the action: what its leftover actors say goes nowhere (``Tallies``)."""
@@ -236,8 +253,20 @@ class _Method:
 # connects again is another worker of maybe another cluster, whose job ids start afresh), and
 # its actions' numbers.
 _driver_tallies: dict[tuple[str, str, str], Any] = {}
+_driver_names: dict[tuple[str, str, str], str] = {}  # each one's name, by which actors find it
 _driver_lock = threading.Lock()
 _actions = itertools.count()
+# The ``Tallies`` actors this process has looked up by name.
+_found: dict[str, Any] = {}
+
+
+def _named(name: str) -> Any:
+    found = _found.get(name)
+    if found is None:
+        import ray
+
+        found = _found[name] = ray.get_actor(name)
+    return found
 
 
 def _forget_in_child() -> None:
@@ -246,6 +275,7 @@ def _forget_in_child() -> None:
     global _driver_lock
     _driver_lock = threading.Lock()
     _driver_tallies.clear()
+    _found.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
@@ -277,7 +307,9 @@ def action_tally(ray: Any) -> TallyRef:
         if tallies is None:
             _driver_tallies.clear()  # (a connection this driver left)
             here = NodeAffinitySchedulingStrategy(context.get_node_id(), soft=False)
-            tallies = ray.remote(num_cpus=0, scheduling_strategy=here)(Tallies).remote()
+            name = f"vane-tallies-{uuid.uuid4().hex}"
+            tallies = ray.remote(num_cpus=0, scheduling_strategy=here, name=name)(Tallies).remote()
             tallies.open.remote(action)
             _driver_tallies[connection] = tallies
-    return TallyRef(tallies, action)
+            _driver_names[connection] = name
+    return TallyRef(tallies, action, _driver_names[connection])

@@ -144,8 +144,8 @@ class ResourceWatch:
         self._lock = threading.Lock()
         self._pulling = 0
         self._ray_progress: dict[Hashable, Hashable] = {}
-        # The actors of the action's Ray Data executions as they run (``watching.py``), so
-        # that a failed action can kill them at once rather than when they are collected.
+        # The action's actors as they start (``hosts.py``), so that a failed action can kill
+        # them at once rather than when they are collected.
         self.actors: weakref.WeakSet[Any] = weakref.WeakSet()
         self._live[self.key] = self
 
@@ -168,6 +168,15 @@ class ResourceWatch:
     def is_pulling(self) -> bool:
         with self._lock:
             return self._pulling > 0
+
+    def started(self, actor: Any) -> None:
+        """An actor of the action's, to kill should the action fail."""
+        with self._lock:
+            self.actors.add(actor)
+
+    def started_actors(self) -> list[Any]:
+        with self._lock:
+            return list(self.actors)
 
     def moved(self, source: Hashable, progress: Hashable) -> None:
         """Progress that the tally does not see: a Ray Data execution's, part files written."""

@@ -40,7 +40,6 @@ class Watching(ExecutionCallback):
         if watch is None:
             return
         watch.moved(id(executor), _progress(executor))
-        watch.actors.update(_actors(executor))
         if watch.failure is not None:
             raise WaitTimedOut(str(watch.failure))
 
@@ -56,15 +55,6 @@ def _progress(executor: Any) -> tuple[int, ...]:
         with contextlib.suppress(Exception):  # an internal of Ray Data's: without it, less is seen
             counts.append(state.total_enqueued_input_blocks())
     return tuple(counts)
-
-
-def _actors(executor: Any) -> list[Any]:
-    """The execution's actors now (an internal of Ray Data's: without it, none are seen)."""
-    found: list[Any] = []
-    for op in getattr(executor, "_topology", {}):
-        with contextlib.suppress(Exception):
-            found.extend(op._actor_pool._running_actors)
-    return found
 
 
 def watched(dataset: Any, watch: ResourceWatch) -> Any:

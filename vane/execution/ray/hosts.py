@@ -1,0 +1,371 @@
+"""A UDF step's actors on Ray, started, fed and ended by vane rather than by Ray Data.
+
+Ray Data builds a new actor pool for every execution. Its actor's process must import Ray Data
+before it can unpickle the actor (1.3 s of CPU here) and, with a runtime environment of its
+own, cannot be one of the worker processes Ray keeps started: a warm Ray action's actor took
+about 2.8 s to answer its first call, most of a 4 s action. A plain Ray actor whose module
+imports only what the step runs (``RayHost``, around the same ``RayUdf`` body) answers sooner,
+and a batch sent to it is one actor call.
+
+``StepHosts`` is the step on the driver: it starts the step's minimum of hosts, cuts the
+blocks that reach it into batches of the step's size (across blocks, as Ray Data's
+``map_batches`` does), sends each batch to the least busy host that is up, adds hosts up to
+the step's maximum while batches wait and the cluster has room for one, and hands on the
+answers in the order of their input, as blocks in the object store. At the end each host runs
+the UDF's ``teardown()``, waited for, and exits; an action that stops early (a limit met, a
+stream closed) ends its hosts the same way, their unstarted batches dropped.
+
+A host is a Ray actor with unlimited restarts and call retries: lost with its node, it is
+built again and its calls sent again, as Ray Data's were. A batch the UDF fails is not sent
+again (Ray retries an actor call only when the actor died); a UDF whose constructor fails
+keeps its host up, and the host answers every call, and the check that it is up, with that
+error.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import os
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from vane.execution.actors.ipc import error_to_bytes
+from vane.execution.ray.actor import RayUdf, RemoteFailure
+from vane.execution.ray.fit import TASK_CPUS
+from vane.execution.ray.stream import END, POLL_SECONDS, Block, Feed, closing, table_of
+
+# How long a wait on the hosts lasts before it looks again at the resource watch.
+_WAIT_SECONDS = 0.5
+# How often a step whose hosts are all busy may ask the cluster whether one more would fit.
+_GROW_SECONDS = 0.5
+
+# (an input block's place among a batch's blocks, first row, rows)
+Piece = tuple[int, int, int]
+
+
+class RayHost:
+    """One host, inside its Ray actor: a ``RayUdf`` built from the step's arguments."""
+
+    def __init__(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], environment: dict[str, str]
+    ) -> None:
+        """``environment``: variables for the UDF's worker process (``model_bars.py``), set in
+        this process, which starts it."""
+        os.environ.update(environment)
+        self._udf: RayUdf | None = None
+        self._failure: RemoteFailure | None = None
+        try:
+            self._udf = RayUdf(*args, **kwargs)
+        except Exception as exc:  # the constructor's error, for every call (see the module)
+            self._failure = RemoteFailure(error_to_bytes(exc), str(exc))
+
+    def ready(self) -> bool:
+        if self._failure is not None:
+            raise self._failure
+        return True
+
+    def call(self, pieces: Sequence[Piece], *blocks: Any) -> tuple[pa.Table, int]:
+        """The answer to the batch made of ``pieces`` of ``blocks`` (Ray passes the blocks
+        themselves, fetched into this process), and its rows."""
+        if self._failure is not None:
+            raise self._failure
+        assert self._udf is not None
+        answer = self._udf(joined(pieces, blocks))
+        return answer, answer.num_rows
+
+    def close(self, early: bool) -> None:
+        """The UDF's ``teardown()`` (``early``: batches not started are dropped). The actor
+        exits once the driver has let go of it, after its calls (Ray's graceful end)."""
+        if self._udf is not None:
+            self._udf.close(early=early)
+
+
+def joined(pieces: Sequence[Piece], blocks: Sequence[Any]) -> pa.Table:
+    tables = [table_of(blocks[index]).slice(start, rows) for index, start, rows in pieces]
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+_classes: dict[int, Any] = {}
+
+
+def _host_class(ray: Any) -> Any:
+    """``RayHost`` as a Ray actor class, made once per process (and per Ray module: tests
+    give some actions a stand-in)."""
+    made = _classes.get(id(ray))
+    if made is None:
+        made = _classes[id(ray)] = ray.remote(RayHost)
+    return made
+
+
+@dataclass
+class _Batch:
+    pieces: list[Piece]
+    refs: list[Any]
+    rows: int
+
+
+def batches(blocks: Iterable[Block], size: int) -> Iterator[_Batch]:
+    """Batches of ``size`` rows (the last may hold fewer) cut from ``blocks``, in order, a
+    batch's rows from as many blocks as it takes."""
+    with closing(iter(blocks)) as stream:
+        yield from _cut(stream, size)
+
+
+def _cut(blocks: Iterator[Block], size: int) -> Iterator[_Batch]:
+    pieces: list[Piece] = []
+    refs: list[Any] = []
+    rows = 0
+    for ref, first, count in blocks:
+        start, stop = first, first + count
+        while start < stop:
+            take = min(size - rows, stop - start)
+            if not refs or refs[-1] is not ref:
+                refs.append(ref)
+            pieces.append((len(refs) - 1, start, take))
+            rows += take
+            start += take
+            if rows == size:
+                yield _Batch(pieces, refs, rows)
+                pieces, refs, rows = [], [], 0
+    if rows:
+        yield _Batch(pieces, refs, rows)
+
+
+@dataclass
+class _Host:
+    handle: Any
+    starting: Any  # its ``ready`` call until it has answered, then None
+    busy: int = 0
+
+
+@dataclass
+class _Call:
+    answer: Any  # the answer's object ref
+    rows: Any  # the ref of its row count (small: the driver waits on these)
+    host: _Host
+    done: bool = False
+    count: int = 0
+
+
+@dataclass
+class StepHosts:
+    """One UDF step of one action: its hosts and the batches in flight (see the module)."""
+
+    ray: Any
+    # RayUdf's arguments, and the environment of its worker process
+    arguments: tuple[tuple[Any, ...], dict[str, Any], dict[str, str]]
+    options: dict[str, Any]  # the Ray actor's: resources, placement
+    rows_per_batch: int
+    calls_per_host: int
+    min_hosts: int
+    max_hosts: int
+    watch: Any  # the action's ResourceWatch
+    key: int  # the step's id, for the watch's record of progress
+    hosts: list[_Host] = field(default_factory=list)
+    _ended: bool = False
+    _grown_at: float = 0.0
+    _answered: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def answers(self, blocks: Iterable[Block]) -> Iterator[Block]:
+        """The step's answers to ``blocks``, in order, one block per batch."""
+        calls: collections.deque[_Call] = collections.deque()
+        waiting: _Batch | None = None
+        exhausted = False
+        early = True
+        failed = False
+        feed: Feed | None = None
+        try:
+            for _ in range(self.min_hosts):
+                self._add_host()
+            batches_ahead = self.calls_per_host * max(1, self.min_hosts)
+            feed = Feed(batches(blocks, self.rows_per_batch), batches_ahead, "vane-ray-hosts")
+            while True:
+                while calls and calls[0].done:
+                    call = calls.popleft()
+                    yield call.answer, 0, call.count
+                if waiting is None and not exhausted:
+                    got = feed.take(0)
+                    exhausted = got is END
+                    waiting = None if exhausted else got
+                if exhausted and not calls:
+                    early = False
+                    return
+                host = self._free() if waiting is not None else None
+                if waiting is not None and host is not None and len(calls) < self._most_in_flight():
+                    calls.append(self._send(host, waiting))
+                    waiting = None
+                    continue
+                wants_input = waiting is None and not exhausted
+                waited = self._wait(calls, grow=waiting is not None, short=wants_input)
+                if not waited and wants_input:
+                    # nothing on Ray to wait for: the next batch is all there is
+                    got = feed.take(_WAIT_SECONDS)
+                    exhausted = got is END
+                    waiting = None if exhausted else got
+                    if waiting is None and not exhausted and self.watch.failure is not None:
+                        raise self.watch.failure
+                elif not waited:  # a batch in hand, no host up or starting: cannot happen
+                    raise RuntimeError(f"vane: a Ray step has a batch and no host ({self.hosts})")
+        except GeneratorExit:
+            raise
+        except BaseException:
+            failed = True
+            raise
+        finally:
+            # The hosts first: a read below may wait for a CPU they hold
+            if failed:
+                self.kill()
+            else:
+                self.end(early=early)
+            if feed is not None:
+                feed.close(wait=not failed)
+
+    def end(self, *, early: bool) -> None:
+        """Each host that is up runs the UDF's teardown (calls still queued on it run first,
+        or are dropped when ``early``), waited for, and then every host is killed: one still
+        starting or waiting for resources at once (it has nothing to tear down), one that is
+        up once its teardown has run (an early end's dropped calls would otherwise hold it,
+        and what it reserved, until Ray's graceful end gives up on them). So an action's steps
+        have ended when it returns, as on the local runner, and what they held is free."""
+        if self._ended:
+            return
+        self._ended = True
+        hosts, self.hosts = self.hosts, []
+        starting = [h.starting for h in hosts if h.starting is not None]
+        if starting:  # up by now, though not yet seen to be: ended as those seen
+            with contextlib.suppress(Exception):
+                up = {
+                    r.hex()
+                    for r in self.ray.wait(starting, num_returns=len(starting), timeout=0)[0]
+                }
+                for host in hosts:
+                    if host.starting is not None and host.starting.hex() in up:
+                        host.starting = None
+        closing = []
+        for host in hosts:
+            with contextlib.suppress(Exception):  # the cluster is going away, and the host too
+                if host.starting is None:
+                    closing.append(host.handle.close.remote(early))
+                else:  # as the local runner stops an actor still starting: not waited for
+                    self.ray.kill(host.handle)
+        if closing:
+            with self.watch.pulling():
+                while self.ray.wait(closing, num_returns=len(closing), timeout=_WAIT_SECONDS)[1]:
+                    if self.watch.failure is not None:
+                        break  # (the runner raises it)
+            for ref in closing:
+                with contextlib.suppress(Exception):  # a host lost meanwhile: nothing to end
+                    self.ray.get(ref)
+        for host in hosts:
+            with contextlib.suppress(Exception):
+                self.ray.kill(host.handle)
+
+    def kill(self) -> None:
+        """A failed step's hosts, killed now: they would otherwise run what was queued on
+        them, holding their CPUs and GPUs, and the next action (a rerun with a larger budget)
+        would wait for them. (No teardown runs after a failure, as on the local runner.)"""
+        if self._ended:
+            return
+        self._ended = True
+        hosts, self.hosts = self.hosts, []
+        for host in hosts:
+            with contextlib.suppress(Exception):
+                self.ray.kill(host.handle)
+
+    # ---- the loop's parts --------------------------------------------------------------------
+
+    def _most_in_flight(self) -> int:
+        # Answers kept waiting for an earlier, slower one are bounded too: twice what the hosts
+        # can hold at once.
+        return 2 * max(1, len(self.hosts)) * self.calls_per_host
+
+    def _free(self) -> _Host | None:
+        up = [h for h in self.hosts if h.starting is None and h.busy < self.calls_per_host]
+        return min(up, key=lambda h: h.busy) if up else None
+
+    def _send(self, host: _Host, batch: _Batch) -> _Call:
+        answer, rows = host.handle.call.options(num_returns=2).remote(batch.pieces, *batch.refs)
+        host.busy += 1
+        return _Call(answer, rows, host)
+
+    def _add_host(self) -> None:
+        actor = _host_class(self.ray).options(
+            max_restarts=-1,
+            max_task_retries=-1,
+            max_concurrency=self.calls_per_host,
+            **self.options,
+        )
+        handle = actor.remote(*self.arguments)
+        self.watch.started(handle)  # a failed action kills it at once (runner.py)
+        self.hosts.append(_Host(handle, handle.ready.remote()))
+        self._grown_at = time.monotonic()
+
+    def _wait(self, calls: collections.deque[_Call], *, grow: bool, short: bool) -> bool:
+        """Until a call or a host's start has ended (raising what it raised), or the watch's
+        next look (``short``: the next input's, ``POLL_SECONDS``): then what else has ended,
+        and whether the step may take one more host. False if nothing was waited for."""
+        pending = [c.rows for c in calls if not c.done]
+        pending += [h.starting for h in self.hosts if h.starting is not None]
+        if not pending:
+            return False
+        with self.watch.pulling():
+            timeout = POLL_SECONDS if short else _WAIT_SECONDS
+            ready, _ = self.ray.wait(pending, num_returns=1, timeout=timeout)
+        if not ready:
+            if self.watch.failure is not None:
+                raise self.watch.failure
+            if grow:
+                self._grow()
+            return True
+        ended, _ = self.ray.wait(pending, num_returns=len(pending), timeout=0)
+        ended_ids = {ref.hex() for ref in ended}
+        for host in self.hosts:
+            if host.starting is not None and host.starting.hex() in ended_ids:
+                self.ray.get(host.starting)  # raises the constructor's error
+                host.starting = None
+        for call in calls:
+            if not call.done and call.rows.hex() in ended_ids:
+                try:
+                    call.count = self.ray.get(call.rows)
+                except Exception:
+                    with contextlib.suppress(Exception):
+                        self.ray.get(call.answer)  # (the same error: taken, so Ray logs none)
+                    raise  # the batch's error
+                call.done = True
+                call.host.busy -= 1
+                self.watch.moved(("answers", self.key), next(self._answered))
+        if grow:
+            self._grow()
+        return True
+
+    def _grow(self) -> None:
+        """One more host, if batches wait for one, none is starting, the step may have more,
+        and the cluster has room for one now (asked at most every ``_GROW_SECONDS``)."""
+        if len(self.hosts) >= self.max_hosts or any(h.starting is not None for h in self.hosts):
+            return
+        if any(h.busy < self.calls_per_host for h in self.hosts):
+            return
+        now = time.monotonic()
+        if now - self._grown_at < _GROW_SECONDS:
+            return
+        self._grown_at = now
+        free = self.ray.available_resources()
+        # What one more host takes, and a CPU left for the tasks that read, filter and write
+        # around the steps (as fit.py keeps one): a host must not starve what feeds it.
+        shape = {
+            "CPU": (self.options.get("num_cpus", 0) or 0) + TASK_CPUS,
+            "GPU": self.options.get("num_gpus", 0) or 0,
+            "memory": self.options.get("memory", 0) or 0,
+        }
+        if self.options.get("scheduling_strategy") is not None:
+            return  # held to one node: the cluster's free resources do not say it fits there
+        if all(free.get(name, 0.0) >= amount - 1e-9 for name, amount in shape.items() if amount):
+            self._add_host()
