@@ -66,7 +66,8 @@ def test_two_actors_of_one_cpu_leave_nothing_for_reading_on_two_cpus():
         check_fits(plan, one_node(2))
     message = str(info.value)
     assert "2 actors x 1 CPU for `s0` (concurrency=2)" in message
-    assert "1 CPU for Ray Data's tasks (reading, SQL steps, writing), 3 CPUs in all" in message
+    tasks = "the tasks that feed the actors (reading, SQL steps, writing)"
+    assert f"1 CPU for {tasks}, 3 CPUs in all" in message
     assert "the cluster has 2 CPUs (3 vs 2)" in message
     assert "Use concurrency=1 (or concurrency=(1, 2), to add actors when there is room)" in message
     assert "or cpus=0.5, or a cluster with more CPUs" in message

@@ -24,9 +24,9 @@ from vane.plan.nodes import PlanNode, UdfStep
 from vane.plan.traverse import walk
 from vane.udf.spec import UdfSpec
 
-# What Ray Data's tasks need while the actors run: one task at a time still makes progress.
+# What the tasks that feed the actors need while they run: one at a time still makes progress.
 TASK_CPUS = 1
-_TASKS = "Ray Data's tasks (reading, SQL steps, writing)"
+_TASKS = "the tasks that feed the actors (reading, SQL steps, writing)"
 
 
 def actor_resources(spec: UdfSpec) -> dict[str, Any]:
@@ -174,7 +174,7 @@ def _check_cpus(found: list[Pool], has: float) -> None:
     if not using:  # GPU actors only: nothing holds a CPU, and there is none for the tasks
         raise ConfigurationError(
             f"the Ray cluster has {amount('CPU', has)}, and {_TASKS} need "
-            f"{amount('CPU', TASK_CPUS)} to feed the UDF steps' actors ({needed:g} vs {has:g}). "
+            f"{amount('CPU', TASK_CPUS)} ({needed:g} vs {has:g}). "
             "Add a node with CPUs to the cluster"
         )
     first = using[0]

@@ -5,7 +5,7 @@ action waiting: other work holds the GPUs, a node was lost, an autoscaler has ye
 Ray says nothing then; the action just stops. So while an action runs, each poll of its
 progress also asks the cluster what it has free and which requests it has not placed, and
 decides whether the action is waiting for resources: the driver waits on Ray, nothing moved
-since the last poll (rows, actors, Ray Data's tasks, part files), no actor runs a batch or is
+since the last poll (rows, actors, Ray's tasks, part files), no actor runs a batch or is
 starting, and a request shaped as one of the action's (an actor of a step below its minimum, a
 1-CPU task) finds no room. A wait that lasts ``NOTICE_S`` becomes the progress line's state
 ("waiting for 1 CPU (...): 2 of 2 CPUs held by 2 actors of `Embedder`"); one that lasts
