@@ -172,11 +172,12 @@ class StepHosts:
     hosts: list[_Host] = field(default_factory=list)
     _ended: bool = False
     _grown_at: float = 0.0
+    _calls: collections.deque[_Call] = field(default_factory=collections.deque)
     _answered: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     def answers(self, blocks: Iterable[Block]) -> Iterator[Block]:
         """The step's answers to ``blocks``, in order, one block per batch."""
-        calls: collections.deque[_Call] = collections.deque()
+        calls = self._calls
         waiting: _Batch | None = None
         exhausted = False
         early = True
@@ -276,6 +277,10 @@ class StepHosts:
             return
         self._ended = True
         hosts, self.hosts = self.hosts, []
+        for call in self._calls:  # cancelled first: Ray would say it retries each on the kill
+            if not call.done:
+                with contextlib.suppress(Exception):
+                    self.ray.cancel(call.answer)
         for host in hosts:
             with contextlib.suppress(Exception):
                 self.ray.kill(host.handle)
