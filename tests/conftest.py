@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -114,23 +115,38 @@ def _shut_down(ray) -> None:
     subscriber's once, the error subscriber's once. Killing the session's GCS ends that call,
     and the shutdown goes on; so a watchdog does, if the shutdown has not ended in two
     minutes (it takes seconds)."""
-    import psutil
-
     ended = threading.Event()
 
     def watch() -> None:
         if ended.wait(120):
             return
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                if "gcs_server" in child.name():
-                    child.kill()
+        for pid in _children("gcs_server"):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     threading.Thread(target=watch, name="ray-shutdown-watchdog", daemon=True).start()
     try:
         ray.shutdown()
     finally:
         ended.set()
+
+
+def _children(name: str) -> list[int]:
+    """This process's children whose command is ``name`` (from /proc: no psutil in the test
+    environment)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        command = stat[stat.index("(") + 1 : stat.rindex(")")]
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if parent == os.getpid() and command == name:
+            found.append(int(entry))
+    return found
 
 
 @pytest.fixture
