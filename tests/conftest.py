@@ -22,6 +22,13 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 _HF_HOME = Path(tempfile.mkdtemp(prefix="vane-tests-hf-"))
 os.environ["HF_HOME"] = str(_HF_HOME)
 
+# Every Ray cluster a test starts, here or in a process it runs (docs examples, the CLI, drivers),
+# is a new one of its own. Left to itself, ``ray.init()`` connects to the cluster named in
+# /tmp/ray/ray_current_cluster: one that a test's ``ray.cluster_utils.Cluster`` has up at that
+# moment, or a dead one a killed run left named there (a CI run failed all 80 tests on the
+# session's cluster so). An explicit ``address=`` still connects where it says.
+os.environ["RAY_ADDRESS"] = "local"
+
 
 # Property tests draw the same examples on every run (a failure in CI is a failure anywhere) and
 # never judge a test by how long an example took: a busy 2-core machine is slow, not wrong.
@@ -99,6 +106,7 @@ def ray_cluster():
     ray = pytest.importorskip("ray")
     root = str(Path(__file__).resolve().parents[1])
     ray.init(
+        address="local",
         num_cpus=4,
         num_gpus=4,
         include_dashboard=False,

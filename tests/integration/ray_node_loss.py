@@ -46,44 +46,46 @@ def main() -> None:
     import vane
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    # each worker node can hold both actors and still run the reading and writing tasks
-    workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
-    ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
-    vane.configure(runner="ray", progress=False)
-    rel = vane.range(ROWS).map_batches(
-        SlowTagger,
-        schema={"id": "BIGINT", "node": "VARCHAR"},
-        batch_size=10,
-        concurrency=2,
-        fn_constructor_args=(str(markers),),
-    )
-    result: list[object] = []
+    try:
+        # each worker node can hold both actors and still run the reading and writing tasks
+        workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
+        ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
+        vane.configure(runner="ray", progress=False)
+        rel = vane.range(ROWS).map_batches(
+            SlowTagger,
+            schema={"id": "BIGINT", "node": "VARCHAR"},
+            batch_size=10,
+            concurrency=2,
+            fn_constructor_args=(str(markers),),
+        )
+        result: list[object] = []
 
-    def run() -> None:
-        try:
-            result.append(rel.write_parquet(out))
-        except BaseException as exc:  # shown by the test when it fails
-            result.append(exc)
-            raise
+        def run() -> None:
+            try:
+                result.append(rel.write_parquet(out))
+            except BaseException as exc:  # shown by the test when it fails
+                result.append(exc)
+                raise
 
-    job = threading.Thread(target=run)
-    job.start()
-    deadline = time.monotonic() + 120
-    while not any(markers.iterdir()):
-        assert time.monotonic() < deadline, "the UDF never ran"
-        time.sleep(0.1)
-    time.sleep(1.0)  # a few batches in
-    busy = next(markers.iterdir()).name
-    victim = next(node for node in workers if str(_raylet(node)) == busy)
-    cluster.remove_node(victim, allow_graceful=False)
-    print(f"killed node {busy}", flush=True)
-    job.join(240)
-    assert not job.is_alive(), "the job did not finish after the node was lost"
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    print(result[0], flush=True)
-    ray.shutdown()
-    cluster.shutdown()
+        job = threading.Thread(target=run)
+        job.start()
+        deadline = time.monotonic() + 120
+        while not any(markers.iterdir()):
+            assert time.monotonic() < deadline, "the UDF never ran"
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few batches in
+        busy = next(markers.iterdir()).name
+        victim = next(node for node in workers if str(_raylet(node)) == busy)
+        cluster.remove_node(victim, allow_graceful=False)
+        print(f"killed node {busy}", flush=True)
+        job.join(240)
+        assert not job.is_alive(), "the job did not finish after the node was lost"
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        print(result[0], flush=True)
+    finally:  # a failed run too: the cluster's address file names no dead cluster
+        ray.shutdown()
+        cluster.shutdown()
 
 
 def _raylet(node: object) -> int:

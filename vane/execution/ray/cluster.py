@@ -1,7 +1,8 @@
 """Connecting to Ray, and what the cluster offers.
 
 vane uses the cluster this process is connected to (``ray.is_initialized()``), else connects to
-``address``, else starts a local one. Ray Data keeps rows in order (``preserve_order``) and draws
+``address``, else does as ``ray.init()`` does (``RAY_ADDRESS``, the cluster ``ray start`` started
+here, else a new local one). Ray Data keeps rows in order (``preserve_order``) and draws
 no progress bars of its own: vane reports progress itself.
 """
 
@@ -32,7 +33,8 @@ def connect(address: str | None, init_kwargs: Mapping[str, Any]) -> None:
             "configure_logging": True,
         }
         options.update(init_kwargs)
-        starts = address is None and not os.environ.get("RAY_ADDRESS")  # a cluster of its own
+        # a cluster of its own: no address, or "local" (here or in RAY_ADDRESS, as ray.init reads)
+        starts = (address or os.environ.get("RAY_ADDRESS") or "local") == "local"
         try:
             with _token_notice_quiet(starts):
                 ray.init(address=address, **options)
@@ -40,7 +42,7 @@ def connect(address: str | None, init_kwargs: Mapping[str, Any]) -> None:
             where = f"the Ray cluster at {address!r}" if address else "a local Ray cluster"
             raise ConfigurationError(
                 f"configure(runner='ray') could not connect to {where}: {exc}. Start one with "
-                "`ray start --head`, pass its address, or leave address out to start one here"
+                "`ray start --head` and pass its address, or pass address='local' to start one here"
             ) from exc
     elif address is not None or init_kwargs:
         raise ConfigurationError(
