@@ -8,7 +8,10 @@ The session's cluster has 4 CPUs and 4 GPUs; "other work" here is an actor that 
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -57,6 +60,39 @@ def test_an_autoscaling_pool_whose_maximum_exceeds_the_cluster_runs(on_ray):
         .to_pylist()
     )
     assert rows == EXPECTED
+
+
+class WaitsForASecondActor:
+    """Holds every batch until two instances have been built (each leaves ``<pid>.born``): one
+    actor alone never answers, so the step must add a second while its batches wait."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = Path(directory)
+        (self.directory / f"{os.getpid()}.born").touch()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        deadline = time.monotonic() + 120  # a guard against hanging, not a measure
+        while len(list(self.directory.glob("*.born"))) < 2:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the step never added a second actor")
+            time.sleep(0.01)
+        return batch
+
+
+def test_a_step_adds_actors_up_to_its_maximum_while_batches_wait(tmp_path, on_ray):
+    rows = (
+        vane.range(200)
+        .map_batches(
+            WaitsForASecondActor,
+            schema={"id": "BIGINT"},
+            batch_size=10,
+            concurrency=(1, 2),
+            fn_constructor_args=(str(tmp_path),),
+        )
+        .to_pylist()
+    )
+    assert [r["id"] for r in rows] == list(range(200))
+    assert len(list(tmp_path.glob("*.born"))) == 2  # grown to its maximum, and not past it
 
 
 class _Holder:

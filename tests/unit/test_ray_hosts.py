@@ -4,10 +4,17 @@ tests/conformance/test_runners.py; here, the cutting alone, a block standing in 
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+
 import pyarrow as pa
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.integration.test_value_fidelity import _fine_times, assert_same_table
+from tests.strategies import tables
 from vane.execution.ray.hosts import batches, joined
 from vane.execution.ray.stream import Blocks
 
@@ -59,3 +66,34 @@ def test_a_limit_keeps_the_first_rows_and_reads_no_block_past_them(sizes, limit)
     # no block is read past the one that completes the limit, and what produces them is ended
     assert read == [index for index, _, _ in kept] or (limit == 0 and read == [])
     assert closed == [True] or not read
+
+
+@pytest.mark.parametrize("module", ["hosts", "tally", "stream"])
+def test_what_a_ray_actor_imports_to_run_a_step_is_what_the_step_runs(module):
+    # Ray imports the module of an actor's class (RayHost, Tallies) in each new actor process,
+    # and the module of a task's function: every action starts processes that import these.
+    # DuckDB and the plan are the driver's: they cost a host 0.1 s more each start (fit.py, for
+    # a constant, pulled them in once).
+    code = (
+        f"import sys, vane.execution.ray.{module}; "
+        "print(sorted(m for m in ('duckdb', 'vane.plan', 'vane.backend', 'ray.data') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(max_rows=12), st.data())
+def test_a_batch_cut_across_blocks_keeps_every_value_and_type(table, data):
+    # Every generated Arrow type (tests/strategies.py: NaN, -0.0, timestamps of every unit and
+    # zone, decimals, nested types), cut into blocks at drawn places and into batches of a
+    # drawn size: what the hosts are sent, joined, is the table, value for value, type for type.
+    assume(not any(_fine_times(column) for column in table.columns))  # (no Python form)
+    cuts = sorted(data.draw(st.lists(st.integers(0, table.num_rows), max_size=4)))
+    edges = [0, *cuts, table.num_rows]
+    blocks = [(table, a, b - a) for a, b in itertools.pairwise(edges) if b > a]
+    size = data.draw(st.integers(1, 7))
+    sent = [joined(batch.pieces, batch.refs) for batch in batches(iter(blocks), size)]
+    assert all(piece.schema == table.schema for piece in sent)
+    assert_same_table(table, pa.concat_tables(sent) if sent else table.slice(0, 0))

@@ -104,6 +104,7 @@ class RayUdf:
             # A resumable write's rerun may find every batch it is given answered: the worker
             # (and the model it loads) starts at the first it cannot answer, as locally.
             self._started = False
+            self._closed = False
             self._starting = threading.Lock()
             if checkpoint is None:
                 self._start()
@@ -202,16 +203,11 @@ class RayUdf:
 
     def close(self, *, early: bool = False) -> None:
         """The worker finishes its batches (``early``: those it has started) and runs the
-        UDF's teardown(); once. (A killed actor's worker sees its parent gone and exits on its
-        own.)"""
-        pool = getattr(self, "_pool", None)
-        if pool is not None and not getattr(self, "_closed", False):
+        UDF's teardown(); once. (A killed actor's worker is killed with it.)"""
+        if not self._closed:
             self._closed = True
-            pool.teardown(graceful=True, early=early)
+            self._pool.teardown(graceful=True, early=early)
             self.tally.left.remote(self.key, self.name)
-
-    def __del__(self) -> None:
-        self.close()
 
     def _output(self, batch: pa.Table, outcome: BatchOutcome, resumed: int) -> pa.Table:
         import ray

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import os
 import time
@@ -37,7 +38,6 @@ import pyarrow as pa
 
 from vane.execution.actors.ipc import error_to_bytes
 from vane.execution.ray.actor import RayUdf, RemoteFailure
-from vane.execution.ray.fit import TASK_CPUS
 from vane.execution.ray.stream import END, POLL_SECONDS, Block, Feed, closing, table_of
 
 # How long a wait on the hosts lasts before it looks again at the resource watch.
@@ -93,16 +93,10 @@ def joined(pieces: Sequence[Piece], blocks: Sequence[Any]) -> pa.Table:
     return pa.concat_tables(tables, promote_options="default")
 
 
-_classes: dict[int, Any] = {}
-
-
+@functools.cache
 def _host_class(ray: Any) -> Any:
-    """``RayHost`` as a Ray actor class, made once per process (and per Ray module: tests
-    give some actions a stand-in)."""
-    made = _classes.get(id(ray))
-    if made is None:
-        made = _classes[id(ray)] = ray.remote(RayHost)
-    return made
+    """``RayHost`` as a Ray actor class, made once per process."""
+    return ray.remote(RayHost)
 
 
 @dataclass
@@ -169,6 +163,7 @@ class StepHosts:
     max_hosts: int
     watch: Any  # the action's ResourceWatch
     key: int  # the step's id, for the watch's record of progress
+    spare_cpus: float  # what growing leaves free for the tasks that feed the steps (fit.py)
     hosts: list[_Host] = field(default_factory=list)
     _ended: bool = False
     _grown_at: float = 0.0
@@ -215,10 +210,8 @@ class StepHosts:
                         raise self.watch.failure
                 elif not waited:  # a batch in hand, no host up or starting: cannot happen
                     raise RuntimeError(f"vane: a Ray step has a batch and no host ({self.hosts})")
-        except GeneratorExit:
-            raise
-        except BaseException:
-            failed = True
+        except BaseException as exc:
+            failed = not isinstance(exc, GeneratorExit)  # (a reader that stopped early)
             raise
         finally:
             # The hosts first: a read below may wait for a CPU they hold
@@ -366,7 +359,7 @@ class StepHosts:
         # What one more host takes, and a CPU left for the tasks that read, filter and write
         # around the steps (as fit.py keeps one): a host must not starve what feeds it.
         shape = {
-            "CPU": (self.options.get("num_cpus", 0) or 0) + TASK_CPUS,
+            "CPU": (self.options.get("num_cpus", 0) or 0) + self.spare_cpus,
             "GPU": self.options.get("num_gpus", 0) or 0,
             "memory": self.options.get("memory", 0) or 0,
         }

@@ -271,6 +271,7 @@ class RayLowering:
                 max_hosts=spec.max_actors,
                 watch=self.watch,
                 key=node.step_id,
+                spare_cpus=TASK_CPUS,
             )
             return hosts.answers(inputs)
 

@@ -31,7 +31,7 @@ from vane.execution.ray.lowering import (
     describe_actor,
     holds_udf,
 )
-from vane.execution.ray.stream import closing, table_of
+from vane.execution.ray.stream import closing, fetched, table_of
 from vane.execution.ray.stream import count as count_rows
 from vane.execution.ray.tally import StepState, action_tally
 from vane.execution.ray.waits import Load, ResourceWatch, Sample
@@ -322,15 +322,9 @@ def _write_parts(lowering: RayLowering, plan: PlanNode, writer: Any) -> list[Par
 
 
 def _written(ref: Any, watch: ResourceWatch) -> list[Part]:
-    """A write task's parts, waited for as long as the watch allows: the tasks are Ray's, not
-    Ray Data's, so no execution of Ray Data's stops when the watch gives up on them."""
-    ray = ray_module()
-    with watch.pulling():
-        while not ray.wait([ref], timeout=_Progress.POLL_SECONDS)[0]:
-            if watch.failure is not None:
-                ray.cancel(ref, force=True)
-                raise watch.failure
-    parts: list[Part] = ray.get(ref)
+    """A write task's parts, waited for as long as the watch allows (cancelled when it gives
+    up)."""
+    parts: list[Part] = fetched(ref, watch, cancel=True)
     return parts
 
 

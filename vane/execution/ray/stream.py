@@ -13,6 +13,7 @@ watch every ``_WAIT_SECONDS`` and gives up with its failure.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import queue
 import threading
@@ -21,6 +22,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pyarrow as pa
+
+from vane._arrow import exact_batches
 
 T = TypeVar("T")
 
@@ -95,7 +98,9 @@ def mapped(
 
     def make() -> Iterator[Block]:
         ray = ray_module()
-        task = ray.remote(_apply).options(num_cpus=cpus, num_returns=2)
+        task = _remote_apply(ray).options(num_cpus=cpus, num_returns=2)
+        # Put once, not pickled into each block's task (they share objects: sent as one)
+        work = ray.put((fn, args))
         calls: collections.deque[tuple[Any, Any]] = collections.deque()
         done = itertools.count(1)
         feed = Feed(blocks, TASKS_IN_FLIGHT, "vane-ray-block-tasks")
@@ -113,9 +118,7 @@ def mapped(
                         exhausted = True
                         continue
                     if got is not None:
-                        ref, start, rows = got
-                        # (the arguments as one: pickled together, what they share stays shared)
-                        calls.append(task.remote(fn, ref, start, rows, args))
+                        calls.append(task.remote(work, *got))
                         continue
                     if not calls:
                         _given_up(watch)
@@ -124,10 +127,8 @@ def mapped(
                     ready = ray.wait([calls[0][1]], timeout=_WAIT_SECONDS)[0]
                 if not ready:
                     _given_up(watch)
-        except GeneratorExit:
-            raise
-        except BaseException:
-            failed = True
+        except BaseException as exc:
+            failed = not isinstance(exc, GeneratorExit)  # (a reader that stopped early)
             raise
         finally:
             feed.close(wait=not failed)
@@ -209,10 +210,17 @@ def _given_up(watch: Any) -> None:
 
 
 def _apply(
-    fn: Callable[..., pa.Table], block: Any, start: int, rows: int, args: tuple[Any, ...]
+    work: tuple[Callable[..., pa.Table], tuple[Any, ...]], block: Any, start: int, rows: int
 ) -> Any:
+    fn, args = work
     out = fn(table_of(block).slice(start, rows), *args)
     return out, out.num_rows
+
+
+@functools.cache
+def _remote_apply(ray: Any) -> Any:
+    """``_apply`` as a Ray task, made once per process."""
+    return ray.remote(_apply)
 
 
 def _answer(call: tuple[Any, Any], watch: Any, done: Iterator[int]) -> Block:
@@ -225,24 +233,19 @@ def _answer(call: tuple[Any, Any], watch: Any, done: Iterator[int]) -> Block:
 def tables(blocks: Blocks, watch: Any, batch_size: int | None) -> Iterator[pa.Table]:
     """The blocks' rows on the driver: each block as a table (``batch_size`` None), or
     tables of ``batch_size`` rows (the last may hold fewer)."""
-    held: list[pa.Table] = []
-    rows = 0
-    with closing(iter(blocks)) as stream:
-        for ref, start, count in stream:
-            table = table_of(fetched(ref, watch)).slice(start, count)
-            if batch_size is None:
-                yield table
-                continue
-            while table.num_rows:
-                take = min(batch_size - rows, table.num_rows)
-                held.append(table.slice(0, take))
-                rows += take
-                table = table.slice(take)
-                if rows == batch_size:
-                    yield _joined(held)
-                    held, rows = [], 0
-    if held:
-        yield _joined(held)
+
+    def each() -> Iterator[pa.Table]:
+        with closing(iter(blocks)) as stream:
+            for ref, start, count in stream:
+                yield table_of(fetched(ref, watch)).slice(start, count)
+
+    with closing(each()) as read:
+        if batch_size is None:
+            yield from read
+            return
+        batches = (batch for table in read for batch in table.to_batches())
+        for batch in exact_batches(batches, batch_size):
+            yield pa.Table.from_batches([batch])
 
 
 def count(blocks: Blocks) -> int:
@@ -263,8 +266,10 @@ def closing(items: Iterator[T]) -> Iterator[Iterator[T]]:
             close()
 
 
-def fetched(ref: Any, watch: Any) -> Any:
-    """``ref``'s object, waited for as long as the watch allows (None: no watch)."""
+def fetched(ref: Any, watch: Any, *, cancel: bool = False) -> Any:
+    """``ref``'s object, waited for as long as the watch allows (None: no watch); with
+    ``cancel``, the task that makes it is cancelled when the watch gives up (a task of vane's
+    own: no execution of Ray Data's stops it)."""
     from vane.execution.ray.cluster import ray_module
 
     ray = ray_module()
@@ -272,15 +277,16 @@ def fetched(ref: Any, watch: Any) -> Any:
         with watch.pulling():
             while not ray.wait([ref], timeout=_WAIT_SECONDS, fetch_local=False)[0]:
                 if watch.failure is not None:
+                    if cancel:
+                        ray.cancel(ref, force=True)
                     raise watch.failure
     return ray.get(ref)
 
 
-def _joined(tables: list[pa.Table]) -> pa.Table:
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="default")
-
-
 def table_of(block: Any) -> pa.Table:
-    if isinstance(block, pa.Table):
-        return block
-    return pa.Table.from_pandas(block, preserve_index=False)  # a block Ray Data kept as pandas
+    """A block as the Arrow table it is: every source vane reads on Ray, and every step, gives
+    Arrow blocks. Anything else is said, not converted (pandas would change the values of an
+    integer column with nulls, for one)."""
+    if not isinstance(block, pa.Table):
+        raise TypeError(f"vane: a Ray block that is not an Arrow table: {type(block).__name__}")
+    return block

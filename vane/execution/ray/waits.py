@@ -146,7 +146,7 @@ class ResourceWatch:
         self._ray_progress: dict[Hashable, Hashable] = {}
         # The action's actors as they start (``hosts.py``), so that a failed action can kill
         # them at once rather than when they are collected.
-        self.actors: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._actors: weakref.WeakSet[Any] = weakref.WeakSet()
         self._live[self.key] = self
 
     @classmethod
@@ -172,11 +172,11 @@ class ResourceWatch:
     def started(self, actor: Any) -> None:
         """An actor of the action's, to kill should the action fail."""
         with self._lock:
-            self.actors.add(actor)
+            self._actors.add(actor)
 
     def started_actors(self) -> list[Any]:
         with self._lock:
-            return list(self.actors)
+            return list(self._actors)
 
     def moved(self, source: Hashable, progress: Hashable) -> None:
         """Progress that the tally does not see: a Ray Data execution's, part files written."""
