@@ -30,9 +30,9 @@ def main() -> None:
 
     node = {"num_cpus": 2, "num_gpus": 1}
     cluster = Cluster(initialize_head=True, head_node_args=node)
-    cluster.add_node(**node)
-    ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
-    try:
+    try:  # (a failed start too: the cluster's address file names no dead cluster)
+        cluster.add_node(**node)
+        ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
         vane.configure(runner="ray", progress=False)
         command = [
             sys.executable,
