@@ -436,10 +436,11 @@ class Checkpoint:
         # (the answer's size as its buffers', which a slice of a larger table overstates: the
         # call is then less likely kept; ``nbytes`` walks them and lets go of the GIL, which a
         # busy thread then waits to take back: about 0.1 ms a unit, measured)
-        seconds = outcome.seconds / max(1, calls)
+        calls = max(1, calls)
+        seconds = outcome.seconds / calls
         if not worth_keeping(seconds, 0):
             return False  # (not even an empty answer would be: its size need not be walked)
-        return worth_keeping(seconds, outcome.table.get_total_buffer_size() / max(1, calls))
+        return worth_keeping(seconds, outcome.table.get_total_buffer_size() / calls)
 
     def _put_calls(
         self, digests: list[str], starts: list[int], outcome: BatchOutcome, rows: int
