@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from vane._arrow import exact_batches
+from vane._arrow import Rechunker
 
 T = TypeVar("T")
 
@@ -243,9 +243,11 @@ def tables(blocks: Blocks, watch: Any, batch_size: int | None) -> Iterator[pa.Ta
         if batch_size is None:
             yield from read
             return
-        batches = (batch for table in read for batch in table.to_batches())
-        for batch in exact_batches(batches, batch_size):
-            yield pa.Table.from_batches([batch])
+        # (cut with zero-copy slices; a table across blocks holds each block's piece as a
+        # chunk of its own, never a copy joined at the seam)
+        rechunker = Rechunker(batch for table in read for batch in table.to_batches())
+        while not rechunker.exhausted:
+            yield pa.Table.from_batches(list(rechunker.take(batch_size)))
 
 
 def count(blocks: Blocks) -> int:
