@@ -130,14 +130,36 @@ def test_a_worker_whose_modules_changed_on_disk_is_not_reused(tmp_path, monkeypa
 
 class ChangesItsEnvironment(WhoRuns):
     def __call__(self, batch: pa.Table) -> pa.Table:
-        os.environ["VANE_TEST_LEFT_BEHIND"] = "1"
+        os.environ["VANE_TEST_STARTED_WITH"] = "changed"
         return super().__call__(batch)
 
 
-def test_a_worker_whose_udf_changed_its_environment_is_not_reused():
-    (pid,) = pids(run(ChangesItsEnvironment))
+class RemovesFromItsEnvironment(WhoRuns):
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        os.environ.pop("VANE_TEST_STARTED_WITH", None)
+        return super().__call__(batch)
+
+
+@pytest.mark.parametrize("udf", [ChangesItsEnvironment, RemovesFromItsEnvironment])
+def test_a_worker_whose_udf_changed_what_it_started_with_is_not_reused(udf, monkeypatch):
+    monkeypatch.setenv("VANE_TEST_STARTED_WITH", "as started")
+    (pid,) = pids(run(udf))
     assert gone(pid, within=60)  # it exited after its action instead of waiting
     assert pid not in pids(run())
+
+
+class ImportsAModelLibrary(WhoRuns):
+    def __init__(self) -> None:
+        import sentence_transformers  # noqa: F401  (adds environment variables as it imports)
+
+        super().__init__()
+
+
+def test_a_worker_whose_libraries_added_environment_variables_is_reused():
+    # Variables added since the worker started stay, as its modules do: a library that adds
+    # some when it is imported must not cost every later action a new worker and its imports
+    first = pids(run(ImportsAModelLibrary))
+    assert pids(run(ImportsAModelLibrary)) == first
 
 
 class DiesOnce(WhoRuns):

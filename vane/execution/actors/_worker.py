@@ -162,8 +162,14 @@ def warm_up() -> None:
 
 
 class _Surroundings:
-    """What a UDF may change in its process that the next UDF would see: the environment
-    variables and the working directory. A worker whose UDF changed them is not reused."""
+    """What a UDF may change in its process that would make the process unlike a new worker
+    started the same way: the environment variables it was started with, and the working
+    directory. A worker whose UDF changed or removed one of those variables, or moved, is not
+    reused.
+
+    Variables added since stay, as modules and their globals do: libraries add some as they are
+    imported (sentence-transformers adds ``KMP_DUPLICATE_LIB_OK``, ``KMP_INIT_AT_FORK`` and
+    ``TORCHINDUCTOR_CACHE_DIR``), and refusing those refused every worker that ran a model."""
 
     def __init__(self) -> None:
         self.env = dict(os.environ)
@@ -171,7 +177,9 @@ class _Surroundings:
 
     def unchanged(self) -> bool:
         try:
-            return dict(os.environ) == self.env and os.getcwd() == self.cwd
+            environ = os.environ
+            started = all(environ.get(name) == value for name, value in self.env.items())
+            return started and os.getcwd() == self.cwd
         except OSError:  # the working directory is gone
             return False
 

@@ -23,10 +23,11 @@ same interpreter, environment variables, CUDA_VISIBLE_DEVICES and thread counts 
 working directory, and number of shared-memory slots), the driver's ``sys.path`` is the one its
 last UDF was sent with, and none of the files of the modules it imported has changed on disk
 since (a module edited between two actions in a notebook is imported afresh, in a new process).
-A worker whose UDF changed its environment variables or working directory does not come back
-(``_worker.py``), nor one that died, hung, or was stopped after a failure or a Ctrl-C: those are
-killed as before. What a reused worker keeps is what a process keeps: modules and their globals,
-like the thread backend's process between actions.
+A worker whose UDF changed or removed an environment variable it was started with, or changed
+its working directory, does not come back (``_worker.py``), nor one that died, hung, or was
+stopped after a failure or a Ctrl-C: those are killed as before. What a reused worker keeps is
+what a process keeps: modules and their globals, and environment variables added since its start
+(libraries add some as they are imported), like the thread backend's process between actions.
 
 Why 5 s by default: actions that follow each other in a script or a loop over files start
 within milliseconds of the last one's end, and a notebook's cells re-run at a person's pace,
