@@ -159,9 +159,13 @@ def _children(name: str) -> list[int]:
 
 @pytest.fixture
 def on_ray(ray_cluster):
-    """Run the test's actions on the Ray runner, then switch back to the local one."""
+    """Run the test's actions on the Ray runner, then switch back to the local one, ending the
+    hosts its actions kept (``vane/execution/ray/parked.py``): what they hold is not the next
+    test's."""
     import vane
+    from vane.execution.ray.parked import PARKED
 
     vane.configure(runner="ray")
     yield ray_cluster
     vane.configure(runner="local")
+    PARKED.clear()

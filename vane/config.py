@@ -115,9 +115,9 @@ def configure(
     "endpoint_url": ...}``), or nested by protocol (``{"s3": {...}, "hf": {...}}``); a call's
     own ``storage_options=`` go on top (docs/io.md, "Where your data lives").
     ``worker_idle_timeout_s`` (default 5) is how long the worker processes of
-    ``execution_backend="subprocess_actor"`` stay after an action, idle, for the next one to
-    use instead of starting its own (the process only: each action constructs its UDF anew);
-    0 ends them with the action.
+    ``execution_backend="subprocess_actor"``, and on the Ray runner a step's actors, stay after
+    an action, idle, for the next one to use instead of starting its own (the processes only:
+    each action constructs its UDF anew); 0 ends them with the action.
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),

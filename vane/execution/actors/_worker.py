@@ -20,9 +20,10 @@ thread keeps reading requests while the UDF runs on the body's thread, so EOF wi
 driver's end of the pipe closed) ends the process at once, mid-batch. It ignores SIGINT: a
 Ctrl-C in a terminal reaches the whole process group, and the driver decides what stops.
 
-A worker that a Ray actor hosts is started with ``linger``. The driver ends such an actor by
-asking it to (its worker gets STOP and runs ``teardown()``) and kills it after a failure, when
-Ray kills the worker too (a dead Ray worker's children are killed). Should the actor die some
+A worker that a Ray actor hosts is started with ``linger``. The driver ends such an actor's
+step by asking it to (its worker gets STOP and runs ``teardown()``, then, kept, waits for the
+actor's next INIT) and kills it after a failure, when Ray kills the worker too (a dead Ray
+worker's children are killed). Should the actor die some
 other way, leaving its worker, that looks like the worker's driver dying: a lingering worker
 asks for no death signal, and on EOF it ends as after STOP_EARLY: the batches not started are
 dropped, a running one finishes, and the UDF's ``teardown()`` runs, all within

@@ -78,7 +78,9 @@ class SubprocessActor(Actor):
         super().__init__(pool, index, gpu_share)
         self._owner = pool
         self.label = f"{pool.spec.name} actor {index}"
-        worker = None if pool.linger else WARM.take(key, pool.sys_path)
+        # (a Ray host's worker, which lingers, is kept by the host's process for the host's
+        # next action, as the host itself is by the driver: vane/execution/ray/parked.py)
+        worker = WARM.take(key, pool.sys_path)
         self.worker = worker or Worker(key)
         self.reused = worker is not None
         self.worker.slots.reclaim()  # a kept worker answered (or dropped) every batch it had
@@ -248,7 +250,7 @@ class SubprocessActor(Actor):
             # it finish batches whose results nobody will read.
             self.process.kill()
         else:
-            self._keep = not self._owner.linger and WARM.timeout() > 0
+            self._keep = WARM.timeout() > 0
         if graceful and early:
             # Nobody will read what the batches not yet sent return: they stay here, and the
             # worker drops those it has not started (STOP_EARLY).

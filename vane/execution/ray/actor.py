@@ -15,7 +15,9 @@ pool and waits for its outcome, so the worker has the next batch queued while it
 (``lowering.py`` says what that saves). A plain function still runs on one batch at a time:
 the worker's body does that. Rows that ``on_error`` handled are counted by the action's tally
 (``tally.py``), so the driver can warn as the local runner does. At the end of the action the
-driver asks the actor to ``close``: the worker finishes and runs the UDF's ``teardown()``.
+driver asks the actor to ``close``: the worker finishes and runs the UDF's ``teardown()``, and
+then waits in the actor's process for the actor's next action, as a local worker waits in the
+driver's (``actors/warm.py``), while the driver keeps the actor (``parked.py``).
 """
 
 from __future__ import annotations

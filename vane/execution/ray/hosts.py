@@ -7,19 +7,21 @@ about 2.8 s to answer its first call, most of a 4 s action. A plain Ray actor wh
 imports only what the step runs (``RayHost``, around the same ``RayUdf`` body) answers sooner,
 and a batch sent to it is one actor call.
 
-``StepHosts`` is the step on the driver: it starts the step's minimum of hosts, cuts the
+``StepHosts`` is the step on the driver: it starts the step's minimum of hosts (taking those
+an earlier action kept, ``parked.py``, before starting new ones), cuts the
 blocks that reach it into batches of the step's size (across blocks, as Ray Data's
 ``map_batches`` does), sends each batch to the least busy host that is up, adds hosts up to
 the step's maximum while batches wait and the cluster has room for one, and hands on the
 answers in the order of their input, as blocks in the object store. At the end each host runs
-the UDF's ``teardown()``, waited for, and exits; an action that stops early (a limit met, a
-stream closed) ends its hosts the same way, their unstarted batches dropped.
+the UDF's ``teardown()``, waited for, and is kept for the next action (or exits when keeping
+is off); an action that stops early (a limit met, a stream closed) ends its hosts the same
+way, their unstarted batches dropped. A failed step's hosts are killed.
 
-A host is a Ray actor with unlimited restarts and call retries: lost with its node, it is
-built again and its calls sent again, as Ray Data's were. A batch the UDF fails is not sent
-again (Ray retries an actor call only when the actor died); a UDF whose constructor fails
-keeps its host up, and the host answers every call, and the check that it is up, with that
-error.
+A host is a Ray actor with unlimited restarts and call retries: lost with its node, it is built
+again and its calls sent again, as Ray Data's were (the first call opens it again). A batch the
+UDF fails is not sent again (Ray retries an actor call only when the actor died); a UDF whose
+constructor fails keeps its host up, and the host answers every call, and the check that it is
+up, with that error.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ import contextlib
 import functools
 import itertools
 import os
+import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +42,7 @@ import pyarrow as pa
 
 from vane.execution.actors.ipc import error_to_bytes
 from vane.execution.ray.actor import RayUdf, RemoteFailure
+from vane.execution.ray.parked import PARKED, HostKey
 from vane.execution.ray.stream import END, POLL_SECONDS, Block, Feed, closing, table_of
 
 # How long a wait on the hosts lasts before it looks again at the resource watch.
@@ -50,29 +55,63 @@ Piece = tuple[int, int, int]
 
 
 class RayHost:
-    """One host, inside its Ray actor: a ``RayUdf`` built from the step's arguments."""
+    """One host, inside its Ray actor: a ``RayUdf`` built from the step's arguments, for one
+    action at a time (``parked.py``: a host may serve the next action's step too).
 
-    def __init__(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any], environment: dict[str, str]
-    ) -> None:
-        """``environment``: variables for the UDF's worker process (``model_bars.py``), set in
-        this process, which starts it."""
-        os.environ.update(environment)
+    The actor is created without arguments, and ``open`` gives it a step's: ``holder``, a list
+    holding the object ref of the step's ``(args, kwargs, environment, idle seconds)``, and
+    ``token``, the step's own name for them. Every call carries both: a host that Ray restarted
+    (its node lost) has been constructed again, empty, and its first call opens it for the step
+    that sent it. (Arguments of its creation would be an earlier action's, for a kept host.)"""
+
+    def __init__(self) -> None:
+        self._token: str | None = None
+        self._ended: collections.deque[str] = collections.deque(maxlen=8)  # steps closed here
+        self._opening = threading.Lock()  # (a restarted host's calls overlap)
         self._udf: RayUdf | None = None
         self._failure: RemoteFailure | None = None
+
+    def open(self, token: str, holder: list[Any]) -> bool:
+        """Serve the step ``token`` names: its UDF constructed (anew, in a kept host); the
+        constructor's error, if it fails, raised here and by every call."""
+        with self._opening:
+            self._open(token, holder)
+        if self._failure is not None:
+            raise self._failure
+        return True
+
+    def _open(self, token: str, holder: list[Any]) -> None:
+        import ray
+
+        from vane.config import configure
+
+        args, kwargs, environment, idle = ray.get(holder[0])
+        # The variables for the UDF's worker process (``model_bars.py``), set in this process,
+        # which starts it; and the driver's idle timeout, for which this process keeps that
+        # worker for the next action (``actors/warm.py``).
+        os.environ.update(environment)
+        configure(worker_idle_timeout_s=idle)
+        self._token = token
+        self._udf = None
+        self._failure = None
         try:
             self._udf = RayUdf(*args, **kwargs)
         except Exception as exc:  # the constructor's error, for every call (see the module)
             self._failure = RemoteFailure(error_to_bytes(exc), str(exc))
 
-    def ready(self) -> bool:
-        if self._failure is not None:
-            raise self._failure
-        return True
-
-    def call(self, pieces: Sequence[Piece], *blocks: Any) -> tuple[pa.Table, int]:
+    def call(
+        self, token: str, holder: list[Any], pieces: Sequence[Piece], *blocks: Any
+    ) -> tuple[pa.Table, int]:
         """The answer to the batch made of ``pieces`` of ``blocks`` (Ray passes the blocks
         themselves, fetched into this process), and its rows."""
+        if token != self._token:
+            with self._opening:
+                if token in self._ended:
+                    # Sent before its step ended early (a limit met): nobody reads it, and
+                    # this host may already serve the next action's step.
+                    return pa.table({}), 0
+                if token != self._token:  # restarted by Ray (see the class)
+                    self._open(token, holder)
         if self._failure is not None:
             raise self._failure
         assert self._udf is not None
@@ -80,10 +119,16 @@ class RayHost:
         return answer, answer.num_rows
 
     def close(self, early: bool) -> None:
-        """The UDF's ``teardown()`` (``early``: batches not started are dropped). The actor
-        exits once the driver has let go of it, after its calls (Ray's graceful end)."""
-        if self._udf is not None:
-            self._udf.close(early=early)
+        """The UDF's ``teardown()`` (``early``: batches not started are dropped), and the
+        instance let go. The driver then keeps the host for the next action (``parked.py``)
+        or kills it."""
+        with self._opening:
+            if self._udf is not None:
+                self._udf.close(early=early)
+            if self._token is not None:
+                self._ended.append(self._token)
+            self._udf = None
+            self._token = None
 
 
 def joined(pieces: Sequence[Piece], blocks: Sequence[Any]) -> pa.Table:
@@ -136,8 +181,9 @@ def _cut(blocks: Iterator[Block], size: int) -> Iterator[_Batch]:
 @dataclass
 class _Host:
     handle: Any
-    starting: Any  # its ``ready`` call until it has answered, then None
+    starting: Any  # its ``open`` call until it has answered, then None
     busy: int = 0
+    kept: bool = False  # taken from the hosts kept by an earlier action (``parked.py``)
 
 
 @dataclass
@@ -167,6 +213,9 @@ class StepHosts:
     hosts: list[_Host] = field(default_factory=list)
     _ended: bool = False
     _grown_at: float = 0.0
+    _token: str = field(default_factory=lambda: uuid.uuid4().hex)  # this step, to its hosts
+    _holder: list[Any] = field(default_factory=list)  # the ref of the hosts' arguments
+    _key: HostKey | None = None
     _calls: collections.deque[_Call] = field(default_factory=collections.deque)
     _answered: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -179,6 +228,9 @@ class StepHosts:
         failed = False
         feed: Feed | None = None
         try:
+            idle = PARKED.timeout()
+            self._holder = [self.ray.put((*self.arguments, idle))]
+            self._key = self.host_key(self.ray, self.options, self.calls_per_host, self.arguments)
             for _ in range(self.min_hosts):
                 self._add_host()
             batches_ahead = self.calls_per_host * max(1, self.min_hosts)
@@ -224,11 +276,11 @@ class StepHosts:
 
     def end(self, *, early: bool) -> None:
         """Each host that is up runs the UDF's teardown (calls still queued on it run first,
-        or are dropped when ``early``), waited for, and then every host is killed: one still
-        starting or waiting for resources at once (it has nothing to tear down), one that is
-        up once its teardown has run (an early end's dropped calls would otherwise hold it,
-        and what it reserved, until Ray's graceful end gives up on them). So an action's steps
-        have ended when it returns, as on the local runner, and what they held is free."""
+        or are dropped when ``early``), waited for; then each is kept for the next action
+        (``parked.py``), or killed when keeping is off. One still starting or waiting for
+        resources is killed at once (it has nothing to tear down). So an action's steps have
+        ended when it returns, as on the local runner: their UDFs' teardowns have run, and what
+        they held is free, or held by hosts kept for the next action."""
         if self._ended:
             return
         self._ended = True
@@ -243,24 +295,52 @@ class StepHosts:
                 for host in hosts:
                     if host.starting is not None and host.starting.hex() in up:
                         host.starting = None
-        closing = []
+        closing: dict[int, Any] = {}
         for host in hosts:
             with contextlib.suppress(Exception):  # the cluster is going away, and the host too
                 if host.starting is None:
-                    closing.append(host.handle.close.remote(early))
+                    closing[id(host)] = host.handle.close.remote(early)
                 else:  # as the local runner stops an actor still starting: not waited for
                     self.ray.kill(host.handle)
-        if closing:
+        refs = list(closing.values())
+        if refs:
             with self.watch.pulling():
-                while self.ray.wait(closing, num_returns=len(closing), timeout=_WAIT_SECONDS)[1]:
+                while self.ray.wait(refs, num_returns=len(refs), timeout=_WAIT_SECONDS)[1]:
                     if self.watch.failure is not None:
                         break  # (the runner raises it)
-            for ref in closing:
-                with contextlib.suppress(Exception):  # a host lost meanwhile: nothing to end
-                    self.ray.get(ref)
         for host in hosts:
+            # Every batch answered and its teardown run: kept for the next action
+            # (``parked.py``), unless keeping is off.
+            if self._keeps(host, closing.get(id(host))):
+                continue
             with contextlib.suppress(Exception):
                 self.ray.kill(host.handle)
+
+    def _keeps(self, host: _Host, closed: Any) -> bool:
+        """Whether ``host``, whose ``close`` call is ``closed``, is kept (``parked.py``)."""
+        if closed is None or self._key is None or not self._closed(closed):
+            return False
+        return PARKED.park(self.ray, self._key, host.handle)
+
+    def _closed(self, ref: Any) -> bool:
+        """Whether the host's ``close`` has returned, without an error."""
+        try:
+            if self.ray.wait([ref], timeout=0)[1]:
+                return False
+            self.ray.get(ref)
+        except Exception:  # a host lost meanwhile: nothing to end
+            return False
+        return True
+
+    @staticmethod
+    def host_key(
+        ray: Any,
+        options: dict[str, Any],
+        calls_per_host: int,
+        arguments: tuple[tuple[Any, ...], dict[str, Any], dict[str, str]],
+    ) -> HostKey:
+        """What a kept host must have been started with to serve this step (``parked.py``)."""
+        return HostKey.of(ray, options, calls_per_host, arguments[2])
 
     def kill(self) -> None:
         """A failed step's hosts, killed now: they would otherwise run what was queued on
@@ -290,20 +370,29 @@ class StepHosts:
         return min(up, key=lambda h: h.busy) if up else None
 
     def _send(self, host: _Host, batch: _Batch) -> _Call:
-        answer, rows = host.handle.call.options(num_returns=2).remote(batch.pieces, *batch.refs)
+        answer, rows = host.handle.call.options(num_returns=2).remote(
+            self._token, self._holder, batch.pieces, *batch.refs
+        )
         host.busy += 1
         return _Call(answer, rows, host)
 
-    def _add_host(self) -> None:
-        actor = _host_class(self.ray).options(
-            max_restarts=-1,
-            max_task_retries=-1,
-            max_concurrency=self.calls_per_host,
-            **self.options,
-        )
-        handle = actor.remote(*self.arguments)
+    def _add_host(self, handle: Any = None, *, new: bool = False) -> None:
+        """One more host: ``handle``, one an earlier action kept (``parked.py``) unless ``new``
+        is asked for, or a new one."""
+        if handle is None and not new and self._key is not None:
+            handle = PARKED.take(self._key)
+        kept = handle is not None
+        if handle is None:
+            actor = _host_class(self.ray).options(
+                max_restarts=-1,
+                max_task_retries=-1,
+                max_concurrency=self.calls_per_host,
+                **self.options,
+            )
+            handle = actor.remote()
+        host = _Host(handle, handle.open.remote(self._token, self._holder), kept=kept)
         self.watch.started(handle)  # a failed action kills it at once (runner.py)
-        self.hosts.append(_Host(handle, handle.ready.remote()))
+        self.hosts.append(host)
         self._grown_at = time.monotonic()
 
     def _wait(self, calls: collections.deque[_Call], *, grow: bool, short: bool) -> bool:
@@ -325,9 +414,18 @@ class StepHosts:
             return True
         ended, _ = self.ray.wait(pending, num_returns=len(pending), timeout=0)
         ended_ids = {ref.hex() for ref in ended}
-        for host in self.hosts:
+        for host in list(self.hosts):
             if host.starting is not None and host.starting.hex() in ended_ids:
-                self.ray.get(host.starting)  # raises the constructor's error
+                try:
+                    self.ray.get(host.starting)  # raises the constructor's error
+                except self.ray.exceptions.RayActorError:
+                    if not host.kept:
+                        raise
+                    # A kept host that died while it waited (killed from outside; a lost
+                    # node's is restarted instead): a new one takes its place.
+                    self.hosts.remove(host)
+                    self._add_host(new=True)
+                    continue
                 host.starting = None
         for call in calls:
             if not call.done and call.rows.hex() in ended_ids:
@@ -350,6 +448,10 @@ class StepHosts:
         if len(self.hosts) >= self.max_hosts or any(h.starting is not None for h in self.hosts):
             return
         if any(h.busy < self.calls_per_host for h in self.hosts):
+            return
+        kept = None if self._key is None else PARKED.take(self._key)
+        if kept is not None:  # what it holds is this step's to use
+            self._add_host(kept)
             return
         now = time.monotonic()
         if now - self._grown_at < _GROW_SECONDS:

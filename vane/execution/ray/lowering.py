@@ -19,6 +19,7 @@ rows come back in the order the local runner gives.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ from vane.execution.ray.blocks import FIRST_ROWS, file_datasource, largest_block
 from vane.execution.ray.cluster import ray_module
 from vane.execution.ray.fit import TASK_CPUS, actor_resources
 from vane.execution.ray.hosts import StepHosts
+from vane.execution.ray.parked import HostKey
 from vane.execution.ray.stream import Block, Blocks, mapped, of_dataset
 from vane.execution.ray.stream import tables as stream_tables
 from vane.execution.ray.waits import ResourceWatch
@@ -88,6 +90,29 @@ def _placement(spec: UdfSpec) -> dict[str, Any]:
 
     here = ray.get_runtime_context().get_node_id()
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(here, soft=False)}
+
+
+def host_shape(spec: UdfSpec) -> tuple[dict[str, Any], int]:
+    """The Ray actor options of the step's hosts (``hosts.py``), and the calls each takes at
+    once."""
+    # No runtime environment of its own: an actor with one cannot use the worker processes
+    # Ray keeps started (0.7 s more per action); the model libraries' switch travels with the
+    # arguments instead.
+    options = {**actor_resources(spec), **_placement(spec)}
+    calls = spec.max_concurrency_per_actor if spec.is_async else PLAIN_CALLS_PER_ACTOR
+    return options, calls
+
+
+def host_keys(plan: PlanNode) -> Counter[HostKey]:
+    """What the hosts of ``plan``'s UDF steps would be started as, and how many each may have
+    at most: the kept hosts an action of it may take (``parked.py``)."""
+    ray = ray_module()
+    keys: Counter[HostKey] = Counter()
+    for node in walk(plan):
+        if isinstance(node, UdfStep):
+            options, calls = host_shape(node.udf)
+            keys[HostKey.of(ray, options, calls, worker_environment())] += node.udf.max_actors
+    return keys
 
 
 def holds_udf(node: PlanNode) -> bool:
@@ -253,10 +278,7 @@ class RayLowering:
                 "failed_rows": (self.ledger is not None and self.ledger.recorder(node) is not None),
             },
         )
-        # No runtime environment of its own: an actor with one cannot use the worker
-        # processes Ray keeps started (0.7 s more per action); the model libraries' switch
-        # travels with the arguments instead.
-        options = {**actor_resources(spec), **_placement(spec)}
+        options, calls_per_host = host_shape(spec)
 
         def answers() -> Iterator[Block]:
             hosts = StepHosts(
@@ -264,9 +286,7 @@ class RayLowering:
                 arguments=(*arguments, worker_environment()),
                 options=options,
                 rows_per_batch=spec.rows_per_batch,
-                calls_per_host=(
-                    spec.max_concurrency_per_actor if spec.is_async else PLAIN_CALLS_PER_ACTOR
-                ),
+                calls_per_host=calls_per_host,
                 min_hosts=spec.min_actors,
                 max_hosts=spec.max_actors,
                 watch=self.watch,

@@ -30,7 +30,9 @@ from vane.execution.ray.lowering import (
     RayLowering,
     describe_actor,
     holds_udf,
+    host_keys,
 )
+from vane.execution.ray.parked import PARKED
 from vane.execution.ray.stream import closing, fetched, table_of
 from vane.execution.ray.stream import count as count_rows
 from vane.execution.ray.tally import StepState, action_tally
@@ -343,6 +345,9 @@ def _action(
     ray = ray_module()
     learn_schemas(plan)
     RayRunner().check(plan)
+    # Hosts kept by earlier actions that none of this one's steps can take end now: they would
+    # hold what its own hosts need (``parked.py``).
+    PARKED.keep_only(host_keys(plan))
     tally = action_tally(ray)
     try:  # (its tally is let go of whatever fails, from here on)
         watch = ResourceWatch(pools(plan), get_config().resource_wait_timeout_s)
@@ -388,7 +393,9 @@ def _stop_executions(watch: ResourceWatch) -> None:
     fails, but one that has not failed itself may still be held by the failure's traceback),
     so that the next action (a rerun with a larger budget) does not wait for them."""
     ray = ray_module()
-    for actor in watch.started_actors():
+    actors = watch.started_actors()
+    PARKED.forget(actors)  # (a step that ended before the failure may have kept its hosts)
+    for actor in actors:
         with contextlib.suppress(Exception):  # best effort: the failure is what is raised
             ray.kill(actor)
 

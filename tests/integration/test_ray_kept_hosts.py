@@ -1,0 +1,176 @@
+"""A UDF step's hosts on Ray are kept between actions (vane/execution/ray/parked.py): the next
+action's step of the same shape takes them, worker processes and their imports included, and
+constructs its UDF anew in them; keeping never holds what another step needs, never outlives
+``worker_idle_timeout_s``, and never follows a failure.
+
+The session's cluster has 4 CPUs and 4 GPUs (logical).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import vane
+from vane.config import Config
+from vane.errors import UDFError
+from vane.execution.ray.parked import PARKED
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+SCHEMA = {"id": "BIGINT", "pid": "BIGINT"}
+ROWS = 40
+
+
+class Noted:
+    """Notes each construction and teardown in ``folder``; answers each row with its worker
+    process's pid, after ``pause`` seconds; fails on the row ``fail_at``."""
+
+    def __init__(self, folder: str, fail_at: int = -1, pause: float = 0.0) -> None:
+        self.folder = Path(folder)
+        self.fail_at = fail_at
+        self.pause = pause
+        self.name = uuid.uuid4().hex
+        (self.folder / f"{self.name}.born").touch()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.fail_at in batch["id"].to_pylist():
+            raise ValueError(f"row {self.fail_at} fails")
+        time.sleep(self.pause)
+        pid = pa.array([os.getpid()] * batch.num_rows, pa.int64())
+        return pa.table({"id": batch["id"], "pid": pid})
+
+    def teardown(self) -> None:
+        (self.folder / f"{self.name}.ended").touch()
+
+
+@pytest.fixture
+def keeping(on_ray) -> Iterator[object]:
+    """Hosts kept for a minute (restored after): nothing in a test ends them by time."""
+    vane.configure(worker_idle_timeout_s=60)
+    yield on_ray
+    vane.configure(worker_idle_timeout_s=Config().worker_idle_timeout_s)
+
+
+def _step(folder: Path, **options: object) -> vane.Relation:
+    fail_at = options.pop("fail_at", -1)
+    pause = options.pop("pause", 0.0)
+    return vane.range(ROWS).map_batches(
+        Noted,
+        schema=SCHEMA,
+        batch_size=10,
+        fn_constructor_args=(str(folder), fail_at, pause),
+        **options,
+    )
+
+
+def _pids(folder: Path, **options: object) -> set[int]:
+    rows = _step(folder, **options).to_pylist()
+    assert [r["id"] for r in rows] == list(range(ROWS))
+    return {r["pid"] for r in rows}
+
+
+def _count(folder: Path, suffix: str) -> int:
+    return len(list(folder.glob(f"*.{suffix}")))
+
+
+def test_the_next_action_takes_the_hosts_the_last_one_kept(tmp_path, keeping):
+    first = _pids(tmp_path)
+    assert PARKED.count() == 1
+    second = _pids(tmp_path)
+    # The same worker process, not a new one: what it imported is imported ...
+    assert second == first
+    # ... but each action constructs its UDF anew, and runs its teardown at its end
+    assert _count(tmp_path, "born") == 2
+    assert _count(tmp_path, "ended") == 2
+
+
+def test_a_step_ended_early_keeps_its_hosts_and_drops_what_it_had_sent(tmp_path, keeping):
+    # The reader lets go after the first batch, with the batches after it sent to the host:
+    # the host is kept all the same, and the next action's batches are its own (what a call
+    # sent before the end does if it comes after: tests/unit/test_ray_parked.py)
+    batches = _step(tmp_path, pause=0.5).iter_batches(10)
+    first = next(batches)
+    batches.close()
+    assert first["id"].to_pylist() == list(range(10))
+    assert PARKED.count() == 1
+    assert _pids(tmp_path) == set(first["pid"].to_pylist())
+    assert _count(tmp_path, "born") == _count(tmp_path, "ended") == 2
+
+
+def test_with_keeping_off_every_action_starts_its_own_hosts(tmp_path, on_ray):
+    vane.configure(worker_idle_timeout_s=0)
+    try:
+        first = _pids(tmp_path)
+        assert PARKED.count() == 0
+        assert _pids(tmp_path).isdisjoint(first)
+    finally:
+        vane.configure(worker_idle_timeout_s=Config().worker_idle_timeout_s)
+
+
+def test_kept_hosts_end_after_the_idle_timeout(tmp_path, on_ray):
+    vane.configure(worker_idle_timeout_s=1)
+    try:
+        (pid,) = _pids(tmp_path)
+        guard = time.monotonic() + 120  # (what the test waits for is an end, not a time)
+        while PARKED.count() or not _gone(pid):
+            assert time.monotonic() < guard, "the kept host or its worker outlived the timeout"
+            time.sleep(0.1)
+    finally:
+        vane.configure(worker_idle_timeout_s=Config().worker_idle_timeout_s)
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie whose parent died has exited too)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_kept_host_does_not_hold_what_another_step_needs(tmp_path, keeping):
+    # The first action's host holds every GPU of the cluster while it is kept; the next
+    # action's step needs one GPU and cannot take that host (another shape): had it been left
+    # holding them, this action would wait for resources, then fail
+    vane.configure(worker_idle_timeout_s=600)  # (outlasts the wait below)
+    _pids(tmp_path, gpus=4)
+    assert PARKED.count() == 1
+    vane.configure(resource_wait_timeout_s=30)
+    try:
+        assert len(_pids(tmp_path, gpus=1)) == 1
+    finally:
+        vane.configure(resource_wait_timeout_s=Config().resource_wait_timeout_s)
+    assert PARKED.count() == 1  # the one-GPU step's host; the four-GPU one was ended
+
+
+def test_a_failed_action_keeps_no_host(tmp_path, keeping):
+    with pytest.raises(UDFError, match="row 25 fails"):
+        _step(tmp_path, fail_at=25).to_pylist()
+    assert PARKED.count() == 0
+    assert _count(tmp_path, "ended") == 0  # (no teardown runs after a failure, as locally)
+    assert len(_pids(tmp_path)) == 1
+
+
+def test_a_failing_constructor_fails_a_kept_host_as_a_new_one(tmp_path, keeping):
+    _pids(tmp_path)
+    assert PARKED.count() == 1
+    missing = tmp_path / "missing"  # the constructor's touch fails: no such folder
+    with pytest.raises(UDFError, match="No such file or directory"):
+        _pids(missing)
+    assert PARKED.count() == 0
+
+
+def test_a_kept_host_that_died_while_it_waited_is_replaced(tmp_path, keeping):
+    (first,) = _pids(tmp_path)
+    (kept,) = PARKED._kept  # (the register's own record: the test kills its actor)
+    keeping.kill(kept.handle)  # as the kernel's OOM killer or an operator would
+    (second,) = _pids(tmp_path)
+    assert second != first
+    assert PARKED.count() == 1

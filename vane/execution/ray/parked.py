@@ -1,0 +1,175 @@
+"""Hosts kept between actions on Ray: a UDF step's actors, once their action has ended, wait
+here for the next action's step of the same shape, for ``worker_idle_timeout_s``.
+
+A host's start is most of a warm Ray action: Ray starts the actor's process, the host starts
+its worker process, and that worker imports the UDF's libraries (torch and its model library:
+seconds) before the UDF is constructed. Actions that follow each other, a loop over files in a
+script or a notebook's cells, pay it every time, as Ray Data's do (it builds a new actor pool
+for each execution). So a step that ended gracefully, every batch answered and the UDF's
+``teardown()`` run, leaves its hosts here instead of killing them, each with its worker process
+(kept by the warm pool of the host's own process, ``actors/warm.py``). The next action's step
+whose hosts would be started the same way (``HostKey``: the cluster, the actor's resources and
+placement, its concurrency, its worker's environment) takes them: the UDF is constructed anew
+in the same worker (``RayHost.open``), without the imports. As locally, only the processes are
+reused, never a UDF instance.
+
+What a kept host holds: its CPUs, GPUs and memory stay reserved in the cluster while it waits.
+An action that begins ends at once every kept host that none of its steps could use
+(``keep_only``), so that they cannot hold what its own steps need; other drivers on the same
+cluster wait at most the timeout for them. 0 turns keeping off: hosts end with their step, as
+before. A failed or stopped step's hosts are killed, never kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vane.config import get_config
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """How a step's hosts are started: two hosts with the same key are interchangeable
+    between actions."""
+
+    job: str  # the driver's connection to its cluster: a handle from another one is invalid
+    options: tuple[tuple[str, Any], ...]  # the actor's resources and placement
+    calls: int  # its max_concurrency
+    environment: tuple[tuple[str, str], ...]  # its worker's switches (model_bars.py)
+
+    @classmethod
+    def of(
+        cls, ray: Any, options: Mapping[str, Any], calls: int, environment: Mapping[str, str]
+    ) -> HostKey:
+        job = ray.get_runtime_context().get_job_id()
+        return cls(
+            job,
+            tuple(sorted((name, _frozen(value)) for name, value in options.items())),
+            calls,
+            tuple(sorted(environment.items())),
+        )
+
+
+def _frozen(value: Any) -> Any:
+    """A value comparable across actions: a scheduling strategy is a new object each time,
+    equal to the last when its fields are."""
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    fields = getattr(value, "__dict__", None)
+    if fields is None:
+        return repr(value)
+    return (type(value).__qualname__, tuple(sorted((k, repr(v)) for k, v in fields.items())))
+
+
+@dataclass
+class _Kept:
+    key: HostKey
+    handle: Any
+    since: float
+
+
+class ParkedHosts:
+    """The driver's kept hosts (see the module); thread-safe: actions may run side by side."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._kept: list[_Kept] = []  # oldest first
+        self._reaper: threading.Thread | None = None
+        self._ray: Any = None
+
+    @staticmethod
+    def timeout() -> float:
+        return get_config().worker_idle_timeout_s
+
+    def park(self, ray: Any, key: HostKey, handle: Any) -> bool:
+        """Keep ``handle`` for the next action whose step has ``key``; False when keeping is
+        off (the caller ends the host)."""
+        if self.timeout() <= 0:
+            return False
+        with self._lock:
+            self._ray = ray
+            self._kept.append(_Kept(key, handle, time.monotonic()))
+            if self._reaper is None:
+                self._reaper = threading.Thread(
+                    target=self._reap, daemon=True, name="vane-ray-parked"
+                )
+                self._reaper.start()
+            self._changed.notify()
+        return True
+
+    def take(self, key: HostKey) -> Any | None:
+        """A kept host started as ``key`` says, the most recently kept first; None if none."""
+        with self._lock:
+            for kept in reversed(self._kept):
+                if kept.key == key:
+                    self._kept.remove(kept)
+                    return kept.handle
+        return None
+
+    def keep_only(self, wanted: Mapping[HostKey, int]) -> None:
+        """End every kept host that no step of an action beginning now could take (``wanted``:
+        how many hosts its steps may have at most, by key), so that none holds resources the
+        action's own hosts need. Of those it could take, the most recently kept stay."""
+        left = dict(wanted)
+        kept, ended = [], []
+        with self._lock:
+            for k in reversed(self._kept):
+                if left.get(k.key, 0) > 0:
+                    left[k.key] -= 1
+                    kept.append(k)
+                else:
+                    ended.append(k)
+            self._kept = kept[::-1]
+        self._kill(ended)
+
+    def forget(self, handles: Iterable[Any]) -> None:
+        """``handles`` are being killed (a failed action's actors): none is kept."""
+        ids = {_actor_id(h) for h in handles}
+        with self._lock:
+            self._kept = [k for k in self._kept if _actor_id(k.handle) not in ids]
+
+    def clear(self) -> None:
+        """End every kept host now."""
+        with self._lock:
+            ended, self._kept = self._kept, []
+        self._kill(ended)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._kept)
+
+    def _reap(self) -> None:
+        """End each host kept longer than the timeout (read whenever the registry changes and
+        at each expiry, as the local warm pool does)."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                timeout = self.timeout()
+                expired = [k for k in self._kept if now - k.since >= timeout]
+                self._kept = [k for k in self._kept if now - k.since < timeout]
+                if not expired:
+                    left = [k.since + timeout - now for k in self._kept]
+                    self._changed.wait(min(left) if left else None)
+                    continue
+            self._kill(expired)
+
+    def _kill(self, kept: list[_Kept]) -> None:
+        for k in kept:
+            with contextlib.suppress(Exception):  # its cluster or the actor is gone already
+                self._ray.kill(k.handle)
+
+
+def _actor_id(handle: Any) -> Any:
+    try:
+        return handle._actor_id.hex()
+    except AttributeError:
+        return id(handle)
+
+
+PARKED = ParkedHosts()
