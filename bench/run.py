@@ -270,6 +270,16 @@ def workloads(quick: bool, rows: int | None = None) -> list[Workload]:
             Variant("embed-vane-ray", "embed_vane.py", "vane", ("--runner", "ray", *first_flag)),
             *EMBED_FIRST,
         ),
+        # The same on Ray for a session's next action, its step's actors kept from the last
+        Case(
+            Variant(
+                "embed-vane-ray-kept",
+                "embed_vane.py",
+                "vane",
+                ("--runner", "ray", *first_flag, "--kept"),
+            ),
+            *EMBED_FIRST,
+        ),
     ]
     first_prompt_rows = [
         Case(

@@ -5,7 +5,10 @@ with one backend (``--backend thread`` or ``subprocess_actor``) or on a local Ra
 inside the actor. ``--resume`` writes with ``resume=True`` (what keeping each batch's answer
 costs); ``--killed-at 0.5`` times the rerun of a resumable write killed half-way (the kill,
 in a child process, is untimed). ``--first``: the seconds to the pipeline's first rows
-(``iter_batches``: a step's first answered batch), model load included (first_rows)."""
+(``iter_batches``: a step's first answered batch), model load included (first_rows); with
+``--kept`` too, those of a second action, after a first one (untimed) that took its first rows
+and let go: the step's actors and workers kept between them (worker_idle_timeout_s), the model
+loaded anew."""
 
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         execution_backend=args.backend,
     )
     if args.first:
+        if args.kept:  # an earlier action of the session, whose step's actors stay
+            earlier = embedded.iter_batches()
+            next(earlier)
+            earlier.close()  # type: ignore[attr-defined]
         with benchlib.Stopwatch() as watch:
             batches = embedded.iter_batches()
             first = next(batches)
@@ -61,6 +68,9 @@ if __name__ == "__main__":
     )
     benchlib.resume_arguments(parser)
     benchlib.first_arguments(parser)
+    parser.add_argument(
+        "--kept", action="store_true", help="with --first: time a second action's first rows"
+    )
     args = parser.parse_args()
     if args.backend is None:
         args.backend = "ray_actor" if args.runner == "ray" else "thread"
