@@ -30,14 +30,22 @@ ROWS = 40
 
 class Noted:
     """Notes each construction and teardown in ``folder``; answers each row with its worker
-    process's pid, after ``pause`` seconds; fails on the row ``fail_at``."""
+    process's pid, after ``pause`` seconds; fails on the row ``fail_at``. With ``together``,
+    its constructor returns once that many instances have been constructed (in 120 s)."""
 
-    def __init__(self, folder: str, fail_at: int = -1, pause: float = 0.0) -> None:
+    def __init__(
+        self, folder: str, fail_at: int = -1, pause: float = 0.0, together: int = 0
+    ) -> None:
         self.folder = Path(folder)
         self.fail_at = fail_at
         self.pause = pause
         self.name = uuid.uuid4().hex
         (self.folder / f"{self.name}.born").touch()
+        guard = time.monotonic() + 120
+        while len(list(self.folder.glob("*.born"))) < together:
+            if time.monotonic() > guard:
+                raise TimeoutError(f"{together} instances were not constructed together")
+            time.sleep(0.05)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         if self.fail_at in batch["id"].to_pylist():
@@ -61,11 +69,12 @@ def keeping(on_ray) -> Iterator[object]:
 def _step(folder: Path, **options: object) -> vane.Relation:
     fail_at = options.pop("fail_at", -1)
     pause = options.pop("pause", 0.0)
+    together = options.pop("together", 0)
     return vane.range(ROWS).map_batches(
         Noted,
         schema=SCHEMA,
         batch_size=10,
-        fn_constructor_args=(str(folder), fail_at, pause),
+        fn_constructor_args=(str(folder), fail_at, pause, together),
         **options,
     )
 
@@ -174,3 +183,22 @@ def test_a_kept_host_that_died_while_it_waited_is_replaced(tmp_path, keeping):
     (second,) = _pids(tmp_path)
     assert second != first
     assert PARKED.count() == 1
+
+
+def test_an_action_takes_as_many_kept_hosts_as_its_steps_start_with(tmp_path, keeping):
+    # Three hosts of 1 CPU kept, on a 4-CPU cluster. The next action's step of that shape
+    # starts with one, and a step of another shape needs 2 CPUs: had the other two stayed kept,
+    # that step could not start. (The action keeps only what its steps start with, and its
+    # resource watch ends kept hosts when something finds no room: either alone passes this.)
+    _pids(tmp_path, concurrency=3, together=3)  # (each up before any batch: each is kept)
+    assert PARKED.count() == 3
+    vane.configure(resource_wait_timeout_s=30)
+    try:
+        rows = (
+            _step(tmp_path, concurrency=(1, 3))
+            .map_batches(lambda batch: batch, schema=SCHEMA, batch_size=10, cpus=2, concurrency=1)
+            .to_pylist()
+        )
+    finally:
+        vane.configure(resource_wait_timeout_s=Config().resource_wait_timeout_s)
+    assert [r["id"] for r in rows] == list(range(ROWS))

@@ -54,7 +54,7 @@ def test_an_action_ends_the_hosts_its_steps_cannot_take(keeping):
     a1, a2, a3, b = object(), object(), object(), object()
     for key, handle in ((_key(1), a1), (_key(1), a2), (_key(1), a3), (_key(2), b)):
         parked.park(cluster, key, handle)
-    # A step of shape 1 that may have two hosts at most: the two kept last stay
+    # A step of shape 1 that starts with two hosts: the two kept last stay
     parked.keep_only({_key(1): 2})
     assert {id(h) for h in cluster.killed} == {id(a1), id(b)}
     assert parked.count() == 2

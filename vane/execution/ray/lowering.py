@@ -104,14 +104,14 @@ def host_shape(spec: UdfSpec) -> tuple[dict[str, Any], int]:
 
 
 def host_keys(plan: PlanNode) -> Counter[HostKey]:
-    """What the hosts of ``plan``'s UDF steps would be started as, and how many each may have
-    at most: the kept hosts an action of it may take (``parked.py``)."""
+    """What the hosts of ``plan``'s UDF steps would be started as, and how many the steps
+    start with: the kept hosts an action of it takes (``parked.py``)."""
     ray = ray_module()
     keys: Counter[HostKey] = Counter()
     for node in walk(plan):
         if isinstance(node, UdfStep):
             options, calls = host_shape(node.udf)
-            keys[HostKey.of(ray, options, calls, worker_environment())] += node.udf.max_actors
+            keys[HostKey.of(ray, options, calls, worker_environment())] += node.udf.min_actors
     return keys
 
 

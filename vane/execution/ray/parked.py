@@ -14,9 +14,13 @@ in the same worker (``RayHost.open``), without the imports. As locally, only the
 reused, never a UDF instance.
 
 What a kept host holds: its CPUs, GPUs and memory stay reserved in the cluster while it waits.
-An action that begins ends at once every kept host that none of its steps could use
-(``keep_only``), so that they cannot hold what its own steps need; other drivers on the same
-cluster wait at most the timeout for them. 0 turns keeping off: hosts end with their step, as
+An action that begins ends at once every kept host that its steps do not start with
+(``keep_only``: each step takes as many as its minimum of hosts, the shape its resources were
+checked for, ``fit.py``), so that none holds what its steps need; a step grows past its
+minimum as before, only onto room the cluster has. Should something of an action's still find
+no room while hosts are kept (kept by another action of the driver's, running beside it), they
+are ended then (the runner's resource watch). Other drivers on the same cluster wait at most the
+timeout for them. 0 turns keeping off: hosts end with their step, as
 before. A failed or stopped step's hosts are killed, never kept.
 """
 
@@ -113,9 +117,9 @@ class ParkedHosts:
         return None
 
     def keep_only(self, wanted: Mapping[HostKey, int]) -> None:
-        """End every kept host that no step of an action beginning now could take (``wanted``:
-        how many hosts its steps may have at most, by key), so that none holds resources the
-        action's own hosts need. Of those it could take, the most recently kept stay."""
+        """End every kept host that the steps of an action beginning now do not start with
+        (``wanted``: how many hosts they start with, by key), so that none holds resources the
+        action's own hosts need. Of those they take, the most recently kept stay."""
         left = dict(wanted)
         kept, ended = [], []
         with self._lock:

@@ -36,7 +36,7 @@ from vane.execution.ray.parked import PARKED
 from vane.execution.ray.stream import closing, fetched, table_of
 from vane.execution.ray.stream import count as count_rows
 from vane.execution.ray.tally import StepState, action_tally
-from vane.execution.ray.waits import Load, ResourceWatch, Sample
+from vane.execution.ray.waits import Load, ResourceWatch, Sample, decide
 from vane.execution.runner import action_events
 from vane.execution.totals import stage_totals
 from vane.io.commit import abort_unfinished, writes_started
@@ -473,6 +473,10 @@ class _Progress:
             free=free,
             pending=pending,
         )
+        if decide(self.watch.pools, sample) is not None:
+            # Something of the action's finds no room: hosts kept by earlier actions
+            # (``parked.py``), beyond those its steps took, give back what they hold first.
+            PARKED.clear()
         wait = self.watch.observe(sample, time.monotonic())
         state = wait.line() if wait is not None else None
         if state == self._waiting:
