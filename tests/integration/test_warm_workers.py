@@ -156,10 +156,34 @@ class ImportsAModelLibrary(WhoRuns):
 
 
 def test_a_worker_whose_libraries_added_environment_variables_is_reused():
-    # Variables added since the worker started stay, as its modules do: a library that adds
-    # some when it is imported must not cost every later action a new worker and its imports
+    # A library that adds variables when it is imported must not cost every later action a
+    # new worker and its imports
     first = pids(run(ImportsAModelLibrary))
     assert pids(run(ImportsAModelLibrary)) == first
+
+
+def _sees_and_adds(batch: pa.Table) -> pa.Table:
+    seen = os.environ.get("VANE_TEST_ADDED")
+    os.environ["VANE_TEST_ADDED"] = "by an earlier action"
+    n = batch.num_rows
+    return pa.table({"pid": pa.array([os.getpid()] * n, pa.int64()), "seen": [seen] * n})
+
+
+def test_variables_a_udf_added_do_not_reach_the_next_actions_udf():
+    def action() -> list[dict]:
+        return (
+            vane.range(2)
+            .map_batches(
+                _sees_and_adds,
+                schema={"pid": "BIGINT", "seen": "VARCHAR"},
+                execution_backend="subprocess_actor",
+            )
+            .to_pylist()
+        )
+
+    first, second = action(), action()
+    assert {r["pid"] for r in second} == {r["pid"] for r in first}  # the same worker, reused
+    assert {r["seen"] for r in second} == {None}  # without what the first action's UDF added
 
 
 class DiesOnce(WhoRuns):

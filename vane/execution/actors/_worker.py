@@ -168,7 +168,7 @@ class _Surroundings:
     directory. A worker whose UDF changed or removed one of those variables, or moved, is not
     reused.
 
-    Variables added since stay, as modules and their globals do: libraries add some as they are
+    Variables added since are unset instead (``drop_added``): libraries add some as they are
     imported (sentence-transformers adds ``KMP_DUPLICATE_LIB_OK``, ``KMP_INIT_AT_FORK`` and
     ``TORCHINDUCTOR_CACHE_DIR``), and refusing those refused every worker that ran a model."""
 
@@ -183,6 +183,13 @@ class _Surroundings:
             return started and os.getcwd() == self.cwd
         except OSError:  # the working directory is gone
             return False
+
+    def drop_added(self) -> None:
+        """Unset the variables added since the start, before the next UDF comes: it starts
+        with the environment a new worker would (a UDF's credentials, ``HF_TOKEN``, do not
+        reach the next one). A library that added one as it was imported has read it."""
+        for name in set(os.environ) - set(self.env):
+            os.environ.pop(name, None)
 
 
 def imported_files() -> list[tuple[str, int]]:
@@ -285,6 +292,8 @@ def serve(
     actor.stop(graceful=True, early=early)
     actor.join(LINGER_SECONDS if linger else None)
     keep = keep and actor.ready.exception() is None and surroundings.unchanged()
+    if keep:
+        surroundings.drop_added()
     # The driver need not wait for this interpreter to wind down; a kept worker says what it
     # imported, for the driver to tell whether it may serve the next UDF.
     replies.send(ipc.STOPPED, json.dumps(imported_files()).encode() if keep else b"")

@@ -26,8 +26,9 @@ since (a module edited between two actions in a notebook is imported afresh, in 
 A worker whose UDF changed or removed an environment variable it was started with, or changed
 its working directory, does not come back (``_worker.py``), nor one that died, hung, or was
 stopped after a failure or a Ctrl-C: those are killed as before. What a reused worker keeps is
-what a process keeps: modules and their globals, and environment variables added since its start
-(libraries add some as they are imported), like the thread backend's process between actions.
+what a process keeps: modules and their globals, like the thread backend's process between
+actions; environment variables added since its start (libraries add some as they are imported)
+are unset before the next UDF comes.
 
 Why 5 s by default: actions that follow each other in a script or a loop over files start
 within milliseconds of the last one's end, and a notebook's cells re-run at a person's pace,
@@ -410,7 +411,8 @@ class WarmPool:
                     else:
                         wait = left if wait is None else min(wait, left)
                 if not expired:
-                    self._changed.wait(wait)
+                    # (at most an hour: a timeout of math.inf is not a number to wait on)
+                    self._changed.wait(None if wait is None else min(wait, 3600.0))
             for worker in expired:
                 worker.close()
 
