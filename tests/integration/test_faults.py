@@ -168,3 +168,24 @@ def test_a_failed_append_takes_back_the_files_it_moved(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert sorted(os.listdir(out)) == before
     assert sorted(n for n in os.listdir(tmp_path) if not n.endswith(".vane-lock")) == ["out"]
+
+
+@pytest.mark.timeout(120)
+def test_an_early_teardown_leaves_no_batch_unsettled():
+    # A Ray host's calls wait on their batches' futures: after an early end, which drops the
+    # batches not started, each must be settled, or a kept host keeps a call thread per
+    # dropped batch waiting for good (vane/execution/ray/actor.py, ``close``)
+    from vane.execution.actors.subprocess import SubprocessPool
+    from vane.udf.runtime import Task
+
+    schema = pa.schema([("id", pa.int64())])
+    spec = udf_spec(udfs.RandomDelay, backend="subprocess_actor")
+    pool = SubprocessPool(spec, schema, "RandomDelay", [], linger=True)
+    pool.start()
+    futures = [
+        pool.submit(Task(n, 10 * n, pa.table({"id": range(10 * n, 10 * n + 10)}))) for n in range(8)
+    ]
+    pool.teardown(graceful=True, early=True)
+    pool.drop_unanswered(RuntimeError("dropped"))
+    for future in futures:
+        future.exception(timeout=60)  # settled: answered, or dropped

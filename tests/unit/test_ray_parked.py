@@ -27,7 +27,7 @@ class _Cluster:
 
 
 def _key(cpus: float) -> HostKey:
-    return HostKey("job", (("num_cpus", cpus),), 2, ())
+    return HostKey(("job", "node"), (("num_cpus", cpus),), 2, ())
 
 
 @pytest.fixture
@@ -59,14 +59,6 @@ def test_an_action_ends_the_hosts_its_steps_cannot_take(keeping):
     assert {id(h) for h in cluster.killed} == {id(a1), id(b)}
     assert parked.count() == 2
     assert {id(parked.take(_key(1))), id(parked.take(_key(1)))} == {id(a2), id(a3)}
-
-
-def test_hosts_killed_after_a_failure_are_not_kept(keeping):
-    parked, cluster = ParkedHosts(), _Cluster()
-    handle = object()
-    parked.park(cluster, _key(1), handle)
-    parked.forget([handle])
-    assert parked.take(_key(1)) is None
 
 
 def test_nothing_is_kept_with_keeping_off():

@@ -283,6 +283,15 @@ class ActorPool(ABC):
             actor.stopping = True
             actor.stop(graceful=graceful, early=early)
 
+    def drop_unanswered(self, error: BaseException) -> None:
+        """Settle every batch not yet answered with ``error``: after an early ``teardown``,
+        those the workers dropped are never answered, and a caller waiting on one (a Ray
+        host's call, ``ray/actor.py``) would wait for good."""
+        with self._lock:
+            requests = list(self._requests)
+        for request in requests:
+            _resolve(request.future, error=error)
+
     def abort(self, error: BaseException) -> None:
         """Stop now: every unfinished batch fails with ``error``, every actor is stopped
         without waiting for it, and nothing new starts."""

@@ -129,6 +129,8 @@ class RayUdf:
         shares; on one machine it is). A batch is found again by its contents
         (``batch_digest``), which the driver cuts the same way on every run of the same
         input (``hosts.batches``)."""
+        if self._closed:
+            return self.schema.empty_table()  # its step has ended (see ``close``)
         reads = self.spec.reads
         shipped = batch.select(list(reads)) if reads is not None else batch
         self.tally.begin.remote(self.key, self.name)  # (a caller's calls run in order)
@@ -153,6 +155,10 @@ class RayUdf:
             self.tally.done.remote(self.key, self.name, StepCounts())
             if admitted:
                 self.tally.release.remote(self.key)
+            if self._closed and not isinstance(exc, KeyboardInterrupt | SystemExit):
+                # Dropped by its step's early end: nobody reads this answer, and an error in
+                # it would be logged by Ray as unhandled.
+                return self.schema.empty_table()
             # Ray pickles what an actor raises and would lose its cause (the user's exception):
             # it travels as bytes, rebuilt in the driver as the subprocess backend does.
             raise RemoteFailure(error_to_bytes(exc), str(exc)) from None
@@ -209,6 +215,10 @@ class RayUdf:
         if not self._closed:
             self._closed = True
             self._pool.teardown(graceful=True, early=early)
+            if early:
+                # The batches the worker dropped are never answered: their calls, waiting on
+                # this host's threads, end now (the host may be kept for the next action).
+                self._pool.drop_unanswered(RuntimeError("dropped: the step ended early"))
             self.tally.left.remote(self.key, self.name)
 
     def _output(self, batch: pa.Table, outcome: BatchOutcome, resumed: int) -> pa.Table:

@@ -91,6 +91,9 @@ class RayHost:
         # worker for the next action (``actors/warm.py``).
         os.environ.update(environment)
         configure(worker_idle_timeout_s=idle)
+        if self._udf is not None:  # (each step closes its own first: never left open here)
+            with contextlib.suppress(Exception):
+                self._udf.close(early=True)
         self._token = token
         self._udf = None
         self._failure = None
@@ -104,18 +107,18 @@ class RayHost:
     ) -> tuple[pa.Table, int]:
         """The answer to the batch made of ``pieces`` of ``blocks`` (Ray passes the blocks
         themselves, fetched into this process), and its rows."""
-        if token != self._token:
-            with self._opening:
+        with self._opening:  # (the step and its UDF read together: ``close`` may run beside)
+            if token != self._token:
                 if token in self._ended:
                     # Sent before its step ended early (a limit met): nobody reads it, and
                     # this host may already serve the next action's step.
                     return pa.table({}), 0
-                if token != self._token:  # restarted by Ray (see the class)
-                    self._open(token, holder)
-        if self._failure is not None:
-            raise self._failure
-        assert self._udf is not None
-        answer = self._udf(joined(pieces, blocks))
+                self._open(token, holder)  # restarted by Ray (see the class)
+            udf, failure = self._udf, self._failure
+        if failure is not None:
+            raise failure
+        assert udf is not None
+        answer = udf(joined(pieces, blocks))
         return answer, answer.num_rows
 
     def close(self, early: bool) -> None:
@@ -320,7 +323,10 @@ class StepHosts:
         """Whether ``host``, whose ``close`` call is ``closed``, is kept (``parked.py``)."""
         if closed is None or self._key is None or not self._closed(closed):
             return False
-        return PARKED.park(self.ray, self._key, host.handle)
+        if not PARKED.park(self.ray, self._key, host.handle):
+            return False
+        self.watch.released(host.handle)
+        return True
 
     def _closed(self, ref: Any) -> bool:
         """Whether the host's ``close`` has returned, without an error."""
@@ -381,6 +387,12 @@ class StepHosts:
         is asked for, or a new one."""
         if handle is None and not new and self._key is not None:
             handle = PARKED.take(self._key)
+        opened = None
+        if handle is not None:
+            try:
+                opened = handle.open.remote(self._token, self._holder)
+            except Exception:  # a handle Ray no longer knows (its cluster is gone): a new host
+                handle = None
         kept = handle is not None
         if handle is None:
             actor = _host_class(self.ray).options(
@@ -390,7 +402,8 @@ class StepHosts:
                 **self.options,
             )
             handle = actor.remote()
-        host = _Host(handle, handle.open.remote(self._token, self._holder), kept=kept)
+            opened = handle.open.remote(self._token, self._holder)
+        host = _Host(handle, opened, kept=kept)
         self.watch.started(handle)  # a failed action kills it at once (runner.py)
         self.hosts.append(host)
         self._grown_at = time.monotonic()

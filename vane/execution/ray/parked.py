@@ -16,24 +16,26 @@ reused, never a UDF instance.
 What a kept host holds: its CPUs, GPUs and memory stay reserved in the cluster while it waits.
 An action that begins ends at once every kept host that its steps do not start with
 (``keep_only``: each step takes as many as its minimum of hosts, the shape its resources were
-checked for, ``fit.py``), so that none holds what its steps need; a step grows past its
-minimum as before, only onto room the cluster has. Should something of an action's still find
-no room while hosts are kept (kept by another action of the driver's, running beside it), they
-are ended then (the runner's resource watch). Other drivers on the same cluster wait at most the
-timeout for them. 0 turns keeping off: hosts end with their step, as
-before. A failed or stopped step's hosts are killed, never kept.
-"""
+checked for, ``fit.py``), so that none holds what its steps need; a step grows past its minimum
+as before, only onto room the cluster has. Should something of an action's still find no room
+while hosts are kept (kept by another action of the driver's, running beside it), they are
+ended then (the runner's resource watch, after a second of it). Other drivers on the same
+cluster wait at most the timeout for them. 0 turns keeping off: hosts end with their step, as
+before. A failed or stopped step's hosts are killed, never kept."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from vane.config import get_config
+
+# The longest the reaper sleeps at once (it looks again, and waits again, after it).
+LONGEST_WAIT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ class HostKey:
     """How a step's hosts are started: two hosts with the same key are interchangeable
     between actions."""
 
-    job: str  # the driver's connection to its cluster: a handle from another one is invalid
+    # The driver's connection to its cluster (its job, and the node it runs on: a new cluster
+    # numbers its jobs afresh): a handle from another one is invalid.
+    job: tuple[str, str]
     options: tuple[tuple[str, Any], ...]  # the actor's resources and placement
     calls: int  # its max_concurrency
     environment: tuple[tuple[str, str], ...]  # its worker's switches (model_bars.py)
@@ -50,9 +54,9 @@ class HostKey:
     def of(
         cls, ray: Any, options: Mapping[str, Any], calls: int, environment: Mapping[str, str]
     ) -> HostKey:
-        job = ray.get_runtime_context().get_job_id()
+        context = ray.get_runtime_context()
         return cls(
-            job,
+            (context.get_job_id(), context.get_node_id()),
             tuple(sorted((name, _frozen(value)) for name, value in options.items())),
             calls,
             tuple(sorted(environment.items())),
@@ -132,12 +136,6 @@ class ParkedHosts:
             self._kept = kept[::-1]
         self._kill(ended)
 
-    def forget(self, handles: Iterable[Any]) -> None:
-        """``handles`` are being killed (a failed action's actors): none is kept."""
-        ids = {_actor_id(h) for h in handles}
-        with self._lock:
-            self._kept = [k for k in self._kept if _actor_id(k.handle) not in ids]
-
     def clear(self) -> None:
         """End every kept host now."""
         with self._lock:
@@ -159,7 +157,8 @@ class ParkedHosts:
                 self._kept = [k for k in self._kept if now - k.since < timeout]
                 if not expired:
                     left = [k.since + timeout - now for k in self._kept]
-                    self._changed.wait(min(left) if left else None)
+                    # (at most an hour: a timeout of math.inf is not a number to wait on)
+                    self._changed.wait(min(*left, LONGEST_WAIT_S) if left else None)
                     continue
             self._kill(expired)
 
@@ -167,13 +166,6 @@ class ParkedHosts:
         for k in kept:
             with contextlib.suppress(Exception):  # its cluster or the actor is gone already
                 self._ray.kill(k.handle)
-
-
-def _actor_id(handle: Any) -> Any:
-    try:
-        return handle._actor_id.hex()
-    except AttributeError:
-        return id(handle)
 
 
 PARKED = ParkedHosts()

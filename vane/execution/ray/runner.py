@@ -393,11 +393,13 @@ def _stop_executions(watch: ResourceWatch) -> None:
     fails, but one that has not failed itself may still be held by the failure's traceback),
     so that the next action (a rerun with a larger budget) does not wait for them."""
     ray = ray_module()
-    actors = watch.started_actors()
-    PARKED.forget(actors)  # (a step that ended before the failure may have kept its hosts)
-    for actor in actors:
+    for actor in watch.started_actors():  # (not those kept by a step that ended well)
         with contextlib.suppress(Exception):  # best effort: the failure is what is raised
             ray.kill(actor)
+
+
+# How long a request of an action's finds no room before the hosts kept by earlier actions end.
+KEPT_GIVE_WAY_S = 1.0
 
 
 class _Progress:
@@ -426,6 +428,7 @@ class _Progress:
         self._seen: dict[int, StepCounts] = {key: StepCounts() for key in steps}
         self._servers_seen: dict[int, tuple[ServerCount, ...]] = {}
         self._waiting: str | None = None  # the state the progress line shows
+        self._no_room_since: float | None = None  # since when a request of ours finds no room
         self.finished: list[StageFinished] = []
         self._done = False
         self._stopped = threading.Event()
@@ -473,11 +476,17 @@ class _Progress:
             free=free,
             pending=pending,
         )
-        if decide(self.watch.pools, sample) is not None:
-            # Something of the action's finds no room: hosts kept by earlier actions
-            # (``parked.py``), beyond those its steps took, give back what they hold first.
+        now = time.monotonic()
+        if decide(self.watch.pools, sample) is None:
+            self._no_room_since = None
+        elif self._no_room_since is None:
+            self._no_room_since = now
+        elif now - self._no_room_since >= KEPT_GIVE_WAY_S:
+            # A request of the action's has found no room for a while (not a step just
+            # starting, whose hosts have yet to say so): hosts kept by earlier actions
+            # (``parked.py``), beyond those its steps took, give back what they hold.
             PARKED.clear()
-        wait = self.watch.observe(sample, time.monotonic())
+        wait = self.watch.observe(sample, now)
         state = wait.line() if wait is not None else None
         if state == self._waiting:
             return

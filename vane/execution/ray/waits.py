@@ -174,6 +174,12 @@ class ResourceWatch:
         with self._lock:
             self._actors.add(actor)
 
+    def released(self, actor: Any) -> None:
+        """An actor kept for the next action (``parked.py``): no longer this action's to kill
+        should it fail (another action may take it meanwhile)."""
+        with self._lock:
+            self._actors.discard(actor)
+
     def started_actors(self) -> list[Any]:
         with self._lock:
             return list(self._actors)
