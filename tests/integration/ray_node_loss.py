@@ -2,7 +2,10 @@
 machine (``ray.cluster_utils.Cluster``: a head that runs no work, two workers), a pipeline whose
 UDF marks the node it runs on, and, a few batches in, one worker node killed (its raylet and
 every worker process on it, without grace). Prints the WriteResult.
-Run: ``python -m tests.integration.ray_node_loss OUT``."""
+Run: ``python -m tests.integration.ray_node_loss OUT``.
+
+``OUT kept``: the node is killed between two actions instead, while it holds a host the first
+action kept (vane/execution/ray/parked.py); the second action, which takes that host, writes."""
 
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class SlowTagger:
 
 def main() -> None:
     out = Path(sys.argv[1])
+    kept = sys.argv[2:] == ["kept"]
     markers = out.parent / "markers"
     markers.mkdir()
     import ray
@@ -50,7 +54,7 @@ def main() -> None:
         # each worker node can hold both actors and still run the reading and writing tasks
         workers = [cluster.add_node(num_cpus=3) for _ in range(2)]
         ray.init(address=cluster.address, runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
-        vane.configure(runner="ray", progress=False)
+        vane.configure(runner="ray", progress=False, worker_idle_timeout_s=600)
         rel = vane.range(ROWS).map_batches(
             SlowTagger,
             schema={"id": "BIGINT", "node": "VARCHAR"},
@@ -58,6 +62,10 @@ def main() -> None:
             concurrency=2,
             fn_constructor_args=(str(markers),),
         )
+        if kept:
+            _kill_a_kept_host(cluster, workers, rel, markers)
+            print(rel.write_parquet(out), flush=True)
+            return
         result: list[object] = []
 
         def run() -> None:
@@ -86,6 +94,18 @@ def main() -> None:
     finally:  # a failed run too: the cluster's address file names no dead cluster
         ray.shutdown()
         cluster.shutdown()
+
+
+def _kill_a_kept_host(cluster: object, workers: list[object], rel: object, markers: Path) -> None:
+    """A first action, whose step's hosts are kept; then a node one of them is on, killed."""
+    from vane.execution.ray.parked import PARKED
+
+    assert rel.count() == ROWS  # type: ignore[attr-defined]
+    assert PARKED.count() == 2, PARKED.count()
+    busy = next(markers.iterdir()).name  # a node a kept host answered on
+    victim = next(node for node in workers if str(_raylet(node)) == busy)
+    cluster.remove_node(victim, allow_graceful=False)  # type: ignore[attr-defined]
+    print(f"killed node {busy}", flush=True)
 
 
 def _raylet(node: object) -> int:
