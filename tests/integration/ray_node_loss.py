@@ -63,8 +63,11 @@ def main() -> None:
             fn_constructor_args=(str(markers),),
         )
         if kept:
-            _kill_a_kept_host(cluster, workers, rel, markers)
+            before = _kill_a_kept_host(cluster, workers, rel, markers)
             print(rel.write_parquet(out), flush=True)
+            # the same two actors served it (Ray restarts an actor under its own id) and were
+            # kept again: none was replaced by a new one
+            assert _kept_ids() == before, (_kept_ids(), before)
             return
         result: list[object] = []
 
@@ -96,16 +99,25 @@ def main() -> None:
         cluster.shutdown()
 
 
-def _kill_a_kept_host(cluster: object, workers: list[object], rel: object, markers: Path) -> None:
-    """A first action, whose step's hosts are kept; then a node one of them is on, killed."""
+def _kept_ids() -> set[str]:
     from vane.execution.ray.parked import PARKED
 
+    return {kept.handle._actor_id.hex() for kept in PARKED._kept}
+
+
+def _kill_a_kept_host(
+    cluster: object, workers: list[object], rel: object, markers: Path
+) -> set[str]:
+    """A first action, whose step's hosts are kept; then a node one of them is on, killed.
+    The kept hosts' actor ids."""
     assert rel.count() == ROWS  # type: ignore[attr-defined]
-    assert PARKED.count() == 2, PARKED.count()
+    kept = _kept_ids()
+    assert len(kept) == 2, kept
     busy = next(markers.iterdir()).name  # a node a kept host answered on
     victim = next(node for node in workers if str(_raylet(node)) == busy)
     cluster.remove_node(victim, allow_graceful=False)  # type: ignore[attr-defined]
     print(f"killed node {busy}", flush=True)
+    return kept
 
 
 def _raylet(node: object) -> int:

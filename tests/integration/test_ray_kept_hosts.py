@@ -100,7 +100,7 @@ def test_the_next_action_takes_the_hosts_the_last_one_kept(tmp_path, keeping):
     assert _count(tmp_path, "ended") == 2
 
 
-def test_a_step_ended_early_keeps_its_hosts_and_drops_what_it_had_sent(tmp_path, keeping):
+def test_a_step_ended_early_keeps_its_hosts(tmp_path, keeping):
     # The reader lets go after the first batch, with the batches after it sent to the host:
     # the host is kept all the same, and the next action's batches are its own (what a call
     # sent before the end does if it comes after: tests/unit/test_ray_parked.py)

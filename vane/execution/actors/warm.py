@@ -65,6 +65,9 @@ from vane.udf.spec import UdfSpec
 
 # How long a used worker taken from the pool may take to answer its PING (it answers at once).
 PING_SECONDS = 5.0
+# The longest a reaper of idle processes sleeps at once (then it looks again): a timeout of
+# math.inf is not a number Condition.wait takes. Ray's kept hosts use it too (ray/parked.py).
+LONGEST_WAIT_S = 3600.0
 
 _VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -411,8 +414,7 @@ class WarmPool:
                     else:
                         wait = left if wait is None else min(wait, left)
                 if not expired:
-                    # (at most an hour: a timeout of math.inf is not a number to wait on)
-                    self._changed.wait(None if wait is None else min(wait, 3600.0))
+                    self._changed.wait(None if wait is None else min(wait, LONGEST_WAIT_S))
             for worker in expired:
                 worker.close()
 

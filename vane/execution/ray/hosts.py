@@ -217,10 +217,14 @@ class StepHosts:
     _ended: bool = False
     _grown_at: float = 0.0
     _token: str = field(default_factory=lambda: uuid.uuid4().hex)  # this step, to its hosts
-    _holder: list[Any] = field(default_factory=list)  # the ref of the hosts' arguments
-    _key: HostKey | None = None
+    _holder: list[Any] = field(init=False)  # the ref of the hosts' arguments (see RayHost)
+    _key: HostKey = field(init=False)  # what a kept host must have been started as
     _calls: collections.deque[_Call] = field(default_factory=collections.deque)
     _answered: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    def __post_init__(self) -> None:
+        self._holder = [self.ray.put((*self.arguments, PARKED.timeout()))]
+        self._key = HostKey.of(self.ray, self.options, self.calls_per_host, self.arguments[2])
 
     def answers(self, blocks: Iterable[Block]) -> Iterator[Block]:
         """The step's answers to ``blocks``, in order, one block per batch."""
@@ -231,9 +235,6 @@ class StepHosts:
         failed = False
         feed: Feed | None = None
         try:
-            idle = PARKED.timeout()
-            self._holder = [self.ray.put((*self.arguments, idle))]
-            self._key = self.host_key(self.ray, self.options, self.calls_per_host, self.arguments)
             for _ in range(self.min_hosts):
                 self._add_host()
             batches_ahead = self.calls_per_host * max(1, self.min_hosts)
@@ -321,7 +322,7 @@ class StepHosts:
 
     def _keeps(self, host: _Host, closed: Any) -> bool:
         """Whether ``host``, whose ``close`` call is ``closed``, is kept (``parked.py``)."""
-        if closed is None or self._key is None or not self._closed(closed):
+        if closed is None or not self._closed(closed):
             return False
         if not PARKED.park(self.ray, self._key, host.handle):
             return False
@@ -337,16 +338,6 @@ class StepHosts:
         except Exception:  # a host lost meanwhile: nothing to end
             return False
         return True
-
-    @staticmethod
-    def host_key(
-        ray: Any,
-        options: dict[str, Any],
-        calls_per_host: int,
-        arguments: tuple[tuple[Any, ...], dict[str, Any], dict[str, str]],
-    ) -> HostKey:
-        """What a kept host must have been started with to serve this step (``parked.py``)."""
-        return HostKey.of(ray, options, calls_per_host, arguments[2])
 
     def kill(self) -> None:
         """A failed step's hosts, killed now: they would otherwise run what was queued on
@@ -382,29 +373,35 @@ class StepHosts:
         host.busy += 1
         return _Call(answer, rows, host)
 
-    def _add_host(self, handle: Any = None, *, new: bool = False) -> None:
-        """One more host: ``handle``, one an earlier action kept (``parked.py``) unless ``new``
-        is asked for, or a new one."""
-        if handle is None and not new and self._key is not None:
-            handle = PARKED.take(self._key)
-        opened = None
-        if handle is not None:
-            try:
-                opened = handle.open.remote(self._token, self._holder)
-            except Exception:  # a handle Ray no longer knows (its cluster is gone): a new host
-                handle = None
-        kept = handle is not None
+    def _add_host(self) -> None:
+        """One more host: one an earlier action kept (``parked.py``), else a new one."""
+        if not self._take_kept():
+            self._start_new()
+
+    def _take_kept(self) -> bool:
+        """Whether a host an earlier action kept was taken (and asked to open)."""
+        handle = PARKED.take(self._key)
         if handle is None:
-            actor = _host_class(self.ray).options(
-                max_restarts=-1,
-                max_task_retries=-1,
-                max_concurrency=self.calls_per_host,
-                **self.options,
-            )
-            handle = actor.remote()
+            return False
+        try:
             opened = handle.open.remote(self._token, self._holder)
-        host = _Host(handle, opened, kept=kept)
-        self.watch.started(handle)  # a failed action kills it at once (runner.py)
+        except Exception:  # a handle Ray no longer knows (its cluster is gone)
+            return False
+        self._started(_Host(handle, opened, kept=True))
+        return True
+
+    def _start_new(self) -> None:
+        actor = _host_class(self.ray).options(
+            max_restarts=-1,
+            max_task_retries=-1,
+            max_concurrency=self.calls_per_host,
+            **self.options,
+        )
+        handle = actor.remote()
+        self._started(_Host(handle, handle.open.remote(self._token, self._holder)))
+
+    def _started(self, host: _Host) -> None:
+        self.watch.started(host.handle)  # a failed action kills it at once (runner.py)
         self.hosts.append(host)
         self._grown_at = time.monotonic()
 
@@ -437,7 +434,7 @@ class StepHosts:
                     # A kept host that died while it waited (killed from outside; a lost
                     # node's is restarted instead): a new one takes its place.
                     self.hosts.remove(host)
-                    self._add_host(new=True)
+                    self._start_new()
                     continue
                 host.starting = None
         for call in calls:
@@ -462,9 +459,7 @@ class StepHosts:
             return
         if any(h.busy < self.calls_per_host for h in self.hosts):
             return
-        kept = None if self._key is None else PARKED.take(self._key)
-        if kept is not None:  # what it holds is this step's to use
-            self._add_host(kept)
+        if self._take_kept():  # what it holds is this step's to use
             return
         now = time.monotonic()
         if now - self._grown_at < _GROW_SECONDS:

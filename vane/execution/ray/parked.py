@@ -33,9 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vane.config import get_config
-
-# The longest the reaper sleeps at once (it looks again, and waits again, after it).
-LONGEST_WAIT_S = 3600.0
+from vane.execution.actors.warm import LONGEST_WAIT_S
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,6 @@ class ParkedHosts:
                 self._kept = [k for k in self._kept if now - k.since < timeout]
                 if not expired:
                     left = [k.since + timeout - now for k in self._kept]
-                    # (at most an hour: a timeout of math.inf is not a number to wait on)
                     self._changed.wait(min(*left, LONGEST_WAIT_S) if left else None)
                     continue
             self._kill(expired)
