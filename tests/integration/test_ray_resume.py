@@ -92,8 +92,11 @@ def test_a_ray_job_that_died_part_way_pays_again_only_for_unanswered_batches(on_
     # The model was asked only for the batches no run had kept: Ray cut the input the same way
     # again, every saved answer was used, and the rest was asked once.
     assert not saved.keys() & second_run.keys()
-    assert result.steps[0].rows_resumed == sum(saved.values())
-    assert sum(second_run.values()) + sum(saved.values()) == ROWS
+    # (Ray kills the failed run's actor asynchronously: it may keep one more answer after the
+    # error has reached the driver, and the rerun uses that one too)
+    resumed = result.steps[0].rows_resumed
+    assert sum(saved.values()) <= resumed
+    assert sum(second_run.values()) + resumed == ROWS
     assert any(first <= 120 < first + rows for first, rows in second_run.items())
     rows = vane.read_parquet(str(out)).to_pylist()
     assert rows == [{"id": i, "score": 3 * i} for i in range(ROWS)]  # each row once, in order
