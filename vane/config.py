@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -51,6 +52,30 @@ class Config:
 
 
 _config = Config()
+
+# What keeps idle workers (the local warm pool, Ray's kept hosts) registers here, to read
+# ``worker_idle_timeout_s`` again as soon as it changes: a timeout set shorter, or to 0, ends
+# what has waited longer now, not at the deadline the old timeout gave it. Held weakly: a
+# registered object lives only as long as its owner keeps it.
+_idle_timeout_watchers: list[weakref.WeakMethod[Callable[[], None]]] = []
+
+
+def watch_idle_timeout(callback: Callable[[], None]) -> None:
+    """Call ``callback`` (a bound method) whenever ``worker_idle_timeout_s`` changes."""
+    _idle_timeout_watchers.append(weakref.WeakMethod(callback))
+
+
+def _set(settings: Config) -> None:
+    global _config
+    changed = settings.worker_idle_timeout_s != _config.worker_idle_timeout_s
+    _config = settings
+    if changed:
+        for ref in list(_idle_timeout_watchers):
+            callback = ref()
+            if callback is None:
+                _idle_timeout_watchers.remove(ref)
+            else:
+                callback()
 
 
 def get_config() -> Config:
@@ -117,7 +142,8 @@ def configure(
     ``worker_idle_timeout_s`` (default 5) is how long the worker processes of
     ``execution_backend="subprocess_actor"``, and on the Ray runner a step's actors, stay after
     an action, idle, for the next one to use instead of starting its own (the processes only:
-    each action constructs its UDF anew); 0 ends them with the action.
+    each action constructs its UDF anew); 0 ends them with the action. A change applies at
+    once: those idle longer than the new timeout end now.
 
     ``runner="ray"`` runs every later action on Ray (see docs/ray.md): on the cluster this
     process is already connected to, else the one at ``address`` (``"auto"``, ``"ray://..."``),
@@ -129,7 +155,6 @@ def configure(
     >>> vane.configure(progress=False).progress
     False
     """
-    global _config
     for key in ray_init_kwargs:  # ray.init's own options pass through; a misspelled setting not
         close = difflib.get_close_matches(key, SETTINGS, n=1, cutoff=0.75)
         if close:
@@ -188,11 +213,10 @@ def configure(
                 f"processes end with their action), got {value!r}"
             )
         changes["worker_idle_timeout_s"] = float(value)
-    _config = replace(_config, **changes)  # type: ignore[arg-type]
+    _set(replace(_config, **changes))  # type: ignore[arg-type]
     return _config
 
 
 def restore(settings: Config) -> None:
     """Put back settings that ``get_config`` returned (a ``configure`` that failed)."""
-    global _config
-    _config = settings
+    _set(settings)

@@ -223,6 +223,30 @@ def test_idle_workers_end_after_the_timeout_or_with_the_action():
     assert pid not in WARM.idle_pids() and gone(pid, within=60)
 
 
+def test_a_shorter_timeout_ends_the_workers_idle_longer_at_once():
+    vane.configure(worker_idle_timeout_s=600)
+    (pid,) = pids(run())
+    vane.configure(worker_idle_timeout_s=0.5)  # now, not at the deadline 600 s gave it
+    assert gone(pid, within=60)
+
+
+def test_a_gpu_s_idle_worker_gives_way_to_a_worker_started_otherwise(monkeypatch):
+    # One device, named (nothing here touches it): a worker that ran a UDF on it keeps what
+    # its model library cached there, so it is ended once a worker started another way (its
+    # threads, here) is about to use the device, not left waiting beside it
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    (first,) = pids(run(gpus=1))
+    assert first in WARM.idle_pids()
+    (second,) = pids(run(gpus=1, cpus=1))
+    assert second != first and first not in WARM.idle_pids() and gone(first, within=60)
+    assert pids(run(gpus=1, cpus=1)) == {second}  # one started the same way is taken
+    # Without a device named, an idle worker of another start stays (as before)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    (third,) = pids(run())
+    pids(run(cpus=1))
+    assert third in WARM.idle_pids()
+
+
 def test_the_timeout_is_checked():
     with pytest.raises(vane.errors.ConfigurationError, match="worker_idle_timeout_s"):
         vane.configure(worker_idle_timeout_s=-1)

@@ -291,7 +291,9 @@ def serve(
         actor.submit(token, task)
     actor.stop(graceful=True, early=early)
     actor.join(LINGER_SECONDS if linger else None)
-    keep = keep and actor.ready.exception() is None and surroundings.unchanged()
+    # Kept only if its UDF is over: a teardown() still running (past LINGER_SECONDS) or a call
+    # given up on would run beside the next UDF, and could answer in its place.
+    keep = keep and actor.completed and actor.ready.exception() is None and surroundings.unchanged()
     if keep:
         surroundings.drop_added()
     # The driver need not wait for this interpreter to wind down; a kept worker says what it

@@ -147,6 +147,7 @@ class ActorBody:
         self._aborted = False  # stopped without grace: no result is delivered after it
         self._hung = False  # the watchdog gave up on this actor: deliver nothing more
         self._over = threading.Event()  # the thread ended, or was given up on
+        self.completed = False  # the thread ended, its teardown() run (not given up on)
         self._watchdog: _Watchdog | None = None
         timeout = spec.batch_timeout_s
         if timeout is not None:
@@ -163,6 +164,7 @@ class ActorBody:
     def _main(self, schema: pa.Schema, step: str) -> None:
         try:
             self._serve(schema, step)
+            self.completed = not self._hung
         finally:
             self._over.set()
 

@@ -81,6 +81,7 @@ class SubprocessActor(Actor):
         # (a Ray host's worker, which lingers, is kept by the host's process for the host's
         # next action, as the host itself is by the driver: vane/execution/ray/parked.py)
         worker = WARM.take(key, pool.sys_path)
+        WARM.give_way(key)  # (a GPU's idle workers of another start: before this one loads)
         self.worker = worker or Worker(key)
         self.reused = worker is not None
         self.worker.slots.reclaim()  # a kept worker answered (or dropped) every batch it had

@@ -28,7 +28,9 @@ its working directory, does not come back (``_worker.py``), nor one that died, h
 stopped after a failure or a Ctrl-C: those are killed as before. What a reused worker keeps is
 what a process keeps: modules and their globals, like the thread backend's process between
 actions; environment variables added since its start (libraries add some as they are imported)
-are unset before the next UDF comes.
+are unset before the next UDF comes. A worker that ran a UDF on a GPU is ended, not kept
+waiting, once a worker started another way is about to use that GPU (``give_way``): what its
+model library cached on the device would hold what the next model needs.
 
 Why 5 s by default: actions that follow each other in a script or a loop over files start
 within milliseconds of the last one's end, and a notebook's cells re-run at a person's pace,
@@ -57,7 +59,7 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import IO, Any
 
-from vane.config import get_config
+from vane.config import get_config, watch_idle_timeout
 from vane.execution.actors import ipc, shm
 from vane.execution.model_bars import worker_environment
 from vane.execution.resources import shares_per_device
@@ -173,6 +175,11 @@ class WorkerKey:
             slot_limit,
             linger,
         )
+
+    def devices(self) -> frozenset[str]:
+        """The GPUs its worker sees (``CUDA_VISIBLE_DEVICES``; none named: none counted)."""
+        visible = dict(self.env).get("CUDA_VISIBLE_DEVICES", "")
+        return frozenset(d.strip() for d in visible.split(",") if d.strip())
 
 
 class Worker:
@@ -317,6 +324,7 @@ class WarmPool:
         self._idle: list[_Entry] = []  # oldest first
         self._reaper: threading.Thread | None = None
         self._closed = False
+        watch_idle_timeout(self.wake)
 
     @staticmethod
     def timeout() -> float:
@@ -339,6 +347,30 @@ class WarmPool:
             if worker.reusable(sys_path):
                 return worker
             worker.close(kill=True)
+
+    def give_way(self, key: WorkerKey) -> None:
+        """End the idle workers that ran a UDF on a GPU that a worker started as ``key`` says
+        is about to use, started another way (one started the same way may serve another
+        actor of the step). A worker that ran a model on a GPU keeps its device's context, and
+        the memory its library cached, after the UDF instance is let go: left waiting, it
+        would hold what the next UDF's model needs to load."""
+        devices = key.devices()
+        if not devices:
+            return
+        with self._lock:
+            ended = []
+            for entry in list(self._idle):
+                worker = entry.worker()
+                if (
+                    worker is not None
+                    and worker.sys_path is not None  # (one never used has touched no device)
+                    and entry.key != key
+                    and entry.key.devices() & devices
+                ):
+                    self._idle.remove(entry)
+                    ended.append(worker)
+        for worker in ended:
+            worker.close()
 
     def give_back(self, worker: Worker) -> None:
         """``worker``'s action is over and it waits for another: keep it, unless the pool is
@@ -392,8 +424,8 @@ class WarmPool:
 
     def _reap(self) -> None:
         """End each worker idle longer than the timeout, or that died while idle. The timeout
-        is read whenever the pool changes (a worker given back or started): a ``configure``
-        applies to the workers idle then from the next change, or the next expiry."""
+        is read whenever the pool changes (a worker given back or started) and whenever
+        ``configure`` changes it (``wake``): set shorter, it ends at once those idle longer."""
         while True:
             expired: list[Worker] = []
             with self._lock:
@@ -417,6 +449,11 @@ class WarmPool:
                     self._changed.wait(None if wait is None else min(wait, LONGEST_WAIT_S))
             for worker in expired:
                 worker.close()
+
+    def wake(self) -> None:
+        """Read the timeout again now (``configure`` changed it)."""
+        with self._lock:
+            self._changed.notify()
 
     def idle_pids(self) -> set[int]:
         """The processes waiting here now."""
