@@ -95,3 +95,47 @@ def test_a_call_its_ended_step_had_sent_is_dropped_not_run():
     )
     assert rows == 0 and answer.num_rows == 0
     assert host._token is None
+
+
+def test_a_step_that_would_grow_ends_the_kept_hosts_holding_what_it_lacks(keeping):
+    # Hosts an earlier step of the same action kept, holding GPUs and CPUs: a step that finds
+    # no GPU free ends those holding GPUs, and only those
+    parked, cluster = ParkedHosts(), _Cluster()
+    gpus = HostKey(("job", "node"), (("num_cpus", 0), ("num_gpus", 1)), 2, ())
+    on_gpu, on_cpu = object(), object()
+    parked.park(cluster, gpus, on_gpu)
+    parked.park(cluster, _key(1), on_cpu)
+    parked.give_way(["GPU"])
+    assert cluster.killed == [on_gpu]
+    parked.give_way(["memory"])  # (held by neither)
+    assert cluster.killed == [on_gpu] and parked.count() == 1
+    parked.give_way(["CPU", "GPU"])
+    assert cluster.killed == [on_gpu, on_cpu] and parked.count() == 0
+
+
+def test_a_shorter_timeout_ends_the_hosts_kept_longer_at_once(keeping):
+    # Kept for up to 600 s; a configure that sets 0.5 ends it now, not at the old deadline
+    parked, cluster = ParkedHosts(), _Cluster()
+    handle = object()
+    parked.park(cluster, _key(1), handle)
+    while not parked._changed._waiters:  # type: ignore[attr-defined]  # its reaper waits
+        time.sleep(0.001)
+    vane.configure(worker_idle_timeout_s=0.5)
+    guard = time.monotonic() + 60  # (far short of 600 s: the end the old timeout gave it)
+    while not cluster.killed:
+        assert time.monotonic() < guard, "the kept host waited for its old deadline"
+        time.sleep(0.01)
+    assert cluster.killed == [handle]
+
+
+def test_a_step_closed_on_a_host_that_never_opened_for_it_stays_ended():
+    # Ray restarted the host (its node lost) while the step ended early: the close, sent
+    # again, may come before any call of the step has opened it. A call of that step that
+    # comes after must not open it again (the host may be kept, or serve the next action)
+    host = RayHost()
+    host.close("an early-ended step", early=True)
+    answer, rows = host.call(
+        "an early-ended step", ["never read"], [(0, 0, 3)], pa.table({"x": [1, 2, 3]})
+    )
+    assert rows == 0 and answer.num_rows == 0
+    assert host._token is None

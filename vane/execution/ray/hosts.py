@@ -121,17 +121,20 @@ class RayHost:
         answer = udf(joined(pieces, blocks))
         return answer, answer.num_rows
 
-    def close(self, early: bool) -> None:
-        """The UDF's ``teardown()`` (``early``: batches not started are dropped), and the
-        instance let go. The driver then keeps the host for the next action (``parked.py``)
-        or kills it."""
+    def close(self, token: str, early: bool) -> None:
+        """The UDF of the step ``token`` names: its ``teardown()`` (``early``: batches not
+        started are dropped), and the instance let go. The driver then keeps the host for the
+        next action (``parked.py``) or kills it. The step is ended here even if this host
+        never opened for it (restarted by Ray before any call of it came back): a call of it
+        that comes later is not answered (``call``)."""
         with self._opening:
-            if self._udf is not None:
+            if self._token == token and self._udf is not None:
                 self._udf.close(early=early)
-            if self._token is not None:
-                self._ended.append(self._token)
-            self._udf = None
-            self._token = None
+            if token not in self._ended:
+                self._ended.append(token)
+            if self._token == token:
+                self._udf = None
+                self._token = None
 
 
 def joined(pieces: Sequence[Piece], blocks: Sequence[Any]) -> pa.Table:
@@ -303,7 +306,7 @@ class StepHosts:
         for host in hosts:
             with contextlib.suppress(Exception):  # the cluster is going away, and the host too
                 if host.starting is None:
-                    closing[id(host)] = host.handle.close.remote(early)
+                    closing[id(host)] = host.handle.close.remote(self._token, early)
                 else:  # as the local runner stops an actor still starting: not waited for
                     self.ray.kill(host.handle)
         refs = list(closing.values())
@@ -322,12 +325,12 @@ class StepHosts:
 
     def _keeps(self, host: _Host, closed: Any) -> bool:
         """Whether ``host``, whose ``close`` call is ``closed``, is kept (``parked.py``)."""
-        if closed is None or not self._closed(closed):
+        if closed is None or not self._closed(closed) or PARKED.timeout() <= 0:
             return False
-        if not PARKED.park(self.ray, self._key, host.handle):
-            return False
+        # Out of this action's watch before another action can take it from the register: the
+        # watch kills what it watches when this action fails.
         self.watch.released(host.handle)
-        return True
+        return PARKED.park(self.ray, self._key, host.handle)
 
     def _closed(self, ref: Any) -> bool:
         """Whether the host's ``close`` has returned, without an error."""
@@ -475,5 +478,10 @@ class StepHosts:
         }
         if self.options.get("scheduling_strategy") is not None:
             return  # held to one node: the cluster's free resources do not say it fits there
-        if all(free.get(name, 0.0) >= amount - 1e-9 for name, amount in shape.items() if amount):
+        short = [n for n, amount in shape.items() if amount and free.get(n, 0.0) < amount - 1e-9]
+        if not short:
             self._add_host()
+        else:
+            # Hosts kept for a later action (another step's of this one, ended already) give
+            # way to a step that would grow now: what they hold is freed for its next look.
+            PARKED.give_way(short)

@@ -16,12 +16,14 @@ reused, never a UDF instance.
 What a kept host holds: its CPUs, GPUs and memory stay reserved in the cluster while it waits.
 An action that begins ends at once every kept host that its steps do not start with
 (``keep_only``: each step takes as many as its minimum of hosts, the shape its resources were
-checked for, ``fit.py``), so that none holds what its steps need; a step grows past its minimum
-as before, only onto room the cluster has. Should something of an action's still find no room
-while hosts are kept (kept by another action of the driver's, running beside it), they are
-ended then (the runner's resource watch, after a second of it). Other drivers on the same
-cluster wait at most the timeout for them. 0 turns keeping off: hosts end with their step, as
-before. A failed or stopped step's hosts are killed, never kept."""
+checked for, ``fit.py``), so that none holds what its steps need. A step grows past its minimum
+as before, onto room the cluster has; kept hosts that hold what it lacks are ended when it looks
+(``give_way``: an earlier step of the same action, ended already, keeps its hosts for the next
+action). Should something of an action's still find no room while hosts are kept (kept by
+another action of the driver's, running beside it), they are ended then (the runner's resource
+watch, after a second of it). Other drivers on the same cluster wait at most the timeout for
+them; a ``configure`` that shortens it applies at once. 0 turns keeping off: hosts end with
+their step, as before. A failed or stopped step's hosts are killed, never kept."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vane.config import get_config
+from vane.config import get_config, watch_idle_timeout
 from vane.execution.actors.warm import LONGEST_WAIT_S
 
 
@@ -59,6 +61,13 @@ class HostKey:
             calls,
             tuple(sorted(environment.items())),
         )
+
+    def holds(self, resource: str) -> bool:
+        """Whether its hosts reserve some of ``resource`` (as ``available_resources`` names
+        it: ``"CPU"``, ``"GPU"``, ``"memory"``)."""
+        option = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}.get(resource)
+        amount = dict(self.options).get(option) if option is not None else None
+        return isinstance(amount, int | float) and amount > 0
 
 
 def _frozen(value: Any) -> Any:
@@ -88,6 +97,7 @@ class ParkedHosts:
         self._kept: list[_Kept] = []  # oldest first
         self._reaper: threading.Thread | None = None
         self._ray: Any = None
+        watch_idle_timeout(self.wake)
 
     @staticmethod
     def timeout() -> float:
@@ -133,6 +143,22 @@ class ParkedHosts:
                     ended.append(k)
             self._kept = kept[::-1]
         self._kill(ended)
+
+    def give_way(self, short: list[str]) -> None:
+        """End every kept host that holds some of the ``short`` resources (``"CPU"``,
+        ``"GPU"``, ``"memory"``): a step of a running action needs them to grow."""
+        ended = []
+        with self._lock:
+            for k in list(self._kept):
+                if any(k.key.holds(name) for name in short):
+                    self._kept.remove(k)
+                    ended.append(k)
+        self._kill(ended)
+
+    def wake(self) -> None:
+        """Read the timeout again now (``configure`` changed it)."""
+        with self._lock:
+            self._changed.notify()
 
     def clear(self) -> None:
         """End every kept host now."""
