@@ -185,33 +185,6 @@ def test_a_kept_host_that_died_while_it_waited_is_replaced(tmp_path, keeping):
     assert PARKED.count() == 1
 
 
-def test_an_action_takes_as_many_kept_hosts_as_its_steps_start_with(tmp_path, keeping):
-    # Three hosts of 1 CPU kept, on a 4-CPU cluster. The next action's step of that shape
-    # starts with one, and a step of another shape needs 2 CPUs: had the other two stayed kept,
-    # that step could not start. (The action keeps only what its steps start with, and its
-    # resource watch ends kept hosts when something finds no room: either alone passes this.)
-    # Each host is up before any batch, but the driver may not have seen the last one's start
-    # when the action ends (it is then ended, not kept: it had nothing to tear down), so the
-    # action runs again, each time in a new folder, until all three are kept.
-    for attempt in range(5):
-        folder = tmp_path / f"attempt-{attempt}"
-        folder.mkdir()
-        _pids(folder, concurrency=3, together=3)
-        if PARKED.count() == 3:
-            break
-    assert PARKED.count() == 3
-    vane.configure(resource_wait_timeout_s=30)
-    try:
-        rows = (
-            _step(tmp_path, concurrency=(1, 3))
-            .map_batches(lambda batch: batch, schema=SCHEMA, batch_size=10, cpus=2, concurrency=1)
-            .to_pylist()
-        )
-    finally:
-        vane.configure(resource_wait_timeout_s=Config().resource_wait_timeout_s)
-    assert [r["id"] for r in rows] == list(range(ROWS))
-
-
 class WaitsForCompany(Noted):
     """Answers once ``company`` instances of its folder have each been called (in 120 s)."""
 
@@ -227,6 +200,33 @@ class WaitsForCompany(Noted):
                 raise TimeoutError(f"the step never had {self.company} hosts")
             time.sleep(0.05)
         return super().__call__(batch)
+
+
+def test_an_action_takes_as_many_kept_hosts_as_its_steps_start_with(tmp_path, keeping):
+    # Three hosts of 1 CPU kept, on a 4-CPU cluster. The next action's step of that shape
+    # starts with one, and a step of another shape needs 2 CPUs: had the other two stayed kept,
+    # that step could not start. (The action keeps only what its steps start with, and its
+    # resource watch ends kept hosts when something finds no room: either alone passes this.)
+    # Each of the three is called (each call waits until all three were): the driver has seen
+    # every one's start by the action's end, so each is kept.
+    vane.range(100).map_batches(
+        WaitsForCompany,
+        schema=SCHEMA,
+        batch_size=10,
+        concurrency=3,
+        fn_constructor_args=(str(tmp_path), 3),
+    ).to_pylist()
+    assert PARKED.count() == 3
+    vane.configure(resource_wait_timeout_s=30)
+    try:
+        rows = (
+            _step(tmp_path, concurrency=(1, 3))
+            .map_batches(lambda batch: batch, schema=SCHEMA, batch_size=10, cpus=2, concurrency=1)
+            .to_pylist()
+        )
+    finally:
+        vane.configure(resource_wait_timeout_s=Config().resource_wait_timeout_s)
+    assert [r["id"] for r in rows] == list(range(ROWS))
 
 
 def test_hosts_an_ended_step_kept_give_way_to_a_step_that_grows(tmp_path, keeping):
