@@ -597,10 +597,11 @@ WHY = {
         "vane/execution/actors/warm.py), which a one-action process cannot use."
     ),
     "store_lance/vane-thread": (
-        "The read is the store workload's (where vane-thread is ahead of the hand loop); what "
-        "this run's clock holds for vane and not for the hand loop: creating botocore's S3 "
-        "client for the read (about 0.07 s; the hand loop builds pyarrow's S3 filesystem "
-        "before its clock), and vane's write goes through Lance in two calls where the hand "
+        "The read is the store workload's (see its row: DuckDB's scan through a Python file "
+        "system, where the hand loop's is pyarrow's in C++); what this run's clock holds for "
+        "vane and not for the hand loop: creating botocore's S3 client for the read (about "
+        "0.07 s; the hand loop builds pyarrow's S3 filesystem before its clock), and vane's "
+        "write goes through Lance in two calls where the hand "
         "loop's is one (the data files written by `write_fragments`, then one "
         "`LanceDataset.commit`: Lance's `write_dataset` does both inside). py-spy first put a "
         "fifth of vane's run in importing pylance, which write_lance makes on its first call "
