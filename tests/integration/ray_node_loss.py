@@ -102,7 +102,7 @@ def main() -> None:
 def _kept_ids() -> set[str]:
     from vane.execution.ray.parked import PARKED
 
-    return {kept.handle._actor_id.hex() for kept in PARKED._kept}
+    return {kept.handle._actor_id.hex() for kept in PARKED._entries}
 
 
 def _kill_a_kept_host(

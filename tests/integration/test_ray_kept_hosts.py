@@ -178,7 +178,7 @@ def test_a_failing_constructor_fails_a_kept_host_as_a_new_one(tmp_path, keeping)
 
 def test_a_kept_host_that_died_while_it_waited_is_replaced(tmp_path, keeping):
     (first,) = _pids(tmp_path)
-    (kept,) = PARKED._kept  # (the register's own record: the test kills its actor)
+    (kept,) = PARKED._entries  # (the register's own record: the test kills its actor)
     keeping.kill(kept.handle)  # as the kernel's OOM killer or an operator would
     (second,) = _pids(tmp_path)
     assert second != first

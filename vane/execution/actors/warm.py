@@ -59,17 +59,14 @@ from pathlib import Path
 from queue import SimpleQueue
 from typing import IO, Any
 
-from vane.config import get_config, watch_idle_timeout
 from vane.execution.actors import ipc, shm
+from vane.execution.idle import IdleRegister
 from vane.execution.model_bars import worker_environment
 from vane.execution.resources import shares_per_device
 from vane.udf.spec import UdfSpec
 
 # How long a used worker taken from the pool may take to answer its PING (it answers at once).
 PING_SECONDS = 5.0
-# The longest a reaper of idle processes sleeps at once (then it looks again): a timeout of
-# math.inf is not a number Condition.wait takes. Ray's kept hosts use it too (ray/parked.py).
-LONGEST_WAIT_S = 3600.0
 
 _VANE_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -313,22 +310,14 @@ class _Entry:
         return worker is not None and worker.sys_path in (None, sys_path)
 
 
-class WarmPool:
+class WarmPool(IdleRegister[_Entry]):
     """Workers waiting for an action: started early (``prestart``), or given back by an action
-    that ended. Each is ended after ``worker_idle_timeout_s`` unused; started-early ones count
-    from their start."""
+    that ended. Each is ended after ``worker_idle_timeout_s`` unused (``IdleRegister``), or once
+    it died while idle; started-early ones count from their start."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._idle: list[_Entry] = []  # oldest first
-        self._reaper: threading.Thread | None = None
+        super().__init__("vane-warm")
         self._closed = False
-        watch_idle_timeout(self.wake)
-
-    @staticmethod
-    def timeout() -> float:
-        return get_config().worker_idle_timeout_s
 
     def take(self, key: WorkerKey, sys_path: list[str]) -> Worker | None:
         """An idle worker started as ``key`` says that may serve a UDF sent with ``sys_path``,
@@ -336,10 +325,12 @@ class WarmPool:
         milliseconds); None if there is none."""
         while True:
             with self._lock:
-                found = next((e for e in reversed(self._idle) if e.may_serve(key, sys_path)), None)
+                found = next(
+                    (e for e in reversed(self._entries) if e.may_serve(key, sys_path)), None
+                )
                 if found is None:
                     return None
-                self._idle.remove(found)
+                self._entries.remove(found)
             try:
                 worker = found.started.result()
             except Exception:
@@ -357,20 +348,17 @@ class WarmPool:
         devices = key.devices()
         if not devices:
             return
-        with self._lock:
-            ended = []
-            for entry in list(self._idle):
-                worker = entry.worker()
-                if (
-                    worker is not None
-                    and worker.sys_path is not None  # (one never used has touched no device)
-                    and entry.key != key
-                    and entry.key.devices() & devices
-                ):
-                    self._idle.remove(entry)
-                    ended.append(worker)
-        for worker in ended:
-            worker.close()
+
+        def in_the_way(entry: _Entry) -> bool:
+            worker = entry.worker()
+            return (
+                worker is not None
+                and worker.sys_path is not None  # (one never used has touched no device)
+                and entry.key != key
+                and bool(entry.key.devices() & devices)
+            )
+
+        self._end(self._take_where(in_the_way))
 
     def give_back(self, worker: Worker) -> None:
         """``worker``'s action is over and it waits for another: keep it, unless the pool is
@@ -389,7 +377,7 @@ class WarmPool:
         with self._lock:
             if self._closed:
                 return
-            have = sum(1 for e in self._idle if e.key == key)
+            have = sum(1 for e in self._entries if e.key == key)
         for _ in range(count - have):
             entry = _Entry(key, Future())
             self._add(entry)
@@ -402,63 +390,40 @@ class WarmPool:
             worker = Worker(entry.key)
         except BaseException as exc:  # the action's own start reports what is wrong
             entry.started.set_exception(exc)
+            self._notify()  # (the reaper drops it)
             return
         worker.idle_since = time.monotonic()
         entry.started.set_result(worker)
-        with self._lock:
-            self._changed.notify()
+        self._notify()
 
     def _add(self, entry: _Entry) -> None:
         with self._lock:
             closed = self._closed
             if not closed:
-                self._idle.append(entry)
-                if self._reaper is None:
-                    self._reaper = threading.Thread(
-                        target=self._reap, daemon=True, name="vane-warm"
-                    )
-                    self._reaper.start()
-                self._changed.notify()
+                self._add_locked(entry)
         if closed:
             entry.started.add_done_callback(_close_started)
 
-    def _reap(self) -> None:
-        """End each worker idle longer than the timeout, or that died while idle. The timeout
-        is read whenever the pool changes (a worker given back or started) and whenever
-        ``configure`` changes it (``wake``): set shorter, it ends at once those idle longer."""
-        while True:
-            expired: list[Worker] = []
-            with self._lock:
-                now = time.monotonic()
-                timeout = self.timeout()
-                wait: float | None = None
-                for entry in list(self._idle):
-                    if not entry.started.done():
-                        continue  # its start notifies
-                    worker = entry.worker()
-                    if worker is None:
-                        self._idle.remove(entry)
-                        continue
-                    left = worker.idle_since + timeout - now
-                    if left <= 0 or worker.process.poll() is not None:
-                        self._idle.remove(entry)
-                        expired.append(worker)
-                    else:
-                        wait = left if wait is None else min(wait, left)
-                if not expired:
-                    self._changed.wait(None if wait is None else min(wait, LONGEST_WAIT_S))
-            for worker in expired:
-                worker.close()
+    def _idle_since(self, entry: _Entry) -> float | None:
+        if not entry.started.done():
+            return None  # its start notifies
+        worker = entry.worker()
+        return -math.inf if worker is None else worker.idle_since  # (a failed start: dropped)
 
-    def wake(self) -> None:
-        """Read the timeout again now (``configure`` changed it)."""
-        with self._lock:
-            self._changed.notify()
+    def _gone(self, entry: _Entry) -> bool:
+        worker = entry.worker()
+        return worker is not None and worker.process.poll() is not None
+
+    def _end(self, entries: list[_Entry]) -> None:
+        for entry in entries:
+            worker = entry.worker()
+            if worker is not None:
+                worker.close()
 
     def idle_pids(self) -> set[int]:
         """The processes waiting here now."""
         with self._lock:
-            workers = [e.worker() for e in self._idle]
+            workers = [e.worker() for e in self._entries]
         return {w.process.pid for w in workers if w is not None}
 
     def close(self) -> None:
@@ -466,7 +431,7 @@ class WarmPool:
         is up): none outlives the driver's interpreter."""
         with self._lock:
             self._closed = True
-            entries, self._idle = self._idle, []
+            entries, self._entries = self._entries, []
             self._changed.notify()
         for entry in entries:
             entry.started.add_done_callback(_close_started)

@@ -28,14 +28,12 @@ their step, as before. A failed or stopped step's hosts are killed, never kept."
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vane.config import get_config, watch_idle_timeout
-from vane.execution.actors.warm import LONGEST_WAIT_S
+from vane.execution.idle import IdleRegister
 
 
 @dataclass(frozen=True)
@@ -88,20 +86,13 @@ class _Kept:
     since: float
 
 
-class ParkedHosts:
-    """The driver's kept hosts (see the module); thread-safe: actions may run side by side."""
+class ParkedHosts(IdleRegister[_Kept]):
+    """The driver's kept hosts (see the module), each ended after ``worker_idle_timeout_s``
+    unused (``IdleRegister``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._kept: list[_Kept] = []  # oldest first
-        self._reaper: threading.Thread | None = None
+        super().__init__("vane-ray-parked")
         self._ray: Any = None
-        watch_idle_timeout(self.wake)
-
-    @staticmethod
-    def timeout() -> float:
-        return get_config().worker_idle_timeout_s
 
     def park(self, ray: Any, key: HostKey, handle: Any) -> bool:
         """Keep ``handle`` for the next action whose step has ``key``; False when keeping is
@@ -110,21 +101,15 @@ class ParkedHosts:
             return False
         with self._lock:
             self._ray = ray
-            self._kept.append(_Kept(key, handle, time.monotonic()))
-            if self._reaper is None:
-                self._reaper = threading.Thread(
-                    target=self._reap, daemon=True, name="vane-ray-parked"
-                )
-                self._reaper.start()
-            self._changed.notify()
+            self._add_locked(_Kept(key, handle, time.monotonic()))
         return True
 
     def take(self, key: HostKey) -> Any | None:
         """A kept host started as ``key`` says, the most recently kept first; None if none."""
         with self._lock:
-            for kept in reversed(self._kept):
+            for kept in reversed(self._entries):
                 if kept.key == key:
-                    self._kept.remove(kept)
+                    self._entries.remove(kept)
                     return kept.handle
         return None
 
@@ -135,58 +120,33 @@ class ParkedHosts:
         left = dict(wanted)
         kept, ended = [], []
         with self._lock:
-            for k in reversed(self._kept):
+            for k in reversed(self._entries):
                 if left.get(k.key, 0) > 0:
                     left[k.key] -= 1
                     kept.append(k)
                 else:
                     ended.append(k)
-            self._kept = kept[::-1]
-        self._kill(ended)
+            self._entries = kept[::-1]
+        self._end(ended)
 
     def give_way(self, short: list[str]) -> None:
         """End every kept host that holds some of the ``short`` resources (``"CPU"``,
         ``"GPU"``, ``"memory"``): a step of a running action needs them to grow."""
-        ended = []
-        with self._lock:
-            for k in list(self._kept):
-                if any(k.key.holds(name) for name in short):
-                    self._kept.remove(k)
-                    ended.append(k)
-        self._kill(ended)
-
-    def wake(self) -> None:
-        """Read the timeout again now (``configure`` changed it)."""
-        with self._lock:
-            self._changed.notify()
+        self._end(self._take_where(lambda k: any(k.key.holds(name) for name in short)))
 
     def clear(self) -> None:
         """End every kept host now."""
-        with self._lock:
-            ended, self._kept = self._kept, []
-        self._kill(ended)
+        self._end(self._take_where(lambda k: True))
 
     def count(self) -> int:
         with self._lock:
-            return len(self._kept)
+            return len(self._entries)
 
-    def _reap(self) -> None:
-        """End each host kept longer than the timeout (read whenever the registry changes and
-        at each expiry, as the local warm pool does)."""
-        while True:
-            with self._lock:
-                now = time.monotonic()
-                timeout = self.timeout()
-                expired = [k for k in self._kept if now - k.since >= timeout]
-                self._kept = [k for k in self._kept if now - k.since < timeout]
-                if not expired:
-                    left = [k.since + timeout - now for k in self._kept]
-                    self._changed.wait(min(*left, LONGEST_WAIT_S) if left else None)
-                    continue
-            self._kill(expired)
+    def _idle_since(self, entry: _Kept) -> float:
+        return entry.since
 
-    def _kill(self, kept: list[_Kept]) -> None:
-        for k in kept:
+    def _end(self, entries: list[_Kept]) -> None:
+        for k in entries:
             with contextlib.suppress(Exception):  # its cluster or the actor is gone already
                 self._ray.kill(k.handle)
 
