@@ -263,3 +263,42 @@ def test_hosts_an_ended_step_kept_give_way_to_a_step_that_grows(tmp_path, keepin
     )
     assert [r["id"] for r in answered] == list(range(rows))
     assert len({r["pid"] for r in answered}) == 2
+
+
+class _AddsVariable:
+    """Unpickled, adds a variable to its process's environment, as a library a UDF's module
+    imports may as it is imported (sentence-transformers adds three)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return _add_variable, (self.name,)
+
+
+def _add_variable(name: str) -> str:
+    os.environ.setdefault(name, "1")
+    return name
+
+
+class NotedAfterImports(Noted):
+    def __init__(self, folder: str, imports: object) -> None:
+        super().__init__(folder)
+
+
+def test_a_kept_worker_serves_a_udf_whose_imports_add_variables(tmp_path, keeping):
+    # The host unpickles each step's UDF, so what its modules' imports add to the environment
+    # lands in the host's process, which starts the worker: the worker must still start as the
+    # kept one did, and the kept one serve it.
+    (first,) = _pids(tmp_path)
+    name = f"VANE_TEST_ADDED_{uuid.uuid4().hex[:8]}"
+    adds = vane.range(ROWS).map_batches(
+        NotedAfterImports,
+        schema=SCHEMA,
+        batch_size=10,
+        fn_constructor_args=(str(tmp_path), _AddsVariable(name)),
+    )
+    assert {r["pid"] for r in adds.to_pylist()} == {first}
+    # and the variable did not stay for the next step's UDF (the worker unsets what a UDF's
+    # imports added)
+    assert _pids(tmp_path) == {first}

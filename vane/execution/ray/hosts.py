@@ -65,6 +65,9 @@ class RayHost:
     that sent it. (Arguments of its creation would be an earlier action's, for a kept host.)"""
 
     def __init__(self) -> None:
+        # The environment this process started with, before any step's UDF was unpickled here:
+        # each step's worker starts from it (``_open``).
+        self._environ = dict(os.environ)
         self._token: str | None = None
         self._ended: collections.deque[str] = collections.deque(maxlen=8)  # steps closed here
         self._opening = threading.Lock()  # (a restarted host's calls overlap)
@@ -86,9 +89,14 @@ class RayHost:
         from vane.config import configure
 
         args, kwargs, environment, idle = ray.get(holder[0])
-        # The variables for the UDF's worker process (``model_bars.py``), set in this process,
-        # which starts it; and the driver's idle timeout, for which this process keeps that
-        # worker for the next action (``actors/warm.py``).
+        # Unpickling the step's UDF imported its modules here, and libraries add variables to
+        # the environment as they are imported: the worker, which starts from this process's
+        # environment, would start unlike the one an earlier step kept, and not be reused. So
+        # every step's worker starts from the environment this host started with, with the
+        # variables for the UDF's worker (``model_bars.py``) set over it; and the driver's
+        # idle timeout, for which this process keeps that worker for the next action
+        # (``actors/warm.py``). (The libraries read what they added as they were imported.)
+        _reset_environment(self._environ)
         os.environ.update(environment)
         configure(worker_idle_timeout_s=idle)
         if self._udf is not None:  # (each step closes its own first: never left open here)
@@ -135,6 +143,15 @@ class RayHost:
             if self._token == token:
                 self._udf = None
                 self._token = None
+
+
+def _reset_environment(environ: dict[str, str]) -> None:
+    """This process's environment made ``environ`` again."""
+    for name in set(os.environ) - set(environ):
+        os.environ.pop(name, None)
+    for name, value in environ.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def joined(pieces: Sequence[Piece], blocks: Sequence[Any]) -> pa.Table:
