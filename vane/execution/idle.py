@@ -63,10 +63,12 @@ class IdleRegister(abc.ABC, Generic[E]):
 
     def _take_where(self, matches: Callable[[E], bool]) -> list[E]:
         """Remove and return the entries ``matches`` holds for, oldest first."""
+        taken: list[E] = []
+        kept: list[E] = []
         with self._lock:
-            taken = [e for e in self._entries if matches(e)]
-            if taken:
-                self._entries = [e for e in self._entries if not matches(e)]
+            for entry in self._entries:
+                (taken if matches(entry) else kept).append(entry)
+            self._entries = kept
         return taken
 
     def wake(self) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from importlib.abc import Loader, MetaPathFinder
 from importlib.machinery import ModuleSpec
@@ -37,9 +37,10 @@ VARIABLE = "HF_HUB_DISABLE_PROGRESS_BARS"
 _HUB = "huggingface_hub.utils.tqdm"  # its switches
 
 
-def worker_environment() -> dict[str, str]:
-    """The variable a worker process starts with: the user's if set, else off unless asked."""
-    value = os.environ.get(VARIABLE)
+def worker_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variable a worker process starts with: the user's if set (in ``environ``, this
+    process's by default), else off unless asked."""
+    value = (os.environ if environ is None else environ).get(VARIABLE)
     if value is None:
         value = "0" if get_config().model_progress else "1"
     return {VARIABLE: value}

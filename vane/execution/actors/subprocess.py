@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 
@@ -288,8 +289,12 @@ class SubprocessPool(ActorPool):
         visible_gpus: list[str],
         *,
         linger: bool = False,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """``environ``: what the workers' environment starts from (this process's, by
+        default; a Ray host's is the one it started with: ``ray/hosts.py``)."""
         super().__init__(spec, schema, step)
+        self._environ = environ
         if not spec.is_async:
             self.batches_per_actor = PLAIN_BATCHES_IN_FLIGHT
         self._visible_gpus = visible_gpus
@@ -312,7 +317,12 @@ class SubprocessPool(ActorPool):
 
     def _start_actor(self, index: int, gpu_share: int) -> Actor:
         key = worker_key(
-            self.spec, self._visible_gpus, gpu_share, self.slot_limit, linger=self.linger
+            self.spec,
+            self._visible_gpus,
+            gpu_share,
+            self.slot_limit,
+            linger=self.linger,
+            environ=self._environ,
         )
         return SubprocessActor(self, index, gpu_share, key)
 
@@ -324,11 +334,13 @@ def worker_key(
     slot_limit: int,
     *,
     linger: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> WorkerKey:
-    """How the worker of ``spec``'s actor holding GPU share ``gpu_share`` starts; it gets a
-    shared-memory slot for each batch it holds at once."""
+    """How the worker of ``spec``'s actor holding GPU share ``gpu_share`` starts (its
+    environment from ``environ``, this process's by default); it gets a shared-memory slot for
+    each batch it holds at once."""
     slots = PLAIN_BATCHES_IN_FLIGHT if not spec.is_async else batches_in_flight(spec)
-    env = worker_env(spec, visible_gpus, gpu_share)
+    env = worker_env(spec, visible_gpus, gpu_share, environ)
     return WorkerKey.of(env, slots, slot_limit, linger=linger)
 
 

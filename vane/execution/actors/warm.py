@@ -53,6 +53,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,12 +132,19 @@ def share_devices(spec: UdfSpec, visible: list[str], gpu_share: int) -> list[str
     return visible[device : device + 1]
 
 
-def worker_env(spec: UdfSpec, visible_gpus: list[str], gpu_share: int) -> dict[str, str]:
-    """The environment the worker of the actor holding GPU share ``gpu_share`` starts with."""
+def worker_env(
+    spec: UdfSpec,
+    visible_gpus: list[str],
+    gpu_share: int,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment the worker of the actor holding GPU share ``gpu_share`` starts with:
+    ``environ`` (this process's, by default) and what the worker needs over it."""
     # No model library draws its bars in a worker unless asked (model_bars.py).
-    env = dict(os.environ, PYTHONUNBUFFERED="1", **worker_environment())
+    base = os.environ if environ is None else environ
+    env = dict(base, PYTHONUNBUFFERED="1", **worker_environment(base))
     # The worker imports the same vane as this process, wherever that one came from.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_VANE_ROOT, os.environ.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_VANE_ROOT, base.get("PYTHONPATH")) if p)
     if spec.cpus:
         # Math libraries (torch, numpy's BLAS) size their thread pools from these at import:
         # an actor then uses the cores it asked for instead of every core on the machine.
@@ -408,11 +416,12 @@ class WarmPool(IdleRegister[_Entry]):
         if not entry.started.done():
             return None  # its start notifies
         worker = entry.worker()
-        return -math.inf if worker is None else worker.idle_since  # (a failed start: dropped)
+        return time.monotonic() if worker is None else worker.idle_since  # (failed: _gone)
 
     def _gone(self, entry: _Entry) -> bool:
+        """A start that failed (nothing to end), or a worker that died while idle."""
         worker = entry.worker()
-        return worker is not None and worker.process.poll() is not None
+        return worker is None or worker.process.poll() is not None
 
     def _end(self, entries: list[_Entry]) -> None:
         for entry in entries:

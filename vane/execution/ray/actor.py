@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -70,10 +71,12 @@ class RayUdf:
         file_stores: FileStores | None = None,
         checkpoint: Checkpoint | None = None,
         failed_rows: bool = False,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         """``checkpoint``: a resumable write's saved answers of this step (see ``__call__``);
         ``failed_rows``: a write's error ledger wants the input rows ``on_error`` handled,
-        which go to the tally with each batch's counts."""
+        which go to the tally with each batch's counts; ``environ``: what the worker's
+        environment starts from (``hosts.RayHost``; this process's by default)."""
         import ray
 
         # The driver's storage options: this process's worker is sent them in turn.
@@ -93,12 +96,19 @@ class RayUdf:
         ray.get(tally.starting.remote(key, self.name))
         # The worker learns its node from this: a step that uses a server per node
         # (vane.ai.serve) sends its requests to this node's server (vane/ai/node_server.py).
-        os.environ[NODE_ID_ENV] = ray.get_runtime_context().get_node_id()
+        node = ray.get_runtime_context().get_node_id()
+        os.environ[NODE_ID_ENV] = node
+        environ = {**(os.environ if environ is None else environ), NODE_ID_ENV: node}
         # Ray gave this actor its GPUs (CUDA_VISIBLE_DEVICES): its one worker gets them all.
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
         try:
             self._pool = SubprocessPool(
-                replace(spec, min_actors=1, max_actors=1), udf_schema, step, visible, linger=True
+                replace(spec, min_actors=1, max_actors=1),
+                udf_schema,
+                step,
+                visible,
+                linger=True,
+                environ=environ,
             )
             # Its requests per server as they change (an AI function's): to the tally, by
             # which the driver's progress line shows them

@@ -90,14 +90,14 @@ class RayHost:
 
         args, kwargs, environment, idle = ray.get(holder[0])
         # Unpickling the step's UDF imported its modules here, and libraries add variables to
-        # the environment as they are imported: the worker, which starts from this process's
-        # environment, would start unlike the one an earlier step kept, and not be reused. So
+        # the environment as they are imported: a worker started from this process's
+        # environment would start unlike the one an earlier step kept, and not be reused. So
         # every step's worker starts from the environment this host started with, with the
-        # variables for the UDF's worker (``model_bars.py``) set over it; and the driver's
-        # idle timeout, for which this process keeps that worker for the next action
-        # (``actors/warm.py``). (The libraries read what they added as they were imported.)
-        _reset_environment(self._environ)
-        os.environ.update(environment)
+        # variables for the UDF's worker (``model_bars.py``) over it; this process's own is
+        # left as the libraries here made it (some read what they added later). And the
+        # driver's idle timeout, for which this process keeps that worker for the next action
+        # (``actors/warm.py``).
+        kwargs = {**kwargs, "environ": {**self._environ, **environment}}
         configure(worker_idle_timeout_s=idle)
         if self._udf is not None:  # (each step closes its own first: never left open here)
             with contextlib.suppress(Exception):
@@ -143,15 +143,6 @@ class RayHost:
             if self._token == token:
                 self._udf = None
                 self._token = None
-
-
-def _reset_environment(environ: dict[str, str]) -> None:
-    """This process's environment made ``environ`` again."""
-    for name in set(os.environ) - set(environ):
-        os.environ.pop(name, None)
-    for name, value in environ.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
 
 
 def joined(pieces: Sequence[Piece], blocks: Sequence[Any]) -> pa.Table:
