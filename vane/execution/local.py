@@ -219,22 +219,20 @@ class Execution:
             warn=self.caller.warn,
             limit=self._caps.get(id(node)),
             total_rows=self._totals.get(id(node)),
-            checkpoint=(
-                None if self.resume is None else self._checkpoint(self.resume, node, source.schema)
-            ),
+            checkpoint=(None if self.resume is None else self._checkpoint(self.resume, node)),
             ledger=None if self.ledger is None else self.ledger.recorder(node),
         )
         stream = self._guard(stage.batches())
         self._stages.append((stage, stream))
         return stage, stream
 
-    def _checkpoint(self, store: ResumeStore, node: UdfStep, arrow: pa.Schema) -> Checkpoint:
+    def _checkpoint(self, store: ResumeStore, node: UdfStep) -> Checkpoint:
         # (a write's modules load with the write, not with every action: a first result's)
         from vane.execution.resume import Checkpoint, input_identity, parts_held, step_key
         from vane.io.parts import Parts
 
         assert self.settings is not None  # (set with resume, by LocalRunner.write)
-        identity = input_identity(node.input, self.settings, arrow)
+        identity = input_identity(node.input, self.settings)
         parts = None
         if identity is not None and self.parts_after is not None and self.parts_after[0] is node:
             held = parts_held(self.plan, node, identity)

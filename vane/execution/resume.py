@@ -121,16 +121,15 @@ _VERSIONS = "(versions)"  # (no setting's name: DuckDB's have no parentheses)
 
 def what_decides_rows_soon() -> Future[dict[str, str]]:
     """``what_decides_rows()`` asked now on a thread of its own, a daemon: wait for its end
-    before the action ends, or an interpreter exiting meanwhile aborts. Most of it is a query
-    (3 ms: ``connection.result_settings``), in which DuckDB lets go of the GIL: a resumable
-    write asks as it begins, and plans and opens its input meanwhile."""
+    before the action ends, or an interpreter exiting meanwhile aborts. It took 2.6 ms, and
+    4.4 ms as a process's first (measured on a machine on which opening the overhead
+    workload's input took 14 ms), most of it a query, in which DuckDB lets go of the GIL: a
+    resumable write asks as it begins, and plans and opens its input meanwhile."""
     return in_background(what_decides_rows, "vane-settings")
 
 
 def input_identity(
-    node: PlanNode,
-    settings: Callable[[], Mapping[str, str]] = what_decides_rows,
-    arrow: pa.Schema | None = None,
+    node: PlanNode, settings: Callable[[], Mapping[str, str]] = what_decides_rows
 ) -> str | None:
     """An identity of the rows ``node`` gives, in their order, if every run of it gives the
     same ones (``node`` is a UDF step's input; see the module's text), else None: then a batch
@@ -138,43 +137,18 @@ def input_identity(
     stamps: ``_same_files``; each expression whole), DuckDB's settings that decide
     values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
     answer by its place only where the same rows come there. ``settings``: where those settings
-    and versions are read from (``what_decides_rows_soon``'s, asked earlier); ``arrow``: the
-    Arrow schema the input comes in, which says what a setting DuckDB's table of settings
-    does not list decides (``_ARROW_FORMS``)."""
+    and versions are read from (``what_decides_rows_soon``'s, asked earlier)."""
     rows = _rows_alike(node)
     if rows is None:
         return None
     parts = list(rows)
     values = dict(settings())
-    if arrow is not None:
-        for name, form in _ARROW_FORMS.items():
-            values.setdefault(name, "true" if _has_type(arrow, form) else "false")
     if values.get("preserve_insertion_order") != "true":
         return None  # (DuckDB may then give the rows in another order on each run)
     versions = values.pop(_VERSIONS, "")
     parts.append(repr(sorted(values.items())))
     parts.append(versions)  # (apart, as before 3692dad: the same identity as a run of then)
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=10).hexdigest()
-
-
-# Settings that decide only the Arrow form the rows come in, which DuckDB's table of settings
-# does not list (``connection.result_settings``), and the types they make: their value is
-# what the input's schema says, as it was read ("true" where a column comes in that form).
-# (Before, asked with ``current_setting``: "false" as DuckDB's default, the same text.)
-_ARROW_FORMS: dict[str, Callable[[pa.DataType], bool]] = {
-    "produce_arrow_string_view": lambda t: pa.types.is_string_view(t) or pa.types.is_binary_view(t),
-}
-
-
-def _has_type(schema: pa.Schema, kind: Callable[[pa.DataType], bool]) -> bool:
-    """Whether a field of ``schema``, or a field nested in one, is of ``kind``."""
-
-    def within(t: pa.DataType) -> bool:
-        if kind(t):
-            return True
-        return any(within(t.field(i).type) for i in range(t.num_fields))
-
-    return any(within(field.type) for field in schema)
 
 
 def parts_step(plan: PlanNode, sink: Sink) -> tuple[UdfStep, FileSink] | None:
