@@ -28,7 +28,7 @@ E = TypeVar("E")
 class IdleRegister(abc.ABC, Generic[E]):
     """Entries waiting for an action, each ended (``_end``) once idle longer than the timeout.
     A subclass says since when an entry is idle (``_idle_since``: None while it is not idle
-    yet, such as a process still starting, whose start calls ``_notify``), whether it died
+    yet, such as a process still starting, whose start calls ``wake``), whether it died
     while idle (``_gone``: ended at once), and how entries end (``_end``, called outside the
     lock). Thread-safe: actions may run side by side."""
 
@@ -72,13 +72,10 @@ class IdleRegister(abc.ABC, Generic[E]):
         return taken
 
     def wake(self) -> None:
-        """Read the timeout again now (``configure`` changed it)."""
+        """Read the timeout and the deadlines again now (``configure`` changed the timeout, or
+        an entry that was starting is up)."""
         with self._lock:
             self._changed.notify()
-
-    def _notify(self) -> None:
-        """An entry became idle (its start ended): read the deadlines again."""
-        self.wake()
 
     def _reap(self) -> None:
         while True:
@@ -92,7 +89,9 @@ class IdleRegister(abc.ABC, Generic[E]):
                     if since is None:
                         continue  # not idle yet: its start notifies
                     left = since + timeout - now
-                    if left <= 0 or self._gone(entry):
+                    # (not "<= 0": a left that is no number, as inf - inf, ends the entry rather
+                    # than becoming a wait that returns at once, a reaper spinning on the lock)
+                    if not left > 0 or self._gone(entry):
                         self._entries.remove(entry)
                         expired.append(entry)
                     else:

@@ -398,11 +398,11 @@ class WarmPool(IdleRegister[_Entry]):
             worker = Worker(entry.key)
         except BaseException as exc:  # the action's own start reports what is wrong
             entry.started.set_exception(exc)
-            self._notify()  # (the reaper drops it)
+            self.wake()  # (the reaper drops it)
             return
         worker.idle_since = time.monotonic()
         entry.started.set_result(worker)
-        self._notify()
+        self.wake()
 
     def _add(self, entry: _Entry) -> None:
         with self._lock:

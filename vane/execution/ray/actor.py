@@ -97,7 +97,6 @@ class RayUdf:
         # The worker learns its node from this: a step that uses a server per node
         # (vane.ai.serve) sends its requests to this node's server (vane/ai/node_server.py).
         node = ray.get_runtime_context().get_node_id()
-        os.environ[NODE_ID_ENV] = node
         environ = {**(os.environ if environ is None else environ), NODE_ID_ENV: node}
         # Ray gave this actor its GPUs (CUDA_VISIBLE_DEVICES): its one worker gets them all.
         visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d]
