@@ -238,14 +238,17 @@ def test_autoscaling_adds_actors_while_the_input_waits():
     assert len(actors) == 3
 
 
-def test_each_subprocess_actor_gets_its_own_gpu(monkeypatch):
+def test_each_subprocess_actor_gets_its_own_gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    # (each call waits until the four actors were called: one whose worker started last still
+    # answers a batch, where the others could otherwise have answered all 40 first)
     out = vane.range(400).map_batches(
-        udfs.ReportDevices,
+        udfs.ReportDevicesTogether,
         schema={"id": "BIGINT", "devices": "VARCHAR"},
         batch_size=10,
         gpus=1,
         concurrency=4,
+        fn_constructor_args=(str(tmp_path), 4),
     )
     assert "backend=subprocess_actor" in out.explain() and "gpus=1" in out.explain()
     assert set(out.to_arrow()["devices"].to_pylist()) == {"0", "1", "2", "3"}

@@ -134,6 +134,26 @@ class ReportDevices:
         return pa.table({"id": batch["id"], "devices": [self.devices] * batch.num_rows})
 
 
+class ReportDevicesTogether(ReportDevices):
+    """ReportDevices whose calls answer once ``company`` instances, each seeing other devices,
+    have been called (noted in ``folder``; 120 s at most): every actor of a step then answers
+    some batch, however late its worker process started."""
+
+    def __init__(self, folder: str, company: int) -> None:
+        super().__init__()
+        self.folder = Path(folder)
+        self.company = company
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        (self.folder / f"device-{self.devices or 'none'}").touch()
+        guard = time.monotonic() + 120
+        while len(list(self.folder.glob("device-*"))) < self.company:
+            if time.monotonic() > guard:
+                raise TimeoutError(f"{self.company} actors were never called together")
+            time.sleep(0.02)
+        return super().__call__(batch)
+
+
 class Chatty:
     def __init__(self) -> None:
         print("loading the chatty model", flush=True)
