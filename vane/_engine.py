@@ -4,12 +4,22 @@ One in-memory database per process; every unit of work takes its own ``cursor()`
 connection holds one open result at a time and concurrently streaming steps must not share one.
 Short catalog questions (parse a type name, bind a step against empty tables) share one
 ``scratch()`` cursor instead of opening one each time.
+
+Its settings that decide what a query gives (``RESULT_SETTINGS``) are asked once, on a thread
+of their own as the database opens, and kept (``result_settings``): nothing in vane changes
+them afterwards (``vane.sql`` refuses SET statements), so a resumable write knows them without
+a query of its own. Asking costs a process DuckDB's first call of a function by name (about
+2.3 ms, once a process), which the overhead workload's plain write never pays: paid inside a
+resumable write, beside its scan, it was most of what resume=True cost there (1.06x, against
+1.02x with the settings known). Asked as the database opens, it runs while the plan is built,
+on the core that planning leaves idle. A test changes one through ``set_global``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 import duckdb
@@ -20,11 +30,38 @@ Error = duckdb.Error
 
 _lock = threading.Lock()
 _connection: duckdb.DuckDBPyConnection | None = None
+_settings: Future[dict[str, str]] | None = None
+
+# DuckDB's settings that decide a query's values or their order, rather than its speed: the
+# session's time zone and calendar (for times with a zone), how text compares, what ``/``
+# means, how results become Arrow, and whether rows keep their order.
+RESULT_SETTINGS = (
+    "TimeZone",
+    "Calendar",
+    "default_collation",
+    "integer_division",
+    "ieee_floating_point_ops",
+    "default_null_order",
+    "arrow_large_buffer_size",
+    "arrow_lossless_conversion",
+    "arrow_output_list_view",
+    "arrow_output_version",
+    "preserve_insertion_order",
+    "binary_as_string",
+    "enable_geoparquet_conversion",
+    "produce_arrow_string_view",
+)
+
+# All of them at once, as DuckDB shows them (``duckdb_settings()``'s text): asking the
+# settings' table costs 4 ms, evaluating every setting DuckDB has, against 0.7 ms for these.
+_RESULT_SETTINGS_QUERY = "SELECT " + ", ".join(
+    f"current_setting('{name}')::VARCHAR" for name in RESULT_SETTINGS
+)
 
 
 def cursor() -> duckdb.DuckDBPyConnection:
     """A new cursor on the shared database; the caller closes it when its work is done."""
-    global _connection
+    global _connection, _settings
     with _lock:
         if _connection is None:
             # DuckDB would otherwise download and load extensions (httpfs for a URL, say) on
@@ -45,7 +82,69 @@ def cursor() -> duckdb.DuckDBPyConnection:
             # of it this cache), and 345 to 375 MiB without it, as fast. A rerun of a query
             # reads the objects again, as every engine without a cache does.
             _connection.execute("SET GLOBAL enable_external_file_cache = false")
+            _settings = _asked(_connection)
         return _connection.cursor()
+
+
+def result_settings() -> dict[str, str]:
+    """The database's settings that decide what a query gives (``RESULT_SETTINGS``), by name,
+    as DuckDB shows them; asked as it opened (waited for here, if still being asked)."""
+    cursor().close()  # (the database opened, and its settings asked)
+    assert _settings is not None
+    return dict(_settings.result())
+
+
+def set_global(name: str, value: str | None) -> None:
+    """Set one of the database's settings (SQL text: ``'UTC'``, ``true``), or with None reset
+    it, and ask its settings again: what ``result_settings`` says stays true (tests change
+    settings only through here)."""
+    global _settings
+    opened = cursor()
+    try:
+        if value is None:
+            opened.execute(f"RESET GLOBAL {name}")
+        else:
+            opened.execute(f"SET GLOBAL {name} = {value}")
+        fresh: Future[dict[str, str]] = Future()
+        fresh.set_result(_ask(opened))
+        _settings = fresh
+    finally:
+        opened.close()
+
+
+def _asked(connection: duckdb.DuckDBPyConnection) -> Future[dict[str, str]]:
+    """The settings, asked on a thread of their own on a cursor of ``connection``. Not a
+    daemon: the interpreter waits for its end as it exits (a daemon stopped inside DuckDB
+    aborts the process), a few milliseconds at most."""
+    asked: Future[dict[str, str]] = Future()
+    opened = connection.cursor()
+
+    def ask() -> None:
+        try:
+            answer = _ask(opened)
+        except BaseException as exc:
+            asked.set_exception(exc)
+        else:
+            asked.set_result(answer)
+        finally:
+            opened.close()
+
+    threading.Thread(target=ask, name="vane-settings").start()
+    return asked
+
+
+def _ask(opened: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    try:
+        values = opened.execute(_RESULT_SETTINGS_QUERY).fetchone()
+    except duckdb.CatalogException:
+        # (a DuckDB without one of them: those it has, from its table of settings)
+        rows = opened.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
+            [list(RESULT_SETTINGS)],
+        ).fetchall()
+        return {str(name): str(value) for name, value in rows}
+    assert values is not None  # (a SELECT without FROM gives one row)
+    return dict(zip(RESULT_SETTINGS, (str(value) for value in values), strict=True))
 
 
 def database_id() -> int:

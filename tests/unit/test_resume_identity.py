@@ -5,7 +5,10 @@ computed for other rows."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -177,14 +180,42 @@ def test_the_identity_changes_with_each_setting_that_decides_what_a_query_gives(
 
     plan = vane.range(10).with_column("x", vane.col("id") + 1).plan
     before = input_identity(plan)
-    opened = _engine.cursor()
     try:
-        opened.execute(f"SET GLOBAL {name} = {OTHER_SETTINGS[name]}")
+        _engine.set_global(name, OTHER_SETTINGS[name])
         assert input_identity(plan) not in (before, None)
     finally:
-        opened.execute(f"RESET GLOBAL {name}")
-        opened.close()
+        _engine.set_global(name, None)
     assert input_identity(plan) == before
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York"])
+def test_the_settings_are_those_the_process_s_database_opened_with(zone):
+    """The settings are asked once, as vane's database opens, not by each write: they must
+    be that database's own, which DuckDB takes from the process's environment (the time
+    zone), and a plan's identity with them differs from one process's time zone to another's."""
+    script = (
+        "import json, duckdb, vane\n"
+        "from vane import _engine\n"
+        "from vane.execution.resume import input_identity\n"
+        "plan = vane.range(10).with_column('x', vane.col('id') + 1).plan\n"
+        "asked = _engine.result_settings()['TimeZone']\n"
+        "own = duckdb.connect().execute(\"SELECT current_setting('TimeZone')\").fetchone()[0]\n"
+        "print(json.dumps([asked, own, input_identity(plan)]))\n"
+    )
+
+    def run(tz: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "TZ": tz},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return json.loads(done.stdout)
+
+    asked, own, identity = run(zone)
+    assert asked == own == zone
+    assert run("UTC")[2] != identity
 
 
 def test_rows_in_no_fixed_order_are_known_by_their_values():
@@ -192,13 +223,11 @@ def test_rows_in_no_fixed_order_are_known_by_their_values():
 
     plan = vane.range(10).plan
     assert input_identity(plan) is not None
-    opened = _engine.cursor()
     try:
-        opened.execute("SET GLOBAL preserve_insertion_order = false")
+        _engine.set_global("preserve_insertion_order", "false")
         assert input_identity(plan) is None
     finally:
-        opened.execute("RESET GLOBAL preserve_insertion_order")
-        opened.close()
+        _engine.set_global("preserve_insertion_order", None)
 
 
 def test_the_identity_is_written_as_before_so_a_job_killed_under_an_earlier_vane_resumes():

@@ -38,50 +38,8 @@ def query_plan(query: str) -> str:
         opened.close()
 
 
-# DuckDB's settings that decide a query's values or their order, rather than its speed: the
-# session's time zone and calendar (for times with a zone), how text compares, what ``/``
-# means, how results become Arrow, and whether rows keep their order.
-_RESULT_SETTINGS = (
-    "TimeZone",
-    "Calendar",
-    "default_collation",
-    "integer_division",
-    "ieee_floating_point_ops",
-    "default_null_order",
-    "arrow_large_buffer_size",
-    "arrow_lossless_conversion",
-    "arrow_output_list_view",
-    "arrow_output_version",
-    "preserve_insertion_order",
-    "binary_as_string",
-    "enable_geoparquet_conversion",
-    "produce_arrow_string_view",
-)
-
-
-# All of them at once, as DuckDB shows them (``duckdb_settings()``'s text): asking the
-# settings' table costs 4 ms, evaluating every setting DuckDB has, against 0.7 ms for these.
-_RESULT_SETTINGS_QUERY = "SELECT " + ", ".join(
-    f"current_setting('{name}')::VARCHAR" for name in _RESULT_SETTINGS
-)
-
-
 def result_settings() -> dict[str, str]:
     """The settings a cursor of this process's database runs queries with that decide what a
     query gives (its values and their order), by name: a resumable write records them with a
-    step's input (``vane/execution/resume.py``)."""
-    opened = cursor()
-    try:
-        try:
-            values = opened.execute(_RESULT_SETTINGS_QUERY).fetchone()
-        except duckdb.CatalogException:
-            # (a DuckDB without one of them: those it has, from its table of settings)
-            rows = opened.execute(
-                "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
-                [list(_RESULT_SETTINGS)],
-            ).fetchall()
-            return {str(name): str(value) for name, value in rows}
-    finally:
-        opened.close()
-    assert values is not None  # (a SELECT without FROM gives one row)
-    return dict(zip(_RESULT_SETTINGS, (str(value) for value in values), strict=True))
+    step's input (``vane/execution/resume.py``). Asked once, as the database opened."""
+    return _engine.result_settings()

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
-from concurrent.futures import Future, wait
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -85,15 +84,11 @@ class Execution:
         self.caller = Caller()
         # A resumable write's saved work, which its UDF stages answer batches from.
         self.resume: ResumeStore | None = None
-        # Where a resumable write reads DuckDB's settings (``resume.input_identity``), set
-        # with ``resume``.
-        self.settings: Callable[[], Mapping[str, str]] | None = None
         # A write's error ledger (errors_to=), which its UDF stages record failed rows in.
         self.ledger: Ledger | None = None
         # A resumable write's output, which may be kept in parts cut after this UDF step's
         # answers (``resume.parts_step``), and its sink; and those parts, made as the step's
-        # stage begins, where its batches are known by their place in its input (its input's
-        # identity is known then: DuckDB's settings are read while its input is opened).
+        # stage begins, where its batches are known by their place in its input.
         self.parts_after: tuple[UdfStep, FileSink] | None = None
         self.parts: Parts | None = None
 
@@ -231,8 +226,7 @@ class Execution:
         from vane.execution.resume import Checkpoint, input_identity, parts_held, step_key
         from vane.io.parts import Parts
 
-        assert self.settings is not None  # (set with resume, by LocalRunner.write)
-        identity = input_identity(node.input, self.settings)
+        identity = input_identity(node.input)
         parts = None
         if identity is not None and self.parts_after is not None and self.parts_after[0] is node:
             held = parts_held(self.plan, node, identity)
@@ -428,41 +422,30 @@ class LocalRunner:
         # DuckDB runs ahead of its reader (a small input's UDF steps run to their end before
         # the first row is written), and a stage that a `limit` left unfinished ends last.
         started = time.perf_counter()
-        from vane.execution.resume import what_decides_rows_soon
-
         # What a Ctrl-C in the write's start leaves begun (the resume store's lock), let go.
         writes = writes_started()
-        # (asked now, read where a step's input's identity is computed: planning meanwhile)
-        asked = what_decides_rows_soon() if resume else None
         try:
-            return self._write(plan, sink, started, asked, resume, errors_to, errors_key)
+            return self._write(plan, sink, started, resume, errors_to, errors_key)
         finally:
             try:
                 abort_unfinished(writes)
             except KeyboardInterrupt:  # (a second Ctrl-C as it began: commit.abort_surely)
                 abort_unfinished(writes)
                 raise
-            finally:
-                if asked is not None:
-                    # The query runs on a daemon thread: one still inside DuckDB as the
-                    # interpreter exits aborts the process (a write refused early, uncaught).
-                    wait([asked])
 
     def _write(  # noqa: PLR0917 - private; write() names every argument
         self,
         plan: PlanNode,
         sink: Sink,
         started: float,
-        asked: Future[dict[str, str]] | None,
         resume: Resume | None,
         errors_to: str | None,
         errors_key: tuple[str, ...] | None,
     ) -> WriteResult:
-        from vane.execution.resume import parts_step, what_decides_rows
+        from vane.execution.resume import parts_step
         from vane.execution.write_setup import prepare_write
         from vane.io.sinks import write_to
 
-        settings = what_decides_rows if asked is None else asked.result
         caller = f"write_{getattr(sink, 'format', 'table')}"
         sink.check_schema(plan.schema)
         plan = optimize(plan)
@@ -477,7 +460,6 @@ class LocalRunner:
             # DuckDB has read far ahead.
             with _action(plan, streaming=cut_after is not None) as execution:
                 execution.resume = store
-                execution.settings = settings
                 execution.ledger = ledger
                 execution.parts_after = cut_after
                 reader = execution.reader(plan, get_config().batch_size, fill=True)

@@ -31,14 +31,12 @@ import re
 import types
 import weakref
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
 
 from vane.backend.connection import VERSION as DUCKDB_VERSION
 from vane.backend.connection import result_settings
-from vane.execution.background import in_background
 from vane.io.files import is_uri
 from vane.io.parts import Mark, Parts, worth_keeping
 from vane.io.resume import ResumeStore
@@ -119,15 +117,6 @@ def what_decides_rows() -> dict[str, str]:
 _VERSIONS = "(versions)"  # (no setting's name: DuckDB's have no parentheses)
 
 
-def what_decides_rows_soon() -> Future[dict[str, str]]:
-    """``what_decides_rows()`` asked now on a thread of its own, a daemon: wait for its end
-    before the action ends, or an interpreter exiting meanwhile aborts. It took 2.6 ms, and
-    4.4 ms as a process's first (measured on a machine on which opening the overhead
-    workload's input took 14 ms), most of it a query, in which DuckDB lets go of the GIL: a
-    resumable write asks as it begins, and plans and opens its input meanwhile."""
-    return in_background(what_decides_rows, "vane-settings")
-
-
 def input_identity(
     node: PlanNode, settings: Callable[[], Mapping[str, str]] = what_decides_rows
 ) -> str | None:
@@ -137,7 +126,7 @@ def input_identity(
     stamps: ``_same_files``; each expression whole), DuckDB's settings that decide
     values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
     answer by its place only where the same rows come there. ``settings``: where those settings
-    and versions are read from (``what_decides_rows_soon``'s, asked earlier)."""
+    and versions are read from."""
     rows = _rows_alike(node)
     if rows is None:
         return None
