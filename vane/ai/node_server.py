@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vane._environ import NODE_ID_ENV
 from vane.ai._server_process import die_with_parent, load_prctl
 from vane.errors import ServerError
 
 LOCAL_NODE = "local"
-# Set by vane.execution.ray.actor in each UDF actor (not importable from here): its Ray node.
-NODE_ID_ENV = "VANE_RAY_NODE_ID"
 LAUNCHER = str(Path(__file__).with_name("_server_process.py"))
 DEFAULT_MAX_RESTARTS = 3
 STOP_GRACE_SECONDS = 10.0

@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vane._environ import NODE_ID_ENV
 from vane._text import counted
 from vane.ai.limits import RETRYABLE_STATUS, RateLimiter, backoff_seconds
-from vane.ai.node_server import LOCAL_NODE, NODE_ID_ENV, NodeEntry, ServerRoute, read_state
+from vane.ai.node_server import LOCAL_NODE, NodeEntry, ServerRoute, read_state
 from vane.ai.protocols import NotFound, RequestRefused, Usage
 from vane.errors import ProviderError
 from vane.observe.requests import counts_for

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from vane._arrow import split_by_bytes
+from vane._environ import NODE_ID_ENV
 from vane.errors import UDFError
 from vane.execution.accounting import StepCounts
 from vane.execution.actors.ipc import error_from_bytes, error_to_bytes
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from vane.execution.ray.tally import StepState
     from vane.execution.resume import Checkpoint
 
-NODE_ID_ENV = "VANE_RAY_NODE_ID"
 # How often a batch refused by its step's budget looks whether the admitted calls have ended.
 _ADMITTED_POLL_SECONDS = 0.05  # read by vane.ai.node_server, which may not import this
 
