@@ -165,6 +165,10 @@ class Target:
     words: str  # the target in words, for its row
     baseline: str = ""
     absent: str = ""  # why it is not measured when the variant has no runs, if not the obvious
+    # A time target between two variants of vane that differ in one switch: the median of each
+    # repetition's ratio (its two runs ran in the same round, minutes apart at most) rather than
+    # the ratio of the medians, which also holds the machine's drift from round to round.
+    paired: bool = False
 
     @property
     def key(self) -> str:
@@ -429,6 +433,7 @@ RESUME = [
             limit=1.03,
             words=f"{workload}: vane-thread-resume time, over vane-thread's",
             baseline="vane-thread",
+            paired=True,
         )
         for workload in ("overhead", "embed")
     ),
@@ -577,8 +582,8 @@ WHY = {
         "write also asked DuckDB's settings, whose query pays a process's first call of a "
         "DuckDB function by name (2.3 ms, once a process), beside the write's scan: with it "
         "fresh processes gave 1.055x (60 pairs), with the settings known 1.022x; they are "
-        "now asked as the database opens, on a thread, while the plan is built. What keeps "
-        "this row short is the machine's noise, not a cost that can be measured: single runs "
+        "now asked as the database opens, on a thread, while the plan is built. Where this row is "
+        "short, it is the machine's noise, not a cost that can be measured: single runs "
         "of either variant vary from 0.19 to 0.34 s, so a median of 15-25 runs moves by a few "
         "percent. In 60 alternating runs of both variants through this harness (a76d3b1), "
         "resume's median time was 0.98x plain's, the median of pair ratios 1.01x (geometric "
@@ -1009,7 +1014,24 @@ def figure(target: Target, found: list[Variant], base: Variant | None) -> tuple[
         return variant.rate / base.rate, f"medians {rates} rows/s"
     if target.kind == "peak":
         return peak(variant) / peak(base), f"median peaks {mib(peak(variant))} / {mib(peak(base))}"
-    return variant.seconds / base.seconds, f"medians {variant.seconds:.2f} / {base.seconds:.2f} s"
+    medians = f"medians {variant.seconds:.2f} / {base.seconds:.2f} s"
+    ratios = pair_ratios(variant, base) if target.paired else []
+    if ratios:
+        ratio = variant.seconds / base.seconds
+        return median(ratios), (
+            f"median of {len(ratios)} repetitions' ratios; {medians}, whose ratio is {ratio:.2f}x"
+        )
+    return variant.seconds / base.seconds, medians
+
+
+def pair_ratios(variant: Variant, base: Variant) -> list[float]:
+    """Each repetition's time of ``variant`` over ``base``'s, where both ran in it."""
+    theirs = {r.get("repetition"): float(r["seconds"]) for r in base.ok if "seconds" in r}
+    return [
+        float(r["seconds"]) / theirs[r.get("repetition")]
+        for r in variant.ok
+        if "seconds" in r and theirs.get(r.get("repetition"), 0) > 0
+    ]
 
 
 def outcome(target: Target, workloads: dict[str, list[Variant]]) -> Outcome:
@@ -1109,7 +1131,10 @@ def targets_section(results: dict[str, Any], workloads: dict[str, list[Variant]]
     lines = [
         "Issue 16's targets for vane (`TARGETS` in `bench/report.py`), computed from the medians "
         "of the runs below; a ratio divides vane's figure by that of the baseline the target "
-        "names.",
+        "names. The cost of one switch of vane's (resume=True) is the median of each "
+        "repetition's ratio of its two runs, which ran in the same round: the machine's drift "
+        "from round to round is larger than the cost measured (its notes give the ratio of "
+        "the medians too).",
         "",
         *sizes_note(results),
     ]

@@ -117,3 +117,23 @@ def test_a_rerun_that_stops_or_is_refused_leaves_the_suites_results_as_they_were
         run.main()
     assert (tmp_path / "results.json").read_text() == suite_text
     assert bool(started) == (machine == "the suite's")  # another machine: refused up front
+
+
+def test_the_cost_of_resume_is_the_median_of_each_repetition_s_ratio():
+    """Two variants run in the same rounds: a machine that turns slower (here by a fifth,
+    between the two runs of round 2) moves both, and the median of each round's ratio sees
+    through it (resume costs 2%) where the ratio of the medians does not (22%)."""
+    report = _report()
+    plain = [1.0, 1.0, 1.0, 1.2, 1.2]
+    resume = [1.02, 1.02, 1.224, 1.224, 1.224]
+
+    def runs(times):
+        return [{"repetition": i, "seconds": t, "rows_per_s": 1.0} for i, t in enumerate(times)]
+
+    target = next(t for t in report.RESUME if t.workload == "overhead" and t.paired)
+    base, variant = report.Variant("a@1", runs(plain)), report.Variant("b@1", runs(resume))
+    value, notes = report.figure(target, [variant], base)
+    assert value == pytest.approx(1.02)
+    assert "median of 5 repetitions' ratios" in notes and "whose ratio is 1.22x" in notes
+    unpaired = report.figure(report.replace(target, paired=False), [variant], base)[0]
+    assert unpaired == pytest.approx(1.224)
