@@ -998,7 +998,8 @@ def threshold(target: Target) -> str:
 
 
 def figure(target: Target, found: list[Variant], base: Variant | None) -> tuple[float, str]:
-    """The target's value, computed from medians, and the medians it comes from."""
+    """The target's value, computed from medians (a ``paired`` target's: from each
+    repetition's ratio), and the medians it comes from."""
     variant = found[-1]
     if target.kind == "memory":
         small, large = peak(found[-2]), peak(found[-1])

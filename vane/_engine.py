@@ -24,6 +24,8 @@ from contextlib import contextmanager
 
 import duckdb
 
+from vane._background import in_background
+
 # Every error DuckDB raises: caught under this name by the modules that ask the database a
 # question and may not import DuckDB themselves (``vane.types``; the backend's ``connection``).
 Error = duckdb.Error
@@ -82,14 +84,17 @@ def cursor() -> duckdb.DuckDBPyConnection:
             # of it this cache), and 345 to 375 MiB without it, as fast. A rerun of a query
             # reads the objects again, as every engine without a cache does.
             _connection.execute("SET GLOBAL enable_external_file_cache = false")
-            _settings = _asked(_connection)
+            # (not a daemon: one stopped inside DuckDB as the interpreter exits aborts it)
+            asking = _connection.cursor()
+            _settings = in_background(lambda: _ask(asking), "vane-settings", daemon=False)
         return _connection.cursor()
 
 
 def result_settings() -> dict[str, str]:
     """The database's settings that decide what a query gives (``RESULT_SETTINGS``), by name,
     as DuckDB shows them; asked as it opened (waited for here, if still being asked)."""
-    cursor().close()  # (the database opened, and its settings asked)
+    if _settings is None:
+        cursor().close()  # (the database opened, and its settings asked)
     assert _settings is not None
     return dict(_settings.result())
 
@@ -101,48 +106,28 @@ def set_global(name: str, value: str | None) -> None:
     global _settings
     opened = cursor()
     try:
-        if value is None:
-            opened.execute(f"RESET GLOBAL {name}")
-        else:
-            opened.execute(f"SET GLOBAL {name} = {value}")
-        fresh: Future[dict[str, str]] = Future()
-        fresh.set_result(_ask(opened))
-        _settings = fresh
+        opened.execute(f"RESET GLOBAL {name}" if value is None else f"SET GLOBAL {name} = {value}")
     finally:
         opened.close()
-
-
-def _asked(connection: duckdb.DuckDBPyConnection) -> Future[dict[str, str]]:
-    """The settings, asked on a thread of their own on a cursor of ``connection``. Not a
-    daemon: the interpreter waits for its end as it exits (a daemon stopped inside DuckDB
-    aborts the process), a few milliseconds at most."""
-    asked: Future[dict[str, str]] = Future()
-    opened = connection.cursor()
-
-    def ask() -> None:
-        try:
-            answer = _ask(opened)
-        except BaseException as exc:
-            asked.set_exception(exc)
-        else:
-            asked.set_result(answer)
-        finally:
-            opened.close()
-
-    threading.Thread(target=ask, name="vane-settings").start()
-    return asked
+    fresh: Future[dict[str, str]] = Future()
+    fresh.set_result(_ask(cursor()))
+    _settings = fresh
 
 
 def _ask(opened: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The settings, asked on the cursor ``opened``, which is closed then."""
     try:
-        values = opened.execute(_RESULT_SETTINGS_QUERY).fetchone()
-    except duckdb.CatalogException:
-        # (a DuckDB without one of them: those it has, from its table of settings)
-        rows = opened.execute(
-            "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
-            [list(RESULT_SETTINGS)],
-        ).fetchall()
-        return {str(name): str(value) for name, value in rows}
+        try:
+            values = opened.execute(_RESULT_SETTINGS_QUERY).fetchone()
+        except duckdb.CatalogException:
+            # (a DuckDB without one of them: those it has, from its table of settings)
+            rows = opened.execute(
+                "SELECT name, value FROM duckdb_settings() WHERE list_contains(?, name)",
+                [list(RESULT_SETTINGS)],
+            ).fetchall()
+            return {str(name): str(value) for name, value in rows}
+    finally:
+        opened.close()
     assert values is not None  # (a SELECT without FROM gives one row)
     return dict(zip(RESULT_SETTINGS, (str(value) for value in values), strict=True))
 

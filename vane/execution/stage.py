@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from vane._arrow import Rechunker, split_by_bytes
+from vane._background import in_background
 from vane._sql import duckdb_message
 from vane.backend import connection
 from vane.errors import BudgetExceededError, ExecutionError, UDFError, VaneError
 from vane.execution.accounting import StepCounts
 from vane.execution.actors import make_pool
 from vane.execution.actors.base import ActorPool
-from vane.execution.background import in_background
 from vane.execution.interrupt import Cancellation, Interrupted
 from vane.observe.events import EventBus, ServerCount, ServerRequests, StageStarted
 from vane.plan.rows import answers_row_for_row

@@ -33,10 +33,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from vane._background import in_background
 from vane.errors import ExecutionError, UDFError, VaneError
 from vane.execution.actors.body import Result, batches_in_flight
 from vane.execution.actors.recovery import GiveUp, Loss, PoisonRow, Recovery, Retry, Split
-from vane.execution.background import in_background
 from vane.observe.events import ServerCount, merge_servers
 from vane.observe.requests import report_safely
 from vane.udf.failures import describe_exception

@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from vane._arrow import one_batch
+from vane._background import in_background
 from vane.backend import connection
 from vane.backend.connection import Cursor, Relation
-from vane.execution.background import in_background
 from vane.execution.ledger import Ledger
 from vane.execution.lowering import row_caps
 from vane.execution.model_bars import worker_environment
