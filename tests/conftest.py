@@ -121,12 +121,17 @@ def _shut_down(ray) -> None:
     """``ray.shutdown()``, which can block for good in its GCS subscribers' ``close()`` (a gRPC
     call without a deadline; ray #44836, #45044): it held a suite at 98% twice, the log
     subscriber's once, the error subscriber's once. Killing the session's GCS ends that call,
-    and the shutdown goes on; so a watchdog does, if the shutdown has not ended in two
-    minutes (it takes seconds)."""
+    and the shutdown goes on; so a watchdog does, if the shutdown has not ended in 30 s.
+
+    A shutdown that does not hang takes a few seconds. One that hangs does so in the error
+    subscriber's ``close()``, the first thing it does. It did at the end of every full run of
+    the suite (5 of 5), and of 4 of 4 runs of a Ray test file followed by five or more unit
+    test files in one process (none of those files alone, after the Ray file, brought it
+    about): each run paid the watchdog's whole wait, two minutes when it was 120 s."""
     ended = threading.Event()
 
     def watch() -> None:
-        if ended.wait(120):
+        if ended.wait(30):
             return
         for pid in _children("gcs_server"):
             with contextlib.suppress(OSError):
