@@ -1026,10 +1026,12 @@ def figure(target: Target, found: list[Variant], base: Variant | None) -> tuple[
 
 
 def pair_ratios(variant: Variant, base: Variant) -> list[float]:
-    """Each repetition's time of ``variant`` over ``base``'s, where both ran in it."""
-    theirs = {r.get("repetition"): float(r["seconds"]) for r in base.ok if "seconds" in r}
+    """Each repetition's time of ``variant`` over ``base``'s, where both ran in it (a run
+    that does not say its repetition pairs with none)."""
+    said = [r for r in base.ok if "seconds" in r and "repetition" in r]
+    theirs = {r["repetition"]: float(r["seconds"]) for r in said}
     return [
-        float(r["seconds"]) / theirs[r.get("repetition")]
+        float(r["seconds"]) / theirs[r["repetition"]]
         for r in variant.ok
         if "seconds" in r and theirs.get(r.get("repetition"), 0) > 0
     ]

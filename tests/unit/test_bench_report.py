@@ -137,3 +137,7 @@ def test_the_cost_of_resume_is_the_median_of_each_repetition_s_ratio():
     assert "median of 5 repetitions' ratios" in notes and "whose ratio is 1.22x" in notes
     unpaired = report.figure(report.replace(target, paired=False), [variant], base)[0]
     assert unpaired == pytest.approx(1.224)
+    # a run that does not say its repetition pairs with none (not with another such run)
+    lost = report.Variant("b@1", [*runs(resume), {"seconds": 9.0, "rows_per_s": 1.0}])
+    unsaid = report.Variant("a@1", [*runs(plain), {"seconds": 1.0, "rows_per_s": 1.0}])
+    assert report.pair_ratios(lost, unsaid) == report.pair_ratios(variant, base)
