@@ -21,13 +21,13 @@ def test_a_worker_whose_start_failed_is_dropped_and_the_reaper_waits(tmp_path, t
     # failed start's deadline was -inf + inf: never reached, and a wait of NaN, which returns at
     # once, so the reaper spun, holding the pool's lock.
     vane.configure(worker_idle_timeout_s=timeout)
+    pool = WarmPool()
     try:
         gone = tmp_path / "gone"
         gone.mkdir()
         key = WorkerKey.of(dict(os.environ), 1, 1 << 20)
         key = WorkerKey(key.executable, key.env, str(gone), key.slots, key.slot_limit, False)
         gone.rmdir()
-        pool = WarmPool()
         pool.prestart(key, 1)
         guard = time.monotonic() + 60
         while True:
@@ -52,4 +52,5 @@ def test_a_worker_whose_start_failed_is_dropped_and_the_reaper_waits(tmp_path, t
         pool.close()
         worker.process.wait(timeout=120)
     finally:
+        pool.close()  # (again, if an assertion failed first: no worker outlives the test)
         vane.configure(worker_idle_timeout_s=Config().worker_idle_timeout_s)

@@ -126,7 +126,7 @@ def input_identity(
     stamps: ``_same_files``; each expression whole), DuckDB's settings that decide
     values and order, and the versions of DuckDB, Arrow and vane, so that a rerun finds an
     answer by its place only where the same rows come there. ``settings``: where those settings
-    and versions are read from."""
+    and versions are read from (a test gives fixed ones, to pin the identity's value)."""
     rows = _rows_alike(node)
     if rows is None:
         return None
